@@ -1,0 +1,153 @@
+"""The ``grm`` command. Imports stay inside the subcommands so ``grm --help`` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Sequence
+
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from grm.config.loading import ConfigError
+    from grm.models.store import ModelStoreError
+
+    errors: list[type[BaseException]] = [ConfigError, ModelStoreError]
+    try:
+        from grm.judges.errors import JudgeError
+
+        errors.append(JudgeError)
+    except ImportError:  # pragma: no cover - judges package always present
+        pass
+    return tuple(errors)
+
+
+def _err(msg: str) -> None:
+    print(f"error: {msg}" if "\n" not in msg else "error:\n" + msg, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from grm.config import ConfigError, validate_tree
+
+    failed = 0
+    for f in args.files:
+        try:
+            checked = validate_tree(f, args.overrides if len(args.files) == 1 else ())
+        except ConfigError as e:
+            _err(str(e))
+            failed += 1
+            continue
+        kinds = ", ".join(f"{type(spec).__name__.removesuffix('Spec').lower()} {p}" for p, spec in checked)
+        print(f"ok: {kinds}")
+    return 1 if failed else 0
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from grm.models import grm_home, list_models
+
+    table = Table(title=f"builtin models (cache: {grm_home()})")
+    for col in ("name", "upstream", "size", "status", "source", "license"):
+        table.add_column(col)
+    for row in list_models():
+        table.add_row(*row.values())
+    Console().print(table)
+    print("Also accepted anywhere a model is named: a local Hugging Face model directory, or a hub id.")
+    return 0
+
+
+def cmd_models_fetch(args: argparse.Namespace) -> int:
+    from grm.models import fetch
+
+    for name in args.names:
+        print(fetch(name, force=args.force))
+    return 0
+
+
+# ----------------------------------------------------------------------------- judge
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    from grm.judges import cli as judge_cli
+
+    return judge_cli.run(args)
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="grm",
+        description="RLAIF with generative reward models: judges that critique then score.",
+        epilog="Docs: README.md. Every YAML path may be relative to the YAML or builtin:NAME.",
+    )
+    from grm import __version__
+
+    p.add_argument("--version", action="version", version=f"grm {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    v = sub.add_parser("validate", help="check pipeline/judge/policy YAMLs (and what they reference)")
+    v.add_argument("files", nargs="+", metavar="FILE.yaml")
+    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a field before validating (repeatable; single file only)")
+    v.set_defaults(func=cmd_validate)
+
+    m = sub.add_parser("models", help="builtin model store")
+    msub = m.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    ml = msub.add_parser("list", help="list builtin model aliases and whether they are fetched")
+    ml.set_defaults(func=cmd_models_list)
+    mf = msub.add_parser("fetch", help="download and convert builtin models")
+    mf.add_argument("names", nargs="+", metavar="NAME")
+    mf.add_argument("--force", action="store_true", help="re-download and re-convert")
+    mf.set_defaults(func=cmd_models_fetch)
+
+    j = sub.add_parser("judge", help="author judges: render, try and lint judge prompts")
+    jsub = j.add_subparsers(dest="judge_command", metavar="ACTION", required=True)
+    jr = jsub.add_parser("render", help="print the exact prompt(s) a judge sends for a sample")
+    jr.add_argument("judge", metavar="JUDGE.yaml")
+    jr.add_argument("--sample", required=True, metavar="SAMPLE.json")
+    jt = jsub.add_parser("try", help="run a judge on a sample: critiques, parses, final score")
+    jt.add_argument("judge", metavar="JUDGE.yaml")
+    jt.add_argument("--sample", required=True, metavar="SAMPLE.json")
+    jt.add_argument("--json", action="store_true", help="print the full result as JSON")
+    jl = jsub.add_parser("lint", help="check templates and parsers (undefined variables, examples)")
+    jl.add_argument("files", nargs="+", metavar="JUDGE.yaml|TEMPLATE.j2")
+    for sp in (jr, jt):
+        sp.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override judge fields")
+    for sp in (jr, jt, jl):
+        sp.set_defaults(func=cmd_judge)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except Exception as e:  # user errors are one line; anything else is a bug and keeps its traceback
+        if isinstance(e, _user_errors()):
+            _err(str(e))
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

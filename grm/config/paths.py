@@ -1,0 +1,57 @@
+"""Resolution of paths inside YAML files: relative to the file, or ``builtin:NAME``.
+
+The shipped library lives at the top of a checkout (``policy/``, ``judges/``, ``prompts/``,
+``pipelines/``) and inside an installed wheel as ``grm/_builtin/<kind>/``. ``builtin:NAME`` looks
+for ``NAME`` (with the usual suffix added when missing) in the folder of the expected kind first,
+then in the others.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KINDS = ("policy", "judges", "prompts", "pipelines")
+SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines": ".yaml"}
+
+_PKG = Path(__file__).resolve().parents[1]
+
+
+def builtin_dir(kind: str) -> Path:
+    """Folder holding the shipped assets of ``kind`` (checkout first, then installed package data)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown asset kind {kind!r}; expected one of {KINDS}")
+    checkout = _PKG.parent / kind
+    if (_PKG.parent / "pyproject.toml").exists() and checkout.is_dir():
+        return checkout
+    return _PKG / "_builtin" / kind
+
+
+def list_builtin(kind: str) -> list[str]:
+    folder = builtin_dir(kind)
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob(f"*{SUFFIXES[kind]}"))
+
+
+def resolve_builtin(name: str, kind: str) -> Path:
+    """Path of ``builtin:name``; raises FileNotFoundError naming what exists."""
+    order = [kind] + [k for k in KINDS if k != kind] if kind in KINDS else list(KINDS)
+    for k in order:
+        folder = builtin_dir(k)
+        for candidate in (folder / name, folder / f"{name}{SUFFIXES[k]}"):
+            if candidate.is_file():
+                return candidate
+    known = ", ".join(list_builtin(kind)) if kind in KINDS else ""
+    raise FileNotFoundError(f"no builtin {kind} named '{name}'" + (f" (known: {known})" if known else ""))
+
+
+def resolve_path(value: str, base_dir: Path, kind: str) -> Path:
+    """Resolve a path written in a YAML file: ``builtin:NAME``, absolute, or relative to the file."""
+    if value.startswith("builtin:"):
+        return resolve_builtin(value.removeprefix("builtin:"), kind)
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    if not path.exists():
+        raise FileNotFoundError(f"file not found: {path}")
+    return path

@@ -1,0 +1,193 @@
+"""Pipeline config (``pipelines/*.yaml``): pools, roles, judges, data, algorithm, schedule."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from grm.config.base import Strict, check_file
+
+
+class PoolSpec(Strict):
+    """A named set of resources; becomes one Ray placement group."""
+
+    cpus: int = Field(1, ge=0)
+    """CPU cores reserved for the pool (also the torch thread count of its actors)."""
+    gpus: int = Field(0, ge=0)
+    """GPUs reserved for the pool."""
+    nodes: int = Field(1, ge=1)
+    """Nodes the pool spans (resources above are per node)."""
+    resources: dict[str, float] = {}
+    """Extra Ray custom resources per node."""
+
+
+class RoleSpec(Strict):
+    pool: str
+    """Name of a pool in ``pools``; roles sharing a pool are colocated."""
+
+
+class PolicyRole(RoleSpec):
+    spec: str
+    """Policy spec: path relative to this file, or builtin:NAME."""
+
+    @field_validator("spec")
+    @classmethod
+    def _exists(cls, v: str, info: ValidationInfo) -> str:
+        return check_file(v, info, "policy")
+
+
+class JudgeRole(Strict):
+    spec: str
+    """Judge spec: path relative to this file, or builtin:NAME."""
+    pool: str | None = None
+    """Pool for the judge's model; rule verifiers need none."""
+    weight: float = 1.0
+    """Weight of this judge's normalised score in the reward."""
+    required: bool = True
+    """A masked score from a required judge masks the sample; optional judges are skipped."""
+
+    @field_validator("spec")
+    @classmethod
+    def _exists(cls, v: str, info: ValidationInfo) -> str:
+        return check_file(v, info, "judges")
+
+
+class DataSpec(Strict):
+    prompts: str
+    """Prompt source: a .json/.jsonl/.csv/.parquet file, a saved datasets dir, or builtin:NAME."""
+    prompt_field: str = "prompt"
+    """Column holding the prompt text."""
+    reference_field: str | None = "reference"
+    """Column holding a reference answer (for reference-guided judges and verifiers), if any."""
+    shuffle: bool = True
+    """Shuffle prompts every epoch with the pipeline seed."""
+
+
+class KLSpec(Strict):
+    coef: float = Field(0.0, ge=0)
+    """KL coefficient; 0 disables the reference model's KL term."""
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Schulman's KL estimators."""
+    in_reward: bool = False
+    """Subtract the KL from the reward (PPO style) instead of adding it to the loss."""
+
+
+class AlgorithmSpec(Strict):
+    type: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo"] = "grpo"
+    group_size: int = Field(4, ge=1)
+    """Responses sampled per prompt (global)."""
+    prompts_per_step: int = Field(8, ge=1)
+    """Prompts per training step (global); the batch is prompts_per_step x group_size sequences."""
+    kl: KLSpec = KLSpec()
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.2, ge=0)
+    """PPO ratio clip range [1 - clip_low, 1 + clip_high] (clip-higher: clip_high > clip_low)."""
+    loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    dynamic_filtering: bool = False
+    """Drop groups whose rewards have no variance and refill from the next prompts (DAPO)."""
+    tis_cap: float | None = 2.0
+    """Truncated importance-sampling cap for stale samples (async); None disables TIS."""
+
+    @model_validator(mode="after")
+    def _groups(self) -> "AlgorithmSpec":
+        if self.type in ("grpo", "dr_grpo", "rloo") and self.group_size < 2:
+            raise ValueError(f"{self.type} needs group_size >= 2 (advantages are relative within a group)")
+        return self
+
+
+class RolloutSpec(Strict):
+    max_new_tokens: int = Field(64, ge=1)
+    """Tokens per response at most."""
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+
+class BackendSpec(Strict):
+    type: Literal["deepspeed", "torch"] = "deepspeed"
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    """(deepspeed) ZeRO stage."""
+    dtype: Literal["bf16", "fp32"] = "bf16"
+    ranks: int = Field(1, ge=1)
+    """Data-parallel trainer ranks (processes) in the training pool."""
+    deepspeed_config: dict | None = None
+    """Raw DeepSpeed config block merged over the generated one."""
+
+
+class TrainSpec(Strict):
+    steps: int = Field(20, ge=1)
+    """Training steps (one step = one batch of prompts_per_step x group_size sequences)."""
+    lr: float = Field(1e-6, gt=0)
+    """Peak learning rate."""
+    warmup_steps: int = Field(0, ge=0)
+    micro_batch_size: int = Field(4, ge=1)
+    """Sequences per forward/backward on one rank; gradients accumulate to the global batch."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    backend: BackendSpec = BackendSpec()
+
+
+class ScheduleSpec(Strict):
+    mode: Literal["sync", "async"] = "sync"
+    """sync: strictly on-policy; async: rollout of step t+1 overlaps judging/training of step t."""
+    max_staleness: int = Field(1, ge=0)
+    """(async) samples may lag the trainer by at most this many weight versions."""
+
+
+class CheckpointSpec(Strict):
+    every: int = Field(0, ge=0)
+    """Save a checkpoint every N steps (0: only at the end)."""
+    keep: int = Field(2, ge=1)
+    """Most recent checkpoints kept."""
+
+
+class PipelineSpec(Strict):
+    """A full RLAIF run: ``grm run PIPELINE.yaml``."""
+
+    name: str
+    seed: int = 0
+    pools: dict[str, PoolSpec]
+    policy: PolicyRole
+    reference: RoleSpec | None = None
+    """Frozen reference model placement (needed when kl.coef > 0)."""
+    critic: RoleSpec | None = None
+    """Critic placement (PPO only)."""
+    judges: list[JudgeRole] = Field(min_length=1)
+    data: DataSpec
+    algorithm: AlgorithmSpec = AlgorithmSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    train: TrainSpec = TrainSpec()
+    schedule: ScheduleSpec = ScheduleSpec()
+    checkpoint: CheckpointSpec = CheckpointSpec()
+
+    @field_validator("data")
+    @classmethod
+    def _data_exists(cls, v: DataSpec, info: ValidationInfo) -> DataSpec:
+        if not v.prompts.startswith("builtin:"):
+            check_file(v.prompts, info, "pipelines")
+        return v
+
+    @model_validator(mode="after")
+    def _invariants(self) -> "PipelineSpec":
+        roles = {"policy": self.policy.pool}
+        if self.reference:
+            roles["reference"] = self.reference.pool
+        if self.critic:
+            roles["critic"] = self.critic.pool
+        for i, j in enumerate(self.judges):
+            if j.pool:
+                roles[f"judges[{i}]"] = j.pool
+        for role, pool in roles.items():
+            if pool not in self.pools:
+                raise ValueError(f"{role}.pool '{pool}' is not a declared pool (pools: {', '.join(self.pools)})")
+        batch = self.algorithm.prompts_per_step * self.algorithm.group_size
+        per_rank = self.train.micro_batch_size * self.train.backend.ranks
+        if batch % per_rank:
+            raise ValueError(
+                f"batch of prompts_per_step x group_size = {batch} sequences is not divisible by "
+                f"micro_batch_size x ranks = {per_rank}"
+            )
+        if self.algorithm.type == "ppo" and self.critic is None:
+            raise ValueError("algorithm ppo needs a critic: {pool: ...}")
+        if self.algorithm.kl.coef > 0 and self.reference is None:
+            raise ValueError("kl.coef > 0 needs a reference: {pool: ...}")
+        return self

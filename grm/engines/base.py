@@ -1,0 +1,88 @@
+"""The GenerationEngine protocol and the plain data it exchanges (no torch here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` is greedy decoding."""
+
+    n: int = 1
+    """Samples per request."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    max_new_tokens: int = 64
+    stop: tuple[str, ...] = ()
+    """Generation ends when the text contains one of these; the text is cut before it."""
+    seed: int | None = None
+    """Sample j of a request draws from a generator seeded with (seed, j): the same output
+    whatever else is in the batch. None draws from torch's global generator."""
+
+    def replace(self, **kw: Any) -> "SamplingParams":
+        data = {**self.__dict__, **kw}
+        if "stop" in kw and kw["stop"] is not None:
+            data["stop"] = tuple(kw["stop"])
+        return SamplingParams(**data)
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt: chat ``messages`` (the engine applies the model's chat template) or raw ``text``.
+
+    ``continue_final`` leaves the last (assistant) message open so generation continues it, e.g.
+    a prefilled ``"Critique:"``.
+    """
+
+    messages: list[Message] | None = None
+    text: str | None = None
+    continue_final: bool = False
+    seed: int | None = None
+    """Overrides ``SamplingParams.seed`` for this request (e.g. a retry of one failed sample)."""
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.text is None):
+            raise ValueError("GenerationRequest needs exactly one of messages= or text=")
+
+
+@dataclass
+class Generation:
+    """One sampled output."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    """Log-probability of each sampled token under the model (temperature 1, no filtering),
+    the quantity importance-sampling corrections need."""
+    finish_reason: Literal["stop", "length"]
+    version: int
+    """Weights version of the engine when this was generated."""
+    prompt_tokens: int = 0
+    request_index: int = 0
+    sample_index: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class GenerationEngine(Protocol):
+    """What the judges and the rollout need from a backend."""
+
+    model_id: str
+    version: int
+
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        """Returns ``len(requests) * sampling.n`` generations; request i, sample j at ``i * n + j``."""
+        ...
+
+    def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
+        """Summed log-probability of each candidate continuation of each request's prompt."""
+        ...
+
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        ...

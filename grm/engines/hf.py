@@ -1,0 +1,257 @@
+"""Hugging Face transformers backend: batched sampling with left padding and a KV cache, on CPU.
+
+Our own decode loop rather than ``model.generate`` because we need, per row: its own seeded
+generator (so an output does not depend on batch neighbours), the log-probability of every sampled
+token, stop strings with the text cut before them, and rows dropped from the cache as they finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Sequence
+
+import torch
+
+from grm.engines.base import Generation, GenerationRequest, SamplingParams
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def load_model(model: str, dtype: str = "fp32"):
+    """Load (model, tokenizer) from a builtin alias, a local directory or a hub id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from grm.models import resolve_model
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+    path = resolve_model(model)
+    tok = AutoTokenizer.from_pretrained(path)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    net.eval()
+    return net, tok
+
+
+class HFEngine:
+    """GenerationEngine over a transformers causal LM.
+
+    ``max_batch_size`` caps the rows decoded together (requests x n); longer lists are chunked.
+    ``threads`` sets torch's intra-op threads for this process (None leaves it alone).
+    """
+
+    def __init__(self, model: str, *, dtype: str = "fp32", threads: int | None = None,
+                 max_batch_size: int = 32, model_obj: Any = None, tokenizer: Any = None) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        self.model_id = model
+        self.dtype = DTYPES[dtype]
+        if model_obj is None:
+            model_obj, tokenizer = load_model(model, dtype)
+        self.model = model_obj
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.version = 0
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        eos = eos if eos is not None else tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+
+    # ----------------------------------------------------------------- prompts
+    def encode(self, request: GenerationRequest) -> list[int]:
+        tok = self.tokenizer
+        if request.messages is not None:
+            if request.continue_final:
+                text = tok.apply_chat_template(request.messages, tokenize=False, continue_final_message=True)
+            else:
+                text = tok.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+            return tok(text, add_special_tokens=False)["input_ids"]
+        return tok(request.text, add_special_tokens=False)["input_ids"]
+
+    def prompt_text(self, request: GenerationRequest) -> str:
+        """The exact text the model sees for ``request`` (chat template applied)."""
+        return self.tokenizer.decode(self.encode(request))
+
+    # ----------------------------------------------------------------- generation
+    @torch.inference_mode()
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        prompts = [self.encode(r) for r in requests]
+        seeds = [r.seed if r.seed is not None else sampling.seed for r in requests]
+        rows = [(i, j) for i in range(len(prompts)) for j in range(sampling.n)]
+        # Longest first so each chunk pads little; the output order is restored below.
+        rows.sort(key=lambda ij: -len(prompts[ij[0]]))
+        out: dict[tuple[int, int], Generation] = {}
+        for start in range(0, len(rows), self.max_batch_size):
+            chunk = rows[start:start + self.max_batch_size]
+            gens = [self._row_generator(seeds[i], j, prompts[i]) for i, j in chunk]
+            for (i, j), gen in zip(chunk, self._generate_rows([prompts[i] for i, _ in chunk], chunk, gens, sampling)):
+                out[(i, j)] = gen
+        return [out[(i, j)] for i in range(len(prompts)) for j in range(sampling.n)]
+
+    @staticmethod
+    def _row_generator(seed: int | None, j: int, prompt: list[int]) -> torch.Generator | None:
+        """Seeded from (seed, sample index, prompt tokens): the same prompt and seed give the same
+        sample whatever the batch holds, while different prompts draw independent streams."""
+        if seed is None:
+            return None
+        key = hashlib.sha256(f"{seed}:{j}:{prompt}".encode()).digest()[:8]
+        g = torch.Generator()
+        g.manual_seed(int.from_bytes(key, "little") & ((1 << 63) - 1))
+        return g
+
+    def _generate_rows(self, prompts: list[list[int]], ids: list[tuple[int, int]],
+                       gens: list[torch.Generator | None], sp: SamplingParams) -> list[Generation]:
+        B = len(prompts)
+        L = max(len(p) for p in prompts)
+        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for b, p in enumerate(prompts):
+            input_ids[b, L - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[b, L - len(p):] = 1
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        logps: list[list[float]] = [[] for _ in range(B)]
+        finish: list[str | None] = [None] * B
+        texts: list[str] = [""] * B
+        active = list(range(B))  # row index in the original batch for each live cache row
+
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        for step in range(sp.max_new_tokens):
+            logprobs = torch.log_softmax(logits, dim=-1)
+            next_tok = self._sample(logits, sp, [gens[r] for r in active])
+            chosen_lp = logprobs.gather(1, next_tok[:, None])[:, 0]
+            still = []
+            for k, r in enumerate(active):
+                t = int(next_tok[k])
+                tokens[r].append(t)
+                logps[r].append(float(chosen_lp[k]))
+                if t in self.eos_ids:
+                    finish[r] = "stop"
+                elif sp.stop:
+                    text = self.tokenizer.decode(tokens[r], skip_special_tokens=True)
+                    cut = _first_stop(text, sp.stop)
+                    if cut is not None:
+                        texts[r] = text[:cut]
+                        finish[r] = "stop"
+                if finish[r] is None and step == sp.max_new_tokens - 1:
+                    finish[r] = "length"
+                if finish[r] is None:
+                    still.append(k)
+            if not still:
+                break
+            keep = torch.tensor(still, dtype=torch.long)
+            if len(still) < len(active):
+                cache.batch_select_indices(keep)
+                attn = attn[keep]
+                next_tok = next_tok[keep]
+                active = [active[k] for k in still]
+            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=1)
+            pos = (attn.sum(-1, keepdim=True) - 1)
+            out = self.model(input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos,
+                             past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+
+        result = []
+        for b in range(B):
+            text = texts[b] if finish[b] == "stop" and texts[b] else self.tokenizer.decode(tokens[b], skip_special_tokens=True)
+            if finish[b] == "stop" and sp.stop and not texts[b]:
+                cut = _first_stop(text, sp.stop)
+                text = text[:cut] if cut is not None else text
+            result.append(Generation(
+                text=text, token_ids=tokens[b], logprobs=logps[b], finish_reason=finish[b] or "length",
+                version=self.version, prompt_tokens=len(prompts[b]), request_index=ids[b][0], sample_index=ids[b][1],
+            ))
+        return result
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, sp: SamplingParams, gens: list[torch.Generator | None]) -> torch.Tensor:
+        if sp.temperature <= 0:
+            return logits.argmax(-1)
+        scores = logits / sp.temperature
+        if sp.top_k and sp.top_k < scores.shape[-1]:
+            kth = torch.topk(scores, sp.top_k, dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        if sp.top_p < 1.0:
+            sorted_scores, idx = torch.sort(scores, descending=True, dim=-1)
+            cum = torch.softmax(sorted_scores, -1).cumsum(-1)
+            drop = cum - torch.softmax(sorted_scores, -1) > sp.top_p  # keep the token that crosses top_p
+            sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
+            scores = torch.full_like(scores, float("-inf")).scatter(1, idx, sorted_scores)
+        probs = torch.softmax(scores, -1)
+        picks = [torch.multinomial(probs[k], 1, generator=g) for k, g in enumerate(gens)]
+        return torch.cat(picks)
+
+    # ----------------------------------------------------------------- scoring
+    @torch.inference_mode()
+    def sequence_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Teacher-forced log-prob of each completion token given its prompt (right padded batch)."""
+        out: list[list[float]] = []
+        for start in range(0, len(prompt_ids), self.max_batch_size):
+            ps, cs = prompt_ids[start:start + self.max_batch_size], completion_ids[start:start + self.max_batch_size]
+            seqs = [list(p) + list(c) for p, c in zip(ps, cs)]
+            L = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long)
+            attn = torch.zeros_like(ids)
+            for b, s in enumerate(seqs):
+                ids[b, :len(s)] = torch.tensor(s)
+                attn[b, :len(s)] = 1
+            logits = self.model(input_ids=ids, attention_mask=attn).logits.float()
+            lp = torch.log_softmax(logits[:, :-1], -1).gather(2, ids[:, 1:, None])[..., 0]
+            for b, (p, c) in enumerate(zip(ps, cs)):
+                out.append(lp[b, len(p) - 1:len(p) - 1 + len(c)].tolist())
+        return out
+
+    def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
+        """Single-token candidates are read off one forward pass per prompt; only multi-token
+        candidates pay for a teacher-forced pass of their own."""
+        prompts = [self.encode(r) for r in requests]
+        cont_ids = [[self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in conts] for conts in continuations]
+        last = self.next_token_logprobs(prompts)
+        multi = [(i, k) for i, conts in enumerate(cont_ids) for k, c in enumerate(conts) if len(c) != 1]
+        multi_lp = self.sequence_logprobs([prompts[i] for i, _ in multi], [cont_ids[i][k] for i, k in multi]) if multi else []
+        from_multi = {ik: sum(lp) for ik, lp in zip(multi, multi_lp)}
+        return [
+            [from_multi[(i, k)] if (i, k) in from_multi else float(last[i][c[0]]) for k, c in enumerate(conts)]
+            for i, conts in enumerate(cont_ids)
+        ]
+
+    @torch.inference_mode()
+    def next_token_logprobs(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Log-softmax of the next-token distribution after each prompt: ``[N, vocab]`` (left padded)."""
+        rows = []
+        for start in range(0, len(prompt_ids), self.max_batch_size):
+            chunk = prompt_ids[start:start + self.max_batch_size]
+            L = max(len(p) for p in chunk)
+            ids = torch.full((len(chunk), L), self.pad_id, dtype=torch.long)
+            attn = torch.zeros_like(ids)
+            for b, p in enumerate(chunk):
+                ids[b, L - len(p):] = torch.tensor(p)
+                attn[b, L - len(p):] = 1
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, -1].float()
+            rows.append(torch.log_softmax(logits, -1))
+        return torch.cat(rows)
+
+    # ----------------------------------------------------------------- weights
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        """Copy (a subset of) trainer weights in place; names as in ``model.state_dict()``."""
+        own = self.model.state_dict()
+        unknown = [k for k in state_dict if k not in own]
+        if unknown:
+            raise KeyError(f"update_weights: unknown parameter names {unknown[:5]}")
+        with torch.no_grad():
+            for k, v in state_dict.items():
+                own[k].copy_(torch.as_tensor(v).to(own[k].dtype))
+        self.version = version
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    cuts = [text.find(s) for s in stops if s and s in text]
+    return min(cuts) if cuts else None
+

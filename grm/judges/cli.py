@@ -1,0 +1,127 @@
+"""``grm judge render|try|lint``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from grm.judges.errors import JudgeError
+
+
+def read_samples(path: str) -> list[Any]:
+    from grm.judges.types import Sample
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise JudgeError(f"{p}: no such file") from None
+    except UnicodeDecodeError:
+        raise JudgeError(f"{p}: not valid UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise JudgeError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
+    items = data if isinstance(data, list) else [data]
+    return [Sample.from_dict(d, where=f"{p}" + (f" item {i}" if isinstance(data, list) else "")) for i, d in enumerate(items)]
+
+
+def _chat_text(judge: Any, request: Any) -> str | None:
+    """The exact text the judge model sees, when its tokenizer is available locally."""
+    if request.text is not None:
+        return request.text
+    from grm.models.store import ALIASES, is_fetched, model_dir
+
+    model = judge.spec.model or ""
+    if model in ALIASES:
+        if not is_fetched(model):
+            return None
+        path = str(model_dir(model))
+    elif Path(model).expanduser().is_dir():
+        path = str(Path(model).expanduser())
+    else:
+        return None
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if request.continue_final:
+        return tok.apply_chat_template(request.messages, tokenize=False, continue_final_message=True)
+    return tok.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.panel import Panel
+
+    from grm.judges.runtime import load
+
+    console = Console()
+    judge = load(args.judge, overrides=args.overrides)
+    for s in read_samples(args.sample):
+        stages = judge.render(s)
+        if not stages:
+            console.print(f"[bold]{judge.name}[/] is a rule verifier ({judge.spec.rule.type}); it sends no prompt")
+        for st in stages:
+            req = st["request"]
+            title = st["stage"] if st["stage"] == "principles" else f"judge view {st['view']} order {st['order']} x{st['n']}"
+            exact = _chat_text(judge, req)
+            if exact is not None:
+                console.print(Panel(exact, title=f"{title} (exact model input)", title_align="left"), markup=False)
+            else:
+                body = "\n".join(f"[{m['role']}]\n{m['content']}" for m in req.messages)
+                console.print(Panel(body, title=f"{title} (chat messages; fetch the model to see the exact text)",
+                                    title_align="left"), markup=False)
+    return 0
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from grm.judges.runtime import load
+
+    console = Console()
+    judge = load(args.judge, overrides=args.overrides)
+    samples = read_samples(args.sample)
+    results = judge.score_batch(samples)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
+        return 0
+    for s, r in zip(samples, results):
+        table = Table(title=f"{judge.name} on {s.id or 'sample'}", show_lines=True)
+        for col in ("view", "order", "#", "try", "critique", "parsed", "tokens"):
+            table.add_column(col, overflow="fold")
+        for rec in r.samples:
+            parsed = f"[red]failed: {rec.error}[/]" if rec.error else json.dumps(rec.parsed)
+            if rec.candidate_logprobs:
+                parsed += f"\nlogprobs {json.dumps({k: round(v, 2) for k, v in rec.candidate_logprobs.items()})}"
+            table.add_row(str(rec.view), str(rec.order), str(rec.index), str(rec.attempt), rec.text, parsed, str(rec.tokens))
+        if r.principles:
+            console.print(f"[bold]principles[/]\n{r.principles}")
+        console.print(table)
+        final = {
+            "score": r.score, "reward": r.reward, "scores": r.scores, "verdict": r.verdict, "margin": r.margin,
+            "positional_agreement": r.positional_agreement, "masked": r.masked, "parse_failures": r.parse_failures,
+            "tokens": r.tokens, "seconds": round(r.seconds, 2),
+        }
+        console.print("final: " + json.dumps({k: v for k, v in final.items() if v is not None}))
+    return 0
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from grm.judges.lint import lint_file
+
+    bad = 0
+    for f in args.files:
+        problems = lint_file(f)
+        for p in problems:
+            print(p)
+        if problems:
+            bad += 1
+        else:
+            print(f"ok: {f}")
+    return 1 if bad else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"render": cmd_render, "try": cmd_try, "lint": cmd_lint}[args.judge_command](args)

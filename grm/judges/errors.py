@@ -1,0 +1,5 @@
+"""Errors a judge author or user can fix; printed as one line by the CLI."""
+
+
+class JudgeError(Exception):
+    """A problem with a judge spec, template or sample (not a failed judgment: those are data)."""

@@ -1,0 +1,124 @@
+"""``grm judge lint``: problems a judge author can fix before spending compute.
+
+Checks: variables the template uses that judges never receive (typos), the ``expects`` header,
+instructions that never mention what the parser looks for, and example outputs whose parse differs
+from the one the spec says they should have.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grm.config import ConfigError, JudgeSpec, load_judge
+from grm.config.judge import BoxedParser, JsonParser, LogprobParser, RegexParser, VerdictParser
+from grm.config.paths import resolve_path
+from grm.judges.errors import JudgeError
+from grm.judges.parsers import build_parser
+from grm.judges.templates import Template, lint_template, load_template
+
+_META = set(".^$*+?{}[]\\|()")
+
+
+def literal_prefix(pattern: str) -> str:
+    """The literal text a regex starts with (e.g. 'Score:' for r'Score:\\s*(\\d+)')."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in _META:
+            break
+        out.append(c)
+        i += 1
+    # A quantifier right after the prefix makes its last char optional; drop it.
+    if i < len(pattern) and pattern[i] in "*?{" and out:
+        out.pop()
+    return "".join(out).strip()
+
+
+def parser_cues(spec: JudgeSpec) -> list[str]:
+    """Strings the judge's instructions should mention so the model writes what the parser reads."""
+    p = spec.parser
+    if isinstance(p, RegexParser):
+        lit = literal_prefix(p.pattern.removeprefix("(?i)"))
+        return [lit] if len(lit) >= 2 else []
+    if isinstance(p, VerdictParser):
+        return [p.a, p.b]
+    if isinstance(p, BoxedParser):
+        return ["\\boxed"]
+    if isinstance(p, JsonParser):
+        return [p.field.split(".")[-1]]
+    if isinstance(p, LogprobParser):
+        return []  # the runtime forces the prefix itself
+    return []
+
+
+def _same(got: object, want: object) -> bool:
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        return abs(float(got) - float(want)) < 1e-9
+    if isinstance(want, list) and isinstance(got, list):
+        return len(want) == len(got) and all(_same(a, b) for a, b in zip(got, want))
+    return got == want
+
+
+def lint_judge(path: Path) -> list[str]:
+    try:
+        spec = load_judge(path)
+    except ConfigError as e:
+        return [str(e)]
+    problems: list[str] = []
+    if spec.mode == "rule":
+        return problems
+    template: Template | None = None
+    if spec.template:
+        try:
+            template = load_template(resolve_path(spec.template, path.parent, "prompts"))
+        except (FileNotFoundError, JudgeError) as e:
+            return [f"{path}: template: {e}"]
+        problems += lint_template(template)
+        if spec.reference and "reference" not in template.used_variables():
+            problems.append(f"{path}: reference: true but {template.path} never uses 'reference'")
+        if spec.mode in ("pairwise", "listwise") and "responses" not in template.used_variables():
+            problems.append(f"{path}: a {spec.mode} judge's template must use 'responses'")
+        if spec.mode == "pointwise" and "response" not in template.used_variables():
+            problems.append(f"{path}: a pointwise judge's template must use 'response'")
+        stated = template.source + (spec.system or "") + (spec.prefill or "")
+        for cue in parser_cues(spec):
+            if cue.lower() not in stated.lower():
+                problems.append(
+                    f"{path}: parser: the {spec.parser.type} parser looks for {cue!r} but neither "
+                    f"{template.path} nor system/prefill ever mention it; the model will not write it"
+                )
+    if not isinstance(spec.parser, LogprobParser):
+        try:
+            parse = build_parser(spec.parser)
+        except JudgeError as e:
+            return problems + [f"{path}: parser: {e}"]
+        for k, ex in enumerate(spec.examples):
+            got = parse((spec.prefill or "") + ex.output)
+            value = got.value
+            if spec.mode == "pointwise" and isinstance(value, list) and len(value) == 1:
+                value = value[0]
+            if not _same(value, ex.expect):
+                problems.append(
+                    f"{path}: examples[{k}]: parser gives {json.dumps(value)} ({got.error or 'ok'}), "
+                    f"the example expects {json.dumps(ex.expect)}"
+                )
+    return problems
+
+
+def lint_file(path: str | Path) -> list[str]:
+    p = Path(path)
+    if not p.exists():
+        return [f"{p}: no such file"]
+    if p.suffix == ".j2":
+        try:
+            return lint_template(load_template(p))
+        except JudgeError as e:
+            return [str(e)]
+    return lint_judge(p)
+

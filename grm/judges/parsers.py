@@ -1,0 +1,250 @@
+"""Parsers turn one judge output into a score, a list of scores, or a verdict — or a failure.
+
+A parser sees only the judge's own generated text (plus its prefill), never the judged response,
+so a response that says "Score: 10" cannot move its own score. Failure is data: ``value=None`` with
+the reason kept, never a silent 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence, Union
+
+from grm.config.judge import (
+    BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser,
+)
+from grm.judges.errors import JudgeError
+
+Value = Union[float, list[float], str, None]
+
+
+@dataclass(frozen=True)
+class ParsedScore:
+    """The parse of one judge output. ``value`` is None exactly when the parse failed."""
+
+    value: Value
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+def fail(reason: str) -> ParsedScore:
+    return ParsedScore(None, reason)
+
+
+class Parser(Protocol):
+    def __call__(self, text: str) -> ParsedScore: ...
+
+
+def _to_float(s: str) -> float | None:
+    try:
+        v = float(s)  # float() accepts any Unicode decimal digits ("７" -> 7.0)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _in_range(v: float, rng: tuple[float, float] | None) -> bool:
+    return rng is None or rng[0] <= v <= rng[1]
+
+
+class RegexScore:
+    def __init__(self, spec: RegexParser) -> None:
+        self.spec = spec
+        self.rx = re.compile(spec.pattern)
+
+    def __call__(self, text: str) -> ParsedScore:
+        if not text or not text.strip():
+            return fail("empty output")
+        found = []
+        for m in self.rx.finditer(text):
+            try:
+                raw = m.group(self.spec.group)
+            except IndexError:
+                raise JudgeError(f"parser pattern {self.spec.pattern!r} has no group {self.spec.group}") from None
+            v = _to_float(raw) if raw is not None else None
+            if v is not None:
+                found.append(v)
+        if not found:
+            return fail(f"no match for {self.spec.pattern!r}")
+        if self.spec.take == "only" and len(set(found)) > 1:
+            return fail(f"several different scores {found}")
+        v = found[0] if self.spec.take == "first" else found[-1]
+        if not _in_range(v, self.spec.range):
+            return fail(f"score {v:g} outside range {list(self.spec.range)}")
+        return ParsedScore(v)
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` with balanced braces."""
+    start = text.rfind("\\boxed{")
+    while start != -1:
+        i, depth = start + len("\\boxed{"), 1
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start + len("\\boxed{"):i - 1]
+        start = text.rfind("\\boxed{", 0, start)
+    return None
+
+
+class BoxedScores:
+    def __init__(self, spec: BoxedParser, expected: int | None = None) -> None:
+        self.spec = spec
+        self.expected = expected
+
+    def __call__(self, text: str) -> ParsedScore:
+        if not text or not text.strip():
+            return fail("empty output")
+        inner = _last_boxed(text)
+        if inner is None:
+            return fail("no \\boxed{...}")
+        parts = [p.strip() for p in inner.replace(";", ",").split(",") if p.strip()]
+        values = [_to_float(p) for p in parts]
+        if not values or any(v is None for v in values):
+            return fail(f"\\boxed{{{inner}}} is not a list of numbers")
+        if self.expected is not None and len(values) != self.expected:
+            return fail(f"expected {self.expected} scores, found {len(values)}")
+        bad = [v for v in values if not _in_range(v, self.spec.range)]  # type: ignore[arg-type]
+        if bad:
+            return fail(f"scores {bad} outside range {list(self.spec.range or ())}")
+        return ParsedScore(values if self.expected != 1 else values[0])  # type: ignore[arg-type]
+
+
+class JsonScore:
+    def __init__(self, spec: JsonParser) -> None:
+        self.spec = spec
+
+    def __call__(self, text: str) -> ParsedScore:
+        if not text or not text.strip():
+            return fail("empty output")
+        obj = _last_json_object(text)
+        if obj is None:
+            return fail("no JSON object")
+        cur: Any = obj
+        for part in self.spec.field.split("."):
+            if isinstance(cur, dict) and part in cur:
+                cur = cur[part]
+            elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+                cur = cur[int(part)]
+            else:
+                return fail(f"JSON has no field {self.spec.field!r}")
+        if isinstance(cur, list):
+            vals = [_to_float(str(x)) if not isinstance(x, bool) else None for x in cur]
+            if not vals or any(v is None or not _in_range(v, self.spec.range) for v in vals):
+                return fail(f"field {self.spec.field!r} is not a list of in-range numbers: {cur!r}")
+            return ParsedScore(vals)  # type: ignore[arg-type]
+        v = None if isinstance(cur, bool) else _to_float(str(cur))
+        if v is None:
+            return fail(f"field {self.spec.field!r} is not a number: {cur!r}")
+        if not _in_range(v, self.spec.range):
+            return fail(f"score {v:g} outside range {list(self.spec.range)}")
+        return ParsedScore(v)
+
+
+def _last_json_object(text: str) -> Any:
+    dec = json.JSONDecoder()
+    best = None
+    i = text.find("{")
+    while i != -1:
+        try:
+            obj, end = dec.raw_decode(text, i)
+            if isinstance(obj, dict):
+                best = obj
+            i = text.find("{", end)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+    return best
+
+
+class VerdictChoice:
+    """The verdict token that appears last wins ('A', 'B' or 'tie')."""
+
+    def __init__(self, spec: VerdictParser) -> None:
+        self.tokens = {"A": spec.a, "B": spec.b}
+        if spec.tie:
+            self.tokens["tie"] = spec.tie
+
+    def __call__(self, text: str) -> ParsedScore:
+        if not text or not text.strip():
+            return fail("empty output")
+        pos = {k: text.rfind(tok) for k, tok in self.tokens.items()}
+        present = {k: p for k, p in pos.items() if p != -1}
+        if not present:
+            return fail(f"no verdict token ({', '.join(self.tokens.values())})")
+        return ParsedScore(max(present, key=present.get))  # type: ignore[arg-type]
+
+
+class TargetCall:
+    def __init__(self, spec: TargetParser) -> None:
+        mod, _, attr = spec.target.partition(":")
+        try:
+            fn: Any = importlib.import_module(mod)
+            for a in attr.split("."):
+                fn = getattr(fn, a)
+        except (ImportError, AttributeError) as e:
+            raise JudgeError(f"parser target {spec.target!r} cannot be imported: {e}") from None
+        self.fn: Callable[..., Any] = fn
+        self.options = spec.options
+
+    def __call__(self, text: str) -> ParsedScore:
+        out = self.fn(text, **self.options)
+        if isinstance(out, ParsedScore):
+            return out
+        if out is None:
+            return fail(f"{self.fn.__name__} returned None")
+        return ParsedScore(out)
+
+
+def logprob_candidates(spec: LogprobParser, mode: str) -> tuple[str, list[str], list[float]]:
+    """(prefix, candidate continuations, candidate values) with a trailing prefix space moved into
+    the candidates, because BPE tokenizers attach the space to the following digit or letter."""
+    prefix = spec.prefix
+    if spec.candidates is not None:
+        cands = list(spec.candidates)
+        values = [float(i) for i in range(len(cands))] if mode == "pairwise" else [_to_float(c) or 0.0 for c in cands]
+    elif mode == "pairwise":
+        cands, values = ["A", "B"], [1.0, -1.0]
+    else:
+        lo, hi = spec.range or (1, 10)
+        nums = list(range(math.ceil(lo), math.floor(hi) + 1))
+        cands, values = [str(n) for n in nums], [float(n) for n in nums]
+    if prefix.endswith(" "):
+        prefix = prefix.rstrip(" ")
+        cands = [" " + c for c in cands]
+    return prefix, cands, values
+
+
+def expected_value(logprobs: Sequence[float], values: Sequence[float]) -> float:
+    """Probability-weighted mean of ``values`` renormalised over the candidates."""
+    m = max(logprobs)
+    w = [math.exp(lp - m) for lp in logprobs]
+    return sum(wi * v for wi, v in zip(w, values)) / sum(w)
+
+
+def build_parser(spec: ParserSpec, *, expected: int | None = None) -> Parser:
+    """A text parser for ``spec``; ``expected`` is the number of scores a listwise output holds."""
+    if isinstance(spec, RegexParser):
+        return RegexScore(spec)
+    if isinstance(spec, BoxedParser):
+        return BoxedScores(spec, expected)
+    if isinstance(spec, JsonParser):
+        return JsonScore(spec)
+    if isinstance(spec, VerdictParser):
+        return VerdictChoice(spec)
+    if isinstance(spec, TargetParser):
+        return TargetCall(spec)
+    if isinstance(spec, LogprobParser):
+        raise JudgeError("the logprob parser reads token probabilities, not text; the judge runtime drives it")
+    raise JudgeError(f"unknown parser {spec!r}")  # pragma: no cover
+
+
+PARSERS = {"regex": RegexScore, "boxed": BoxedScores, "json": JsonScore, "verdict": VerdictChoice, "target": TargetCall}
+"""The registry of text parsers by ``type:`` (logprob is driven by the runtime)."""

@@ -1,0 +1,118 @@
+"""Judge prompt templates: Jinja2, sandboxed, strict about undefined variables.
+
+Templates receive structured data (``prompt``, ``response``, ``responses``, ``reference``,
+``principles``, ``metadata``), never pre-rendered strings. Each template starts with a
+``{# expects: a, b, c #}`` header naming the variables it uses; ``grm judge lint`` checks it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2 import meta
+from jinja2.sandbox import SandboxedEnvironment, SecurityError
+
+from grm.judges.errors import JudgeError
+
+VARIABLES = ("prompt", "messages", "response", "responses", "reference", "principles", "metadata", "critique")
+"""Every variable a judge template may use."""
+
+_EXPECTS = re.compile(r"^\s*\{#-?\s*expects:\s*(.*?)\s*-?#\}", re.S)
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i)
+
+
+def _env() -> SandboxedEnvironment:
+    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                               trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters["letter"] = _letter
+    return env
+
+
+ENV = _env()
+
+
+@dataclass(frozen=True)
+class Template:
+    """A parsed template with its source, path and declared variables."""
+
+    source: str
+    path: str
+    sha256: str
+    expects: tuple[str, ...] | None
+    compiled: jinja2.Template
+
+    def render(self, **variables: Any) -> str:
+        try:
+            return self.compiled.render(**variables).strip()
+        except SecurityError as e:
+            raise JudgeError(f"{self.path}: template refused by the sandbox: {e}") from None
+        except jinja2.UndefinedError as e:
+            given = ", ".join(sorted(k for k, v in variables.items() if v is not None))
+            raise JudgeError(f"{self.path}: {e.message}; variables given: {given}") from None
+        except jinja2.TemplateError as e:
+            raise JudgeError(f"{self.path}: template error: {e}") from None
+        except (TypeError, AttributeError, KeyError, IndexError) as e:
+            raise JudgeError(f"{self.path}: template error while rendering: {e}") from None
+
+    def used_variables(self) -> set[str]:
+        return set(meta.find_undeclared_variables(ENV.parse(self.source)))
+
+
+def parse_template(source: str, path: str = "<template>") -> Template:
+    try:
+        compiled = ENV.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise JudgeError(f"{path}:{e.lineno}: template syntax error: {e.message}") from None
+    m = _EXPECTS.match(source)
+    expects = tuple(v.strip() for v in m.group(1).split(",") if v.strip()) if m else None
+    return Template(source=source, path=path, sha256=hashlib.sha256(source.encode()).hexdigest(),
+                    expects=expects, compiled=compiled)
+
+
+@lru_cache(maxsize=256)
+def _load_cached(path: str, mtime: float) -> Template:
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise JudgeError(f"{path}: template is not valid UTF-8") from None
+    return parse_template(source, path)
+
+
+def load_template(path: str | Path) -> Template:
+    p = Path(path)
+    if not p.is_file():
+        raise JudgeError(f"{p}: template not found")
+    return _load_cached(str(p), p.stat().st_mtime)
+
+
+def lint_template(t: Template) -> list[str]:
+    """Problems with a template alone: unknown variables, missing or inaccurate ``expects`` header."""
+    problems = []
+    used = t.used_variables()
+    for name in sorted(used - set(VARIABLES) - {"loop"}):
+        near = [v for v in VARIABLES if _close(name, v)]
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        problems.append(f"{t.path}: undefined variable '{name}'{hint}; judge templates get: {', '.join(VARIABLES)}")
+    if t.expects is None:
+        problems.append(f"{t.path}:1: missing '{{# expects: ... #}}' header naming the variables used")
+    else:
+        for name in sorted(set(t.expects) - used):
+            problems.append(f"{t.path}: header expects '{name}' but the template never uses it")
+        for name in sorted((used & set(VARIABLES)) - set(t.expects)):
+            problems.append(f"{t.path}: uses '{name}' but the expects header does not list it")
+    return problems
+
+
+def _close(a: str, b: str) -> bool:
+    import difflib
+
+    return difflib.SequenceMatcher(None, a, b).ratio() >= 0.75

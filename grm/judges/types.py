@@ -1,0 +1,124 @@
+"""What a judge takes (``Sample``) and what it returns (``JudgeResult``), as plain data."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from grm.judges.errors import JudgeError
+from grm.judges.parsers import Value
+
+
+@dataclass
+class Sample:
+    """One item to judge.
+
+    pointwise: ``response``; pairwise: ``responses`` of length 2; listwise: ``responses`` (>= 2).
+    ``prompt`` is the user's request (or ``messages`` for a conversation; ``prompt`` is then its
+    last user turn). ``critique`` is only set for meta judges, which rate another judge's critique.
+    """
+
+    prompt: str | None = None
+    messages: list[dict[str, str]] | None = None
+    response: str | None = None
+    responses: list[str] | None = None
+    reference: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    critique: str | None = None
+    id: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "sample") -> "Sample":
+        if not isinstance(data, dict):
+            raise JudgeError(f"{where}: expected a JSON object with prompt/response(s), found {type(data).__name__}")
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise JudgeError(f"{where}: unknown field(s) {sorted(unknown)}; expected: {', '.join(cls.__dataclass_fields__)}")
+        for k in ("prompt", "response", "reference", "critique"):
+            if data.get(k) is not None and not isinstance(data[k], str):
+                raise JudgeError(f"{where}: '{k}' must be a string, found {type(data[k]).__name__}")
+        if data.get("responses") is not None and (
+            not isinstance(data["responses"], list) or not all(isinstance(r, str) for r in data["responses"])
+        ):
+            raise JudgeError(f"{where}: 'responses' must be a list of strings")
+        s = cls(**data)
+        if s.prompt is None and s.messages:
+            users = [m.get("content", "") for m in s.messages if m.get("role") == "user"]
+            s.prompt = users[-1] if users else ""
+        if s.prompt is None:
+            raise JudgeError(f"{where}: missing 'prompt' (or 'messages')")
+        return s
+
+    def check_for(self, mode: str, needs_reference: bool, where: str = "sample") -> None:
+        if mode in ("pointwise", "rule") and self.response is None:
+            raise JudgeError(f"{where}: a {mode} judge needs 'response'")
+        if mode == "pairwise" and (self.responses is None or len(self.responses) != 2):
+            raise JudgeError(f"{where}: a pairwise judge needs 'responses' with exactly 2 entries")
+        if mode == "listwise" and (self.responses is None or len(self.responses) < 2):
+            raise JudgeError(f"{where}: a listwise judge needs 'responses' with at least 2 entries")
+        if needs_reference and self.reference is None:
+            raise JudgeError(f"{where}: this judge is reference-guided and needs 'reference'")
+
+
+@dataclass
+class SampleRecord:
+    """One judge generation for one item: its raw text and what the parser made of it."""
+
+    view: int
+    """0: original order (or the only view); 1: swapped (pairwise); listwise with shuffle: sample index."""
+    order: list[int]
+    """Indices of the item's responses in the order the judge saw them."""
+    index: int
+    """Sample index within the view (0..n-1)."""
+    attempt: int
+    text: str
+    parsed: Value
+    error: str | None
+    tokens: int
+    finish_reason: str = "stop"
+    candidate_logprobs: dict[str, float] | None = None
+    """(logprob parser) log-probability of each candidate after the score prefix."""
+    meta_rating: float | None = None
+    """(meta aggregation) the meta judge's rating of this critique."""
+
+
+@dataclass
+class JudgeResult:
+    """A judge's verdict on one item. ``masked`` when no sample yielded a usable score."""
+
+    judge: str
+    score: float | None = None
+    """pointwise: aggregated raw score; pairwise: 1.0 if response 1 wins, 0.0 if 2 wins, 0.5 tie."""
+    reward: float | None = None
+    """Score mapped onto [0, 1] (``normalize``) — what the RL reward uses."""
+    scores: list[float] | None = None
+    """listwise: aggregated raw score per response (original order)."""
+    rewards: list[float] | None = None
+    """listwise: normalised scores per response."""
+    verdict: str | None = None
+    """pairwise: '1', '2' or 'tie'."""
+    margin: float | None = None
+    """pairwise: preference for response 1 (summed over orders with swap)."""
+    view_margins: list[float | None] | None = None
+    """pairwise: preference for response 1 in each order (mapped back)."""
+    positional_agreement: bool | None = None
+    """pairwise with swap: both orders chose the same winner."""
+    principles: str | None = None
+    samples: list[SampleRecord] = field(default_factory=list)
+    parse_failures: int = 0
+    """Samples whose output could not be parsed (retries included)."""
+    tokens: int = 0
+    """Tokens generated for this item (all stages, retries included)."""
+    seconds: float = 0.0
+    """This item's share of the batch's wall time."""
+    provenance: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def masked(self) -> bool:
+        return self.score is None and self.scores is None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["masked"] = self.masked
+        return d

@@ -1,0 +1,80 @@
+"""Rule verifiers: deterministic checks with the judge interface, for mixing with GRMs.
+
+A verifier returns 1.0/0.0 (``length`` returns a value in [0, 1]). A wrong or missing answer in
+the *response* scores 0 — that is the verdict, not a failure. A missing *reference* is a failure
+(None, masked), because then nothing was verified.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from grm.config.judge import RuleSpec
+from grm.judges.parsers import _last_boxed
+
+_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
+_FINAL = [
+    re.compile(r"####\s*(" + _NUM + ")"),
+    re.compile(r"(?:final answer|answer)\s*(?:is|:|=)?\s*\**\s*\$?(" + _NUM + ")", re.I),
+]
+
+
+def _number(s: str) -> float | None:
+    s = unicodedata.normalize("NFKC", s).strip().replace(",", "").replace("$", "").rstrip(".")
+    try:
+        if "/" in s:
+            a, b = s.split("/", 1)
+            return float(a) / float(b)
+        return float(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def final_number(text: str) -> float | None:
+    """The response's final answer: ``\\boxed{}``, then 'answer is X' / '#### X', else the last number."""
+    text = unicodedata.normalize("NFKC", text)
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        nums = re.findall(_NUM, boxed)
+        if nums:
+            return _number(nums[-1])
+    for rx in _FINAL:
+        hits = rx.findall(text)
+        if hits:
+            return _number(hits[-1])
+    nums = re.findall(_NUM, text)
+    return _number(nums[-1]) if nums else None
+
+
+def _norm(s: str, case: bool) -> str:
+    s = " ".join(unicodedata.normalize("NFKC", s).split()).strip().rstrip(".")
+    return s if case else s.casefold()
+
+
+def check(rule: RuleSpec, response: str, reference: str | None) -> tuple[float | None, str]:
+    """(score, explanation) for one response."""
+    if rule.type == "numeric-answer":
+        if reference is None:
+            return None, "no reference answer to compare with"
+        want = _number(str(reference)) if _number(str(reference)) is not None else final_number(str(reference))
+        if want is None:
+            return None, f"reference {reference!r} is not a number"
+        got = final_number(response)
+        if got is None:
+            return 0.0, "no number in the response"
+        ok = abs(got - want) <= rule.tolerance
+        return float(ok), f"answer {got:g} {'==' if ok else '!='} reference {want:g}"
+    if rule.type == "exact-match":
+        if reference is None:
+            return None, "no reference answer to compare with"
+        ok = _norm(response, rule.case_sensitive) == _norm(str(reference), rule.case_sensitive)
+        return float(ok), "exact match" if ok else "differs from reference"
+    if rule.type == "regex-format":
+        ok = re.search(rule.pattern or "", response, re.S) is not None
+        return float(ok), "format ok" if ok else f"does not match {rule.pattern!r}"
+    if rule.type == "length":
+        n, t = len(response.split()), rule.target_tokens or 1
+        score = 1.0 if n <= t else max(0.0, 1.0 - (n - t) / t)
+        return score, f"{n} words (target {t})"
+    raise ValueError(f"unknown rule {rule.type}")  # pragma: no cover
+
