@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     jl = jsub.add_parser("lint", help="check templates and parsers (undefined variables, examples)")
     jl.add_argument("files", nargs="+", metavar="JUDGE.yaml|TEMPLATE.j2")
     for sp in (jr, jt):
-        sp.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override judge fields")
+        sp.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE",
+                        help="override judge fields, e.g. sampling.n=5 (anywhere on the line)")
     for sp in (jr, jt, jl):
         sp.set_defaults(func=cmd_judge)
     return p
@@ -132,7 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may come after options (`grm judge try J --sample S sampling.n=2`).
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        bad = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
+        if bad:
+            parser.error(f"unrecognized arguments: {' '.join(bad)}")
+        args.overrides = list(args.overrides) + extra
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
