@@ -1,0 +1,95 @@
+"""Training batches: right-padded prompt+response token ids and per-token fields.
+
+Token-level tensors are ``[B, L - 1]``, aligned with the *targets* ``input_ids[:, 1:]``: position t
+holds the quantity for predicting token t + 1. ``loss_mask`` is 1 where that target is a response
+token. Sequence-level fields (advantages, rewards) are ``[B]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class TrainBatch:
+    input_ids: Tensor
+    """[B, L] prompt + response, right padded."""
+    attention_mask: Tensor
+    """[B, L] 1 on real tokens."""
+    loss_mask: Tensor
+    """[B, L-1] 1 where the target token input_ids[:, t+1] is a response token."""
+    fields: dict[str, Tensor] = field(default_factory=dict)
+    """Extra tensors: [B, L-1] token-level (old_logprobs, ref_logprobs, behaviour_logprobs, values,
+    returns) or [B] sequence-level (advantages)."""
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def __getitem__(self, key: str) -> Tensor:
+        return self.fields[key]
+
+    def with_fields(self, **extra: Tensor) -> "TrainBatch":
+        return TrainBatch(self.input_ids, self.attention_mask, self.loss_mask, {**self.fields, **extra})
+
+    def select(self, idx: slice | Tensor) -> "TrainBatch":
+        return TrainBatch(self.input_ids[idx], self.attention_mask[idx], self.loss_mask[idx],
+                          {k: v[idx] for k, v in self.fields.items()})
+
+    def micro_batches(self, size: int) -> list["TrainBatch"]:
+        """Split into consecutive micro-batches of ``size`` sequences, each trimmed to its longest row."""
+        out = []
+        for s in range(0, len(self), size):
+            mb = self.select(slice(s, s + size))
+            width = int(mb.attention_mask.sum(-1).max())
+            out.append(mb.trim(width))
+        return out
+
+    def trim(self, width: int) -> "TrainBatch":
+        """Drop right padding beyond ``width`` tokens."""
+        if width >= self.input_ids.shape[1]:
+            return self
+        tok = {k: (v[:, : width - 1] if v.dim() == 2 else v) for k, v in self.fields.items()}
+        return TrainBatch(self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, : width - 1], tok)
+
+    @classmethod
+    def from_sequences(cls, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+                       **token_values: Sequence[Sequence[float]] | Tensor) -> "TrainBatch":
+        """Build a batch from token id lists. ``token_values`` given as per-completion lists (one
+        value per completion token, e.g. behaviour log-probs) are placed at their target positions;
+        tensors are taken as they are (``[B]`` sequence-level or ``[B, L-1]``)."""
+        B = len(prompts)
+        L = max(len(p) + len(c) for p, c in zip(prompts, completions))
+        ids = torch.full((B, L), pad_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        loss_mask = torch.zeros((B, L - 1), dtype=torch.float32)
+        for b, (p, c) in enumerate(zip(prompts, completions)):
+            n = len(p) + len(c)
+            ids[b, :n] = torch.tensor(list(p) + list(c), dtype=torch.long)
+            attn[b, :n] = 1
+            loss_mask[b, len(p) - 1: n - 1] = 1
+        fields: dict[str, Tensor] = {}
+        for name, vals in token_values.items():
+            if isinstance(vals, Tensor):
+                fields[name] = vals
+                continue
+            t = torch.zeros((B, L - 1), dtype=torch.float32)
+            for b, (p, v) in enumerate(zip(prompts, vals)):
+                t[b, len(p) - 1: len(p) - 1 + len(v)] = torch.tensor(list(v), dtype=torch.float32)
+            fields[name] = t
+        return cls(ids, attn, loss_mask, fields)
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, *, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Log-prob of every target token ``[B, L-1]`` (fp32), and optionally per-token entropy."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    chosen = logp.gather(-1, input_ids[:, 1:, None])[..., 0]
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = -(logp.exp() * logp).sum(-1)
+    return chosen, ent

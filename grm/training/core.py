@@ -1,0 +1,122 @@
+"""What every trainer backend shares: the protocol, forward functions, LR schedule, micro-batch
+accumulation, RNG state and atomic checkpoint directories."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, Protocol
+
+import torch
+from torch import Tensor
+
+from grm.training.batch import TrainBatch, token_logprobs
+
+LossFn = Callable[[Tensor, TrainBatch, "Tensor | None"], "tuple[Tensor, dict[str, float]]"]
+"""(outputs [b, L-1], micro-batch, entropy [b, L-1] or None) -> (scalar loss, metrics).
+``outputs`` are the module's per-token log-probs (policy) or values (critic)."""
+
+Forward = Callable[[torch.nn.Module, TrainBatch, bool], "tuple[Tensor, Tensor | None]"]
+
+
+class TrainerBackend(Protocol):
+    """The trainer seen by the pipeline: algorithm-blind; ``loss_fn`` carries the algorithm."""
+
+    step_count: int
+
+    def logprobs(self, batch: TrainBatch) -> Tensor:
+        """Per-token outputs of the current weights, no gradient: ``[B, L-1]``."""
+        ...
+
+    def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over the whole batch (micro-batched, gradients accumulated)."""
+        ...
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Full (gathered) model weights on CPU, names as in the Hugging Face model."""
+        ...
+
+    def save(self, path: str | Path) -> None: ...
+
+    def load(self, path: str | Path) -> None: ...
+
+
+def policy_forward(module: torch.nn.Module, mb: TrainBatch, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    return token_logprobs(module, mb.input_ids, mb.attention_mask, with_entropy=with_entropy)
+
+
+def lr_lambda(warmup_steps: int, total_steps: int, schedule: Literal["constant", "linear", "cosine"] = "constant",
+              min_ratio: float = 0.0) -> Callable[[int], float]:
+    """Linear warmup over ``warmup_steps``, then constant or linear/cosine decay to ``min_ratio``."""
+    def f(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant" or total_steps <= warmup_steps:
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        decay = 1.0 - progress if schedule == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+        return min_ratio + (1 - min_ratio) * decay
+    return f
+
+
+def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for r in rows for k in r}
+    return {k: sum(r[k] for r in rows if k in r) / sum(1 for r in rows if k in r) for k in sorted(keys)}
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+@contextmanager
+def atomic_dir(path: str | Path, *, is_writer: bool = True) -> Iterator[Path]:
+    """Yield a temp dir next to ``path``; on success it replaces ``path`` in one rename.
+
+    A crash inside the block leaves ``path`` as it was (the old checkpoint or nothing): a half
+    written checkpoint never sits where a loader would look. ``is_writer=False`` (non-zero ranks)
+    only yields the shared temp dir; rank 0 renames.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if is_writer:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    yield tmp
+    if not is_writer:
+        return
+    (tmp / "COMPLETE").write_text("ok\n")
+    _fsync_tree(tmp)
+    old = path.with_name(f".{path.name}.old")
+    if path.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def check_complete(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path / "COMPLETE").is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no COMPLETE marker)")
+    return path

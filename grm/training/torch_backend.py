@@ -1,0 +1,89 @@
+"""Plain torch trainer: AdamW, LR schedule, gradient accumulation and clipping, in one process.
+
+For the smallest runs and as the reference the DeepSpeed backend is checked against.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from grm.training.batch import TrainBatch
+from grm.training.core import (
+    Forward, LossFn, atomic_dir, check_complete, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state,
+)
+
+
+class TorchTrainer:
+    def __init__(self, module: torch.nn.Module, *, lr: float, micro_batch_size: int, max_grad_norm: float = 1.0,
+                 warmup_steps: int = 0, total_steps: int = 1, schedule: str = "constant", weight_decay: float = 0.0,
+                 forward: Forward = policy_forward, entropy: bool = False) -> None:
+        self.module = module
+        self.module.train()
+        self.forward = forward
+        self.micro_batch_size = micro_batch_size
+        self.max_grad_norm = max_grad_norm
+        self.entropy = entropy
+        self.optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr,
+                                           weight_decay=weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(warmup_steps, total_steps, schedule))  # type: ignore[arg-type]
+        self.step_count = 0
+
+    @torch.no_grad()
+    def logprobs(self, batch: TrainBatch) -> Tensor:
+        outs = [self.forward(self.module, mb, False)[0] for mb in batch.micro_batches(self.micro_batch_size)]
+        return _cat_padded(outs, batch.loss_mask.shape[1])
+
+    def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        micro = batch.micro_batches(self.micro_batch_size)
+        self.optimizer.zero_grad(set_to_none=True)
+        rows = []
+        for mb in micro:
+            out, ent = self.forward(self.module, mb, self.entropy)
+            loss, metrics = loss_fn(out, mb, ent)
+            (loss / len(micro)).backward()
+            rows.append({"loss": float(loss.detach()), **metrics})
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step_count += 1
+        return {**mean_metrics(rows), "grad_norm": float(grad_norm), "lr": self.scheduler.get_last_lr()[0]}
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+
+    def save(self, path: str | Path) -> None:
+        with atomic_dir(path) as tmp:
+            state = self.module.state_dict()
+            # tied weights (embeddings = lm head) are stored once
+            save_file({k: v.contiguous() for k, v in _untie(state).items()}, str(tmp / "model.safetensors"))
+            torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                        "step": self.step_count, "rng": rng_state()}, tmp / "trainer_state.pt")
+
+    def load(self, path: str | Path) -> None:
+        path = check_complete(path)
+        self.module.load_state_dict(load_file(str(path / "model.safetensors")), strict=False)
+        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step_count = state["step"]
+        set_rng_state(state["rng"])
+
+
+def _untie(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    seen: dict[int, str] = {}
+    out = {}
+    for k, v in state.items():
+        ptr = v.data_ptr()
+        if ptr in seen:
+            continue
+        seen[ptr] = k
+        out[k] = v
+    return out
+
+
+def _cat_padded(parts: list[Tensor], width: int) -> Tensor:
+    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])
