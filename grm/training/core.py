@@ -29,7 +29,7 @@ class TrainerBackend(Protocol):
     step_count: int
 
     def logprobs(self, batch: TrainBatch) -> Tensor:
-        """Per-token outputs of the current weights, no gradient: ``[B, L-1]``."""
+        """Per-token outputs of the current weights, no gradient: ``[B, L-1]``, 0 outside ``loss_mask``."""
         ...
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:

@@ -99,7 +99,7 @@ class DeepSpeedTrainer:
         self.engine.eval()
         outs = [self.forward(self.engine, mb, False)[0] for mb in batch.micro_batches(self.micro_batch_size)]
         self.engine.train()
-        return _cat_padded(outs, batch.loss_mask.shape[1])
+        return _cat_padded(outs, batch.loss_mask.shape[1]) * batch.loss_mask
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         if len(batch) != self.global_batch_size:

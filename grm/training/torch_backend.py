@@ -35,7 +35,7 @@ class TorchTrainer:
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
         outs = [self.forward(self.module, mb, False)[0] for mb in batch.micro_batches(self.micro_batch_size)]
-        return _cat_padded(outs, batch.loss_mask.shape[1])
+        return _cat_padded(outs, batch.loss_mask.shape[1]) * batch.loss_mask
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         micro = batch.micro_batches(self.micro_batch_size)

@@ -1,0 +1,63 @@
+"""Models the trainer works with besides the policy: a frozen reference and a critic (value model)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from grm.training.batch import TrainBatch, token_logprobs
+
+
+def load_causal_lm(model: str, dtype: str = "fp32") -> nn.Module:
+    """A trainable causal LM from a builtin alias, local directory or hub id."""
+    from grm.engines.hf import load_model
+
+    net, _ = load_model(model, dtype)
+    return net
+
+
+class ReferenceModel:
+    """Frozen copy of the initial policy; gives reference log-probs for the KL term."""
+
+    def __init__(self, model: str | nn.Module, *, dtype: str = "fp32", micro_batch_size: int = 8) -> None:
+        self.module = load_causal_lm(model, dtype) if isinstance(model, str) else model
+        self.module.eval().requires_grad_(False)
+        self.micro_batch_size = micro_batch_size
+
+    @torch.no_grad()
+    def logprobs(self, batch: TrainBatch) -> Tensor:
+        outs = []
+        for mb in batch.micro_batches(self.micro_batch_size):
+            lp, _ = token_logprobs(self.module, mb.input_ids, mb.attention_mask)
+            outs.append(nn.functional.pad(lp, (0, batch.loss_mask.shape[1] - lp.shape[1])))
+        return torch.cat(outs) * batch.loss_mask
+
+
+class ValueModel(nn.Module):
+    """Critic: the policy's transformer body with a scalar value head, ``values [B, L]``."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.normal_(self.value_head.weight, std=1.0 / (hidden_size + 1))
+        nn.init.zeros_(self.value_head.bias)
+
+    @classmethod
+    def from_pretrained(cls, model: str, dtype: str = "fp32") -> "ValueModel":
+        from transformers import AutoModel
+
+        from grm.engines.hf import DTYPES
+        from grm.models import resolve_model
+
+        body = AutoModel.from_pretrained(resolve_model(model), dtype=DTYPES[dtype])
+        return cls(body, body.config.hidden_size)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return self.value_head(h.to(self.value_head.weight.dtype)).squeeze(-1)
+
+
+def value_forward(module: nn.Module, mb: TrainBatch, with_entropy: bool) -> tuple[Tensor, None]:
+    """Forward for a critic trainer: the value of the state before each target token, ``[b, L-1]``."""
+    return module(mb.input_ids, mb.attention_mask)[:, :-1].float(), None
