@@ -13,7 +13,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from grm.config.loading import ConfigError
     from grm.models.store import ModelStoreError
 
-    errors: list[type[BaseException]] = [ConfigError, ModelStoreError]
+    from grm.evaluation.data import EvalDataError
+    from grm.evaluation.runner import EvalError
+
+    errors: list[type[BaseException]] = [ConfigError, ModelStoreError, EvalDataError, EvalError]
     try:
         from grm.judges.errors import JudgeError
 
@@ -82,6 +85,32 @@ def cmd_judge(args: argparse.Namespace) -> int:
     return judge_cli.run(args)
 
 
+# ----------------------------------------------------------------------------- eval
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from grm.evaluation.runner import EvalConfig, run
+
+    cfg = EvalConfig(judges=[j for j in args.judges.split(",") if j], data=args.data, out=Path(args.out), limit=args.limit,
+                     mapping=args.map, overrides=args.overrides, force=args.force, skip_bad_rows=args.skip_bad_rows,
+                     batch_size=args.batch_size)
+    run(cfg)
+    print(f"wrote {cfg.out}/results.jsonl, metrics.json, report.md")
+    return 0
+
+
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from grm.evaluation.rescore import rescore
+
+    rescore(Path(args.dir), args.judge)
+    print(f"wrote {args.dir}/results.rescored.jsonl, metrics.json, report.md")
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -127,6 +156,25 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override judge fields, e.g. sampling.n=5 (anywhere on the line)")
     for sp in (jr, jt, jl):
         sp.set_defaults(func=cmd_judge)
+
+    e = sub.add_parser("eval", help="judge a data set with one or more judges (resumable; report + metrics)")
+    e.add_argument("judges", metavar="JUDGE[,JUDGE2...]", help="judge specs (paths or builtin:NAME), comma separated")
+    e.add_argument("--data", required=True, metavar="SOURCE",
+                   help=".json/.jsonl/.csv/.parquet file, a saved datasets directory, or builtin:arith-pairs")
+    e.add_argument("--out", required=True, metavar="DIR", help="output directory; re-running with it resumes")
+    e.add_argument("--limit", type=int, metavar="N", help="first N items only")
+    e.add_argument("--map", action="append", default=[], metavar="FIELD=COLUMN",
+                   help="map a column onto prompt, response, response_a, response_b, label, human_score, reference, id")
+    e.add_argument("--force", action="store_true", help="resume even if the recorded judges/data differ")
+    e.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) rows that fail validation")
+    e.add_argument("--batch-size", type=int, default=16, metavar="N", help="items judged per batch (and per fsync)")
+    e.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override fields of every judge")
+    e.set_defaults(func=cmd_eval)
+
+    r = sub.add_parser("rescore", help="re-parse and re-aggregate an eval's raw outputs without generating")
+    r.add_argument("dir", metavar="DIR")
+    r.add_argument("--judge", metavar="JUDGE.yaml", help="a changed judge spec (parser/aggregation) to apply")
+    r.set_defaults(func=cmd_rescore)
     return p
 
 

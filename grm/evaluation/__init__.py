@@ -1,1 +1,1 @@
-
+"""Batch evaluation of judges: ``grm eval`` (runner), metrics, report, ``grm rescore``."""

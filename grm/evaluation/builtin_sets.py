@@ -1,0 +1,75 @@
+"""Built-in evaluation and prompt sets that need no download: generated from a seed.
+
+``arith-pairs``: objective preference pairs — an arithmetic question, the correct worked answer
+and a plausible wrong one (carry slip, off-by-one, operand swap), label = the correct side, which
+alternates so a judge that always picks one position scores 50%.
+``arith-prompts``: arithmetic questions with reference answers, for RL pipelines and verifiers.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+SETS: dict[str, Callable[[int], list[dict[str, Any]]]] = {}
+
+
+def _question(rng: random.Random) -> tuple[str, int, str]:
+    op = rng.choice(["+", "-", "*"])
+    if op == "*":
+        a, b = rng.randint(3, 19), rng.randint(3, 12)
+        ans = a * b
+    elif op == "+":
+        a, b = rng.randint(12, 99), rng.randint(12, 99)
+        ans = a + b
+    else:
+        a, b = rng.randint(40, 99), rng.randint(11, 39)
+        ans = a - b
+    return f"What is {a} {op} {b}?", ans, f"{a} {op} {b}"
+
+
+def _wrong(rng: random.Random, ans: int) -> int:
+    kind = rng.choice(["off-by-one", "tens", "digits"])
+    if kind == "off-by-one":
+        return ans + rng.choice([-1, 1])
+    if kind == "tens":
+        return ans + rng.choice([-10, 10])
+    s = str(ans)
+    if len(s) >= 2 and s[-1] != s[-2]:
+        return int(s[:-2] + s[-1] + s[-2])
+    return ans + 2
+
+
+def arith_pairs(n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        q, ans, expr = _question(rng)
+        wrong = _wrong(rng, ans)
+        good = f"{expr} = {ans}. The answer is {ans}."
+        bad = f"{expr} = {wrong}. The answer is {wrong}."
+        label = 1 if i % 2 == 0 else 2
+        out1, out2 = (good, bad) if label == 1 else (bad, good)
+        rows.append({"id": f"arith-{i}", "input": q, "output_1": out1, "output_2": out2, "label": label,
+                     "reference": str(ans)})
+    return rows
+
+
+def arith_prompts(n: int = 256, seed: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed + 1)
+    rows = []
+    for i in range(n):
+        q, ans, _ = _question(rng)
+        rows.append({"id": f"arith-prompt-{i}", "prompt": f"{q} Think briefly, then end with 'The answer is N.'",
+                     "reference": str(ans)})
+    return rows
+
+
+SETS["arith-pairs"] = arith_pairs
+SETS["arith-prompts"] = arith_prompts
+
+DEFAULT_MAPS: dict[str, dict[str, str]] = {
+    "arith-pairs": {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label",
+                    "reference": "reference", "id": "id"},
+    "arith-prompts": {"prompt": "prompt", "reference": "reference", "id": "id"},
+}

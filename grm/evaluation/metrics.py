@@ -1,0 +1,101 @@
+"""Evaluation metrics as pure functions over plain lists.
+
+Pair metrics follow the LLMBar paper (Zeng et al. 2023, arXiv 2310.07641): accuracy with the pair
+in its original order, with the outputs swapped, their average, and positional agreement (the same
+output wins in both orders). A tie counts as wrong for accuracy. A masked judgment (None) counts as
+wrong too, and the masked rate is reported beside it, so failures cannot inflate accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable, Sequence
+
+Verdict = str | None  # "1", "2", "tie" or None (masked)
+
+
+def accuracy(verdicts: Sequence[Verdict], labels: Sequence[int]) -> float:
+    if not labels:
+        return float("nan")
+    return sum(v == str(lab) for v, lab in zip(verdicts, labels)) / len(labels)
+
+
+def positional_agreement(order1: Sequence[Verdict], order2: Sequence[Verdict]) -> float:
+    """Share of pairs whose winner is the same output in both presentation orders (ties and
+    masked judgments do not agree)."""
+    if not order1:
+        return float("nan")
+    return sum(a is not None and a == b and a != "tie" for a, b in zip(order1, order2)) / len(order1)
+
+
+def rate(values: Sequence[object], predicate: Callable[[object], bool]) -> float:
+    return sum(1 for v in values if predicate(v)) / len(values) if values else float("nan")
+
+
+def bootstrap_ci(stat: Callable[[list[int]], float], n: int, *, reps: int = 1000, seed: int = 0, alpha: float = 0.05) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``stat(indices)`` resampling ``n`` items with replacement."""
+    if n < 2:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    vals = []
+    for _ in range(reps):
+        idx = [rng.randrange(n) for _ in range(n)]
+        v = stat(idx)
+        if not math.isnan(v):
+            vals.append(v)
+    if not vals:
+        return (float("nan"), float("nan"))
+    vals.sort()
+    lo = vals[int(alpha / 2 * (len(vals) - 1))]
+    hi = vals[int((1 - alpha / 2) * (len(vals) - 1))]
+    return (lo, hi)
+
+
+def correlations(pred: Sequence[float], human: Sequence[float]) -> dict[str, float]:
+    """Spearman, Kendall (tau-b) and Pearson between judge scores and human scores (scipy)."""
+    from scipy import stats
+
+    if len(pred) < 3 or len(set(pred)) < 2 or len(set(human)) < 2:
+        return {"spearman": float("nan"), "kendall": float("nan"), "pearson": float("nan")}
+    return {"spearman": float(stats.spearmanr(pred, human).statistic),
+            "kendall": float(stats.kendalltau(pred, human).statistic),
+            "pearson": float(stats.pearsonr(pred, human).statistic)}
+
+
+def cohen_kappa(a: Sequence[Verdict], b: Sequence[Verdict]) -> float:
+    """Cohen's kappa between two judges' categorical outputs (masked treated as its own category)."""
+    n = len(a)
+    if n == 0:
+        return float("nan")
+    cats = sorted({str(x) for x in list(a) + list(b)})
+    po = sum(str(x) == str(y) for x, y in zip(a, b)) / n
+    pe = sum((sum(str(x) == c for x in a) / n) * (sum(str(y) == c for y in b) / n) for c in cats)
+    if pe == 1:
+        return 1.0 if po == 1 else float("nan")
+    return (po - pe) / (1 - pe)
+
+
+def majority_vote(rows: Sequence[Sequence[Verdict]]) -> list[Verdict]:
+    """Per item, the verdict most judges gave (masked judges abstain); a split is a tie."""
+    out: list[Verdict] = []
+    for votes in zip(*rows):
+        counts: dict[str, int] = {}
+        for v in votes:
+            if v is not None:
+                counts[v] = counts.get(v, 0) + 1
+        if not counts:
+            out.append(None)
+            continue
+        best = max(counts.values())
+        top = [v for v, c in counts.items() if c == best]
+        out.append(top[0] if len(top) == 1 else "tie")
+    return out
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return (float("nan"), float("nan"))
+    m = sum(vals) / len(vals)
+    return m, (sum((v - m) ** 2 for v in vals) / len(vals)) ** 0.5

@@ -1,0 +1,226 @@
+"""metrics.json, report.md with PNG plots, and the summary table on stdout."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Sequence
+
+from grm.evaluation import metrics as M
+
+
+def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Metrics of one judge over its results lines."""
+    out: dict[str, Any] = {"items": len(lines)}
+    samples = sum(r["samples_total"] for r in lines)
+    out["parse_failure_rate"] = sum(r["parse_failures"] for r in lines) / samples if samples else 0.0
+    out["masked_rate"] = M.rate(lines, lambda r: r["masked"])  # type: ignore[index]
+    out["tokens"] = sum(r["tokens"] for r in lines)
+    secs = sum(r["seconds"] for r in lines)
+    out["judge_seconds"] = secs
+    out["judgments_per_s"] = len(lines) / secs if secs > 0 else float("nan")
+    scores = [s for r in lines for res in r["results"] for s in ([res["score"]] if res.get("scores") is None else res["scores"])
+              if s is not None and res.get("verdict") is None]
+    out["score_mean"], out["score_std"] = M.mean_std(scores)
+
+    pairs = [r for r in lines if r["kind"] == "pair" and r["label"] is not None]
+    if pairs:
+        labels = [r["label"] for r in pairs]
+        final = [r["verdict"] for r in pairs]
+        o1 = [(r["order_verdicts"] or [None, None])[0] for r in pairs]
+        o2 = [(r["order_verdicts"] or [None, None])[1] for r in pairs]
+        n = len(pairs)
+
+        def acc_avg(idx: list[int]) -> float:
+            return (M.accuracy([o1[i] for i in idx], [labels[i] for i in idx]) + M.accuracy([o2[i] for i in idx], [labels[i] for i in idx])) / 2
+
+        def acc_final(idx: list[int]) -> float:
+            return M.accuracy([final[i] for i in idx], [labels[i] for i in idx])
+
+        out["pairs"] = {
+            "n": n,
+            "accuracy_order1": M.accuracy(o1, labels),
+            "accuracy_order2": M.accuracy(o2, labels),
+            "accuracy_average": acc_avg(list(range(n))),
+            "accuracy_average_ci95": M.bootstrap_ci(acc_avg, n),
+            "accuracy_swap_combined": acc_final(list(range(n))),
+            "accuracy_swap_combined_ci95": M.bootstrap_ci(acc_final, n),
+            "positional_agreement": M.positional_agreement(o1, o2),
+            "tie_rate": M.rate(final, lambda v: v == "tie"),
+            "first_position_win_rate": M.rate(o1 + [_flip(v) for v in o2], lambda v: v == "1"),
+        }
+    scored = [r for r in lines if r["kind"] == "scored" and r["score"] is not None]
+    if scored:
+        pred = [r["score"] for r in scored]
+        human = [r["human_score"] for r in scored]
+        corr = M.correlations(pred, human)
+        for name in ("spearman", "kendall", "pearson"):
+            corr[f"{name}_ci95"] = M.bootstrap_ci(lambda idx, name=name: M.correlations([pred[i] for i in idx], [human[i] for i in idx])[name], len(pred), reps=300)
+        out["vs_human"] = {"n": len(scored), **corr}
+    return out
+
+
+def _flip(v: str | None) -> str | None:
+    """Order-2 verdicts are stored in response terms; the response shown first in order 2 is '2'."""
+    return {"1": "2", "2": "1"}.get(v, v) if v else v
+
+
+def ensemble(by_judge: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    names = list(by_judge)
+    common = set.intersection(*({r["item_id"] for r in v if r["kind"] == "pair"} for v in by_judge.values()))
+    ids = sorted(common)
+    if len(names) < 2 or not ids:
+        return {}
+    verdicts = {n: {r["item_id"]: r["verdict"] for r in by_judge[n]} for n in names}
+    labels = {r["item_id"]: r["label"] for r in by_judge[names[0]]}
+    out: dict[str, Any] = {"kappa": {f"{a} vs {b}": M.cohen_kappa([verdicts[a][i] for i in ids], [verdicts[b][i] for i in ids])
+                                     for a, b in combinations(names, 2)}}
+    vote = M.majority_vote([[verdicts[n][i] for i in ids] for n in names])
+    lab = [labels[i] for i in ids]
+    if all(x is not None for x in lab):
+        out["majority_vote"] = {"n": len(ids), "accuracy": M.accuracy(vote, lab),
+                                "accuracy_ci95": M.bootstrap_ci(lambda idx: M.accuracy([vote[i] for i in idx], [lab[i] for i in idx]), len(ids))}
+    return out
+
+
+def compute(results: list[dict[str, Any]], judge_names: Sequence[str]) -> dict[str, Any]:
+    by_judge = {n: [r for r in results if r["judge"] == n] for n in judge_names}
+    out: dict[str, Any] = {"judges": {n: judge_metrics(v) for n, v in by_judge.items() if v}}
+    ens = ensemble({n: v for n, v in by_judge.items() if v})
+    if ens:
+        out["ensemble"] = ens
+    return out
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return "nan" if math.isnan(x) else f"{x:.3f}"
+    if isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(v, float) for v in x):
+        return f"[{_fmt(x[0])}, {_fmt(x[1])}]"
+    return str(x)
+
+
+def summary_rows(m: dict[str, Any], *, ci: bool = True) -> list[dict[str, str]]:
+    """One row per judge (and the majority-vote ensemble). Columns empty for every row are dropped."""
+    rows = []
+    for name, jm in m["judges"].items():
+        p = jm.get("pairs", {})
+        h = jm.get("vs_human", {})
+        avg = _fmt(p.get("accuracy_average", "")) + (f" {_fmt(p['accuracy_average_ci95'])}" if ci and p else "")
+        rows.append({
+            "judge": name, "n": str(jm["items"]),
+            "acc1": _fmt(p.get("accuracy_order1", "")), "acc2": _fmt(p.get("accuracy_order2", "")),
+            "avg" + (" [95% CI]" if ci else ""): avg, "swap": _fmt(p.get("accuracy_swap_combined", "")),
+            "agree": _fmt(p.get("positional_agreement", "")), "spearman": _fmt(h.get("spearman", "")),
+            "fail": _fmt(jm["parse_failure_rate"]), "masked": _fmt(jm["masked_rate"]),
+            "j/s": _fmt(jm["judgments_per_s"]),
+        })
+    if "ensemble" in m and "majority_vote" in m["ensemble"]:
+        mv = m["ensemble"]["majority_vote"]
+        rows.append({"judge": "majority vote", "n": str(mv["n"]), "swap": _fmt(mv["accuracy"])})
+    cols = [c for c in (rows[0] if rows else {}) if any(r.get(c, "") for r in rows)]
+    return [{c: r.get(c, "") for c in cols} for r in rows]
+
+
+def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    for name in names:
+        lines = [r for r in results if r["judge"] == name]
+        scores = [s for r in lines for res in r["results"] for s in ([res["score"]] if res.get("scores") is None else res["scores"])
+                  if s is not None and res.get("verdict") is None]
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+        if scores:
+            fig, ax = plt.subplots(figsize=(5, 3))
+            ax.hist(scores, bins=20)
+            ax.set_title(f"{name}: score histogram")
+            ax.set_xlabel("score")
+            ax.set_ylabel("count")
+            fig.tight_layout()
+            fig.savefig(out / f"hist-{safe}.png", dpi=100)
+            plt.close(fig)
+            made.append((f"{name}: score histogram", f"hist-{safe}.png"))
+        pairs = [r for r in lines if r["kind"] == "pair" and r["label"] is not None]
+        if pairs:
+            cols = ["1", "2", "tie", "masked"]
+            mat = [[sum(1 for r in pairs if r["label"] == lab and (r["verdict"] or "masked") == c) for c in cols] for lab in (1, 2)]
+            fig, ax = plt.subplots(figsize=(4.5, 2.8))
+            ax.imshow(mat, cmap="Blues")
+            ax.set_xticks(range(4), [f"judge: {c}" for c in cols])
+            ax.set_yticks(range(2), ["human: 1", "human: 2"])
+            for i in range(2):
+                for j in range(4):
+                    ax.text(j, i, str(mat[i][j]), ha="center", va="center")
+            ax.set_title(f"{name}: confusion (swap-combined)")
+            fig.tight_layout()
+            fig.savefig(out / f"confusion-{safe}.png", dpi=100)
+            plt.close(fig)
+            made.append((f"{name}: confusion matrix", f"confusion-{safe}.png"))
+        scored = [r for r in lines if r["kind"] == "scored" and r["score"] is not None]
+        if scored:
+            fig, ax = plt.subplots(figsize=(4, 4))
+            ax.scatter([r["human_score"] for r in scored], [r["score"] for r in scored], s=10, alpha=0.6)
+            ax.set_xlabel("human score")
+            ax.set_ylabel("judge score")
+            ax.set_title(f"{name}: judge vs human")
+            fig.tight_layout()
+            fig.savefig(out / f"scatter-{safe}.png", dpi=100)
+            plt.close(fig)
+            made.append((f"{name}: judge vs human", f"scatter-{safe}.png"))
+    return made
+
+
+def _no_nan(x: Any) -> Any:
+    """NaN is not JSON: undefined metrics (e.g. mean of no scores) are written as null."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_no_nan(v) for v in x]
+    return x
+
+
+def write_outputs(out: Path, results: list[dict[str, Any]], names: Sequence[str], *, extra: dict[str, Any] | None = None,
+                  console: Any = None, title: str = "Evaluation report") -> dict[str, Any]:
+    from rich.console import Console
+    from rich.table import Table
+
+    m = compute(results, names)
+    m.update(extra or {})
+    tmp = out / "metrics.json.tmp"
+    tmp.write_text(json.dumps(_no_nan(m), indent=2, default=str))
+    os.replace(tmp, out / "metrics.json")
+    rows = summary_rows(m)
+    short = summary_rows(m, ci=False)
+    plots = _plots(out, results, names)
+    cols = list(rows[0]) if rows else []
+    md = [f"# {title}", "", f"Output directory: `{out}`", ""]
+    if rows:
+        md += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        md += ["| " + " | ".join(r.get(c, "") for c in cols) + " |" for r in rows]
+    md += ["", "acc1/acc2: accuracy with the pair as given / swapped; avg: their mean (LLMBar, arXiv 2310.07641); "
+           "swap: the judge's own combination of both orders; agree: positional agreement (same winner in both orders). "
+           "Ties and masked judgments count as wrong. fail: share of sampled outputs the parser rejected (retries "
+           "included); masked: items with no usable judgment; j/s: judgments per second.", ""]
+    if "ensemble" in m:
+        md += ["## Agreement between judges (Cohen's kappa)", ""]
+        md += [f"- {k}: {_fmt(v)}" for k, v in m["ensemble"]["kappa"].items()] + [""]
+    for caption, fn in plots:
+        md += [f"### {caption}", "", f"![{caption}]({fn})", ""]
+    (out / "report.md").write_text("\n".join(md))
+    table = Table(title=f"{title} ({out})")
+    scols = list(short[0]) if short else []
+    for c in scols:
+        table.add_column(c, overflow="fold")
+    for r in short:
+        table.add_row(*[r.get(c, "") for c in scols])
+    (console or Console()).print(table)
+    return m

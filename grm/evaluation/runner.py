@@ -1,0 +1,213 @@
+"""``grm eval``: judge a data set with one or more judges, resumably.
+
+``results.jsonl`` gets one line per (item, judge), appended and fsynced after every batch, so a
+SIGKILL loses at most the batch in flight; a re-run with the same ``--out`` skips what is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from grm.evaluation.data import EvalItem, default_map, load_rows, parse_map, to_items
+from grm.judges.aggregate import verdict_of
+from grm.judges.errors import JudgeError
+from grm.judges.runtime import Judge
+from grm.judges.types import Sample
+
+
+class EvalError(Exception):
+    """A user error in an eval run (resume mismatch, incompatible judge and data)."""
+
+
+@dataclass
+class EvalConfig:
+    judges: list[str]
+    data: str
+    out: Path
+    limit: int | None = None
+    mapping: list[str] | None = None
+    overrides: Sequence[str] = ()
+    force: bool = False
+    skip_bad_rows: bool = False
+    batch_size: int = 16
+
+
+def load_judges(refs: Sequence[str], overrides: Sequence[str]) -> list[Judge]:
+    from grm.judges.runtime import load
+
+    judges = []
+    for ref in refs:
+        j = load(ref, overrides=overrides)
+        if j.spec.mode == "pairwise" and not j.spec.position.swap:
+            # Evaluation always shows both orders so per-order accuracy and agreement are measured.
+            j = Judge(j.spec.model_copy(update={"position": j.spec.position.model_copy(update={"swap": True})}), j.base_dir)
+        judges.append(j)
+    names = [j.name for j in judges]
+    if len(set(names)) != len(names):
+        raise EvalError(f"two judges share a name ({', '.join(names)}); give each a distinct name")
+    return judges
+
+
+def samples_for(judge: Judge, item: EvalItem) -> list[Sample]:
+    """The judge calls one item needs: a pair is one pairwise/listwise call or two pointwise calls."""
+    mode = judge.spec.mode
+    base = {"prompt": item.prompt, "reference": item.reference, "id": item.id}
+    if item.kind == "pair":
+        if mode in ("pairwise", "listwise"):
+            return [Sample(responses=list(item.responses), **base)]
+        return [Sample(response=r, **{**base, "id": f"{item.id}/{k}"}) for k, r in enumerate(item.responses)]
+    if mode in ("pairwise", "listwise"):
+        raise EvalError(f"judge '{judge.name}' is {mode} but the data has single responses; map response_a/response_b")
+    return [Sample(response=item.responses[0], **base)]
+
+
+def summarize(judge: Judge, item: EvalItem, results: list[Any]) -> dict[str, Any]:
+    """One results.jsonl line: the item's final verdict/score plus every raw judgment."""
+    mode = judge.spec.mode
+    line: dict[str, Any] = {
+        "judge": judge.name, "item_id": item.id, "input_hash": item.input_hash, "kind": item.kind,
+        "label": item.label, "human_score": item.human_score,
+        "tokens": sum(r.tokens for r in results), "seconds": sum(r.seconds for r in results),
+        "parse_failures": sum(r.parse_failures for r in results),
+        "samples_total": sum(len(r.samples) for r in results),
+        "results": [r.to_dict() for r in results],
+    }
+    line.update(outcome(mode, item.kind, results))
+    return line
+
+
+def outcome(mode: str, kind: str, results: list[Any]) -> dict[str, Any]:
+    """Final verdict (pairs) or score (singles), per-order verdicts, and masking."""
+    if kind != "pair":
+        r = results[0]
+        return {"score": r.score, "verdict": None, "order_verdicts": None, "masked": r.score is None}
+    if mode == "pairwise":
+        r = results[0]
+        orders = [verdict_of(m) for m in (r.view_margins or [])]
+        return {"verdict": r.verdict, "order_verdicts": orders, "margin": r.margin, "masked": r.verdict is None,
+                "scores": None}
+    if mode == "listwise":
+        s = results[0].scores
+    else:
+        s = [r.score for r in results]
+    if s is None or any(x is None for x in s):
+        return {"verdict": None, "order_verdicts": [None, None], "scores": s, "masked": True}
+    v = "1" if s[0] > s[1] else "2" if s[1] > s[0] else "tie"
+    # Scoring each response alone has no presentation order: both "orders" are the same verdict.
+    return {"verdict": v, "order_verdicts": [v, v], "scores": s, "masked": False}
+
+
+def config_record(cfg: EvalConfig, judges: list[Judge], mapping: dict[str, str]) -> dict[str, Any]:
+    return {
+        "data": cfg.data, "map": mapping, "limit": cfg.limit,
+        "judges": [{"name": j.name, "spec_sha256": j.spec_hash, "spec": json.loads(j.spec.model_dump_json()),
+                    "base_dir": str(j.base_dir)} for j in judges],
+    }
+
+
+def _identity(rec: dict[str, Any]) -> dict[str, Any]:
+    return {"data": rec["data"], "map": rec["map"], "judges": [(j["name"], j["spec_sha256"]) for j in rec["judges"]]}
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """Every complete line; a torn last line (killed mid-write) is cut off the file."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    good_end = raw.rfind(b"\n") + 1
+    if good_end < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    out = []
+    for line in raw[:good_end].splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def _append(path: Path, lines: list[dict[str, Any]]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _chunks(items: list[EvalItem], size: int) -> Iterator[list[EvalItem]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
+    """Run (or resume) an evaluation; returns the metrics dict also written to metrics.json."""
+    import yaml
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from grm.evaluation.report import write_outputs
+
+    console = console or Console(stderr=True)
+    rows = load_rows(cfg.data)
+    mapping = default_map(cfg.data, set(rows[0])) if not cfg.mapping else parse_map(cfg.mapping)
+    items, problems = to_items(rows, mapping, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
+    if cfg.limit is not None:
+        items = items[: cfg.limit]
+    if not items:
+        raise EvalError(f"{cfg.data}: no usable rows")
+    judges = load_judges(cfg.judges, cfg.overrides)
+
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    record = config_record(cfg, judges, mapping)
+    rec_path = cfg.out / "config.resolved.yaml"
+    if rec_path.exists():
+        previous = yaml.safe_load(rec_path.read_text())
+        if _identity(previous) != _identity(record) and not cfg.force:
+            raise EvalError(
+                f"{cfg.out} holds results of a different evaluation (judges/spec hashes, data or column map differ: "
+                f"recorded {_identity(previous)}, now {_identity(record)}); use another --out, or --force to mix them")
+    tmp = rec_path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+    os.replace(tmp, rec_path)
+
+    results_path = cfg.out / "results.jsonl"
+    existing = read_results(results_path)
+    done = {(r["judge"], r["item_id"]) for r in existing}
+    todo = {j.name: [it for it in items if (j.name, it.id) not in done] for j in judges}
+    total = sum(len(v) for v in todo.values())
+    if total < sum(len(items) for _ in judges):
+        console.print(f"resuming: {sum(len(items) for _ in judges) - total} judgments already in {results_path}")
+    t_start = time.perf_counter()
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]} items/s"), TimeRemainingColumn(), console=console,
+                  transient=False, disable=total == 0) as progress:
+        for judge in judges:
+            pending = todo[judge.name]
+            task = progress.add_task(judge.name, total=len(pending), rate="-")
+            t0 = time.perf_counter()
+            n_done = 0
+            for chunk in _chunks(pending, cfg.batch_size):
+                per_item = [samples_for(judge, it) for it in chunk]
+                flat = [s for ss in per_item for s in ss]
+                try:
+                    res = judge.score_batch(flat)
+                except JudgeError as e:
+                    raise EvalError(f"judge '{judge.name}': {e}") from None
+                lines, k = [], 0
+                for it, ss in zip(chunk, per_item):
+                    lines.append(summarize(judge, it, res[k:k + len(ss)]))
+                    k += len(ss)
+                _append(results_path, lines)
+                n_done += len(chunk)
+                progress.update(task, advance=len(chunk), rate=f"{n_done / (time.perf_counter() - t0):.2f}")
+    wall = time.perf_counter() - t_start
+    all_results = read_results(results_path)
+    wanted = {it.id for it in items}
+    all_results = [r for r in all_results if r["item_id"] in wanted and r["judge"] in {j.name for j in judges}]
+    return write_outputs(cfg.out, all_results, [j.name for j in judges], extra={"wall_seconds_this_run": wall,
+                         "bad_rows_skipped": len(problems), "items": len(items)}, console=Console())
+
