@@ -16,7 +16,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from grm.evaluation.data import EvalDataError
     from grm.evaluation.runner import EvalError
 
-    errors: list[type[BaseException]] = [ConfigError, ModelStoreError, EvalDataError, EvalError]
+    from grm.orchestrator.errors import RunError
+
+    errors: list[type[BaseException]] = [ConfigError, ModelStoreError, EvalDataError, EvalError, RunError]
+    try:
+        from grm.orchestrator.pools import PlacementError
+
+        errors += [PlacementError]
+    except ImportError:  # ray not installed
+        pass
     try:
         from grm.judges.errors import JudgeError
 
@@ -85,6 +93,22 @@ def cmd_judge(args: argparse.Namespace) -> int:
     return judge_cli.run(args)
 
 
+# ----------------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from grm.orchestrator.driver import run_pipeline
+
+    try:
+        out = run_pipeline(args.pipeline, args.overrides, resume=args.resume, address=args.address)
+    except KeyboardInterrupt:
+        _err("interrupted; a checkpoint was written; continue with --resume RUN_DIR")
+        return 130
+    print(f"run directory: {out}\n  metrics: {out}/metrics.jsonl\n  samples: {out}/samples.jsonl\n"
+          f"  tensorboard: tensorboard --logdir {out}/tensorboard\n  checkpoints: {out}/checkpoints/")
+    return 0
+
+
 # ----------------------------------------------------------------------------- eval
 
 
@@ -124,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p.add_argument("--version", action="version", version=f"grm {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run an RLAIF pipeline (rollout, judges, rewards, training) on Ray")
+    run.add_argument("pipeline", metavar="PIPELINE.yaml", help="pipeline YAML (path or builtin:NAME)")
+    run.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override pipeline fields, e.g. train.steps=5")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    run.add_argument("--address", metavar="RAY_ADDRESS", help="join an existing Ray cluster instead of starting one")
+    run.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check pipeline/judge/policy YAMLs (and what they reference)")
     v.add_argument("files", nargs="+", metavar="FILE.yaml")

@@ -58,14 +58,14 @@ def _ref(ref: str | Path, base_dir: Path | None, kind: str) -> Path:
 
 def validate_tree(path: str | Path, overrides: Iterable[str] = ()) -> list[tuple[Path, BaseModel]]:
     """Validate a file and every spec it references (a pipeline's policy and judges)."""
-    path = Path(path)
+    path = _ref(str(path), None, "pipelines") if str(path).startswith("builtin:") else Path(path)
     spec = load(path, overrides)
     out: list[tuple[Path, BaseModel]] = [(path, spec)]
     if isinstance(spec, PipelineSpec):
         out.append((_ref(spec.policy.spec, path.parent, "policy"), load_policy(spec.policy.spec, path.parent)))
         for j in spec.judges:
             jpath = _ref(j.spec, path.parent, "judges")
-            judge = load_judge(j.spec, path.parent)
+            judge = load_judge(j.spec, path.parent, overrides=j.overrides)
             out.append((jpath, judge))
             if judge.mode != "rule" and j.pool is None:
                 raise ConfigError(f"{path}: judges: '{judge.name}' runs a model and needs a pool")

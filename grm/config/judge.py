@@ -230,7 +230,7 @@ class JudgeSpec(Strict):
     rule: a deterministic verifier (see ``rule``)."""
     model: str | None = None
     """Builtin alias, local model dir or hub id of the judge model (not for rules)."""
-    engine: HFEngineSpec = HFEngineSpec(dtype="bf16")
+    engine: HFEngineSpec = HFEngineSpec()
     """Engine settings for the judge model."""
     template: str | None = None
     """Jinja2 template (path relative to this file, or builtin:NAME) rendering the judge's user message."""

@@ -46,6 +46,8 @@ class JudgeRole(Strict):
     """Weight of this judge's normalised score in the reward."""
     required: bool = True
     """A masked score from a required judge masks the sample; optional judges are skipped."""
+    overrides: list[str] = []
+    """``key.path=value`` overrides applied to the judge spec (e.g. ``sampling.n=1``)."""
 
     @field_validator("spec")
     @classmethod
@@ -88,6 +90,14 @@ class AlgorithmSpec(Strict):
     """Drop groups whose rewards have no variance and refill from the next prompts (DAPO)."""
     tis_cap: float | None = 2.0
     """Truncated importance-sampling cap for stale samples (async); None disables TIS."""
+    overlong_penalty: float = Field(0.0, ge=0)
+    """Subtracted from the reward of responses cut by max_new_tokens (finish_reason length)."""
+    gamma: float = Field(1.0, ge=0, le=1)
+    """(ppo) discount for GAE."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """(ppo) GAE lambda."""
+    value_clip: float | None = 0.2
+    """(ppo) value-loss clip range; None disables clipping."""
 
     @model_validator(mode="after")
     def _groups(self) -> "AlgorithmSpec":
@@ -120,6 +130,10 @@ class TrainSpec(Strict):
     lr: float = Field(1e-6, gt=0)
     """Peak learning rate."""
     warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """LR after warmup: constant, or linear/cosine decay to 0 over ``steps``."""
+    critic_lr: float = Field(1e-5, gt=0)
+    """(ppo) critic learning rate."""
     micro_batch_size: int = Field(4, ge=1)
     """Sequences per forward/backward on one rank; gradients accumulate to the global batch."""
     max_grad_norm: float = Field(1.0, gt=0)
@@ -129,8 +143,19 @@ class TrainSpec(Strict):
 class ScheduleSpec(Strict):
     mode: Literal["sync", "async"] = "sync"
     """sync: strictly on-policy; async: rollout of step t+1 overlaps judging/training of step t."""
-    max_staleness: int = Field(1, ge=0)
+    max_staleness: int = Field(1, ge=1)
     """(async) samples may lag the trainer by at most this many weight versions."""
+    stream_prompts: int = Field(2, ge=1)
+    """Prompts per rollout chunk: judges start on a chunk's groups as soon as it is generated."""
+
+
+class FaultSpec(Strict):
+    judge_timeout_s: float = Field(600.0, gt=0)
+    """Seconds a judge call may take; past it the call is retried once, then its items are masked."""
+    judge_restarts: int = Field(3, ge=0)
+    """Times Ray restarts a dead judge actor (its in-flight calls are re-issued)."""
+    max_masked_fraction: float = Field(0.5, ge=0, le=1)
+    """The run stops with an error when a step masks more than this share of its samples."""
 
 
 class CheckpointSpec(Strict):
@@ -158,11 +183,19 @@ class PipelineSpec(Strict):
     train: TrainSpec = TrainSpec()
     schedule: ScheduleSpec = ScheduleSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
+    faults: FaultSpec = FaultSpec()
+    out_dir: str | None = None
+    """Run directory; default runs/NAME-TIMESTAMP under the current directory."""
 
     @field_validator("data")
     @classmethod
     def _data_exists(cls, v: DataSpec, info: ValidationInfo) -> DataSpec:
-        if not v.prompts.startswith("builtin:"):
+        if v.prompts.startswith("builtin:"):
+            from grm.evaluation.builtin_sets import SETS
+
+            if v.prompts.removeprefix("builtin:") not in SETS:
+                raise ValueError(f"unknown builtin data set '{v.prompts}'; known: {', '.join(SETS)}")
+        else:
             check_file(v.prompts, info, "pipelines")
         return v
 

@@ -208,35 +208,52 @@ class HFEngine:
         return out
 
     def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
-        """Single-token candidates are read off one forward pass per prompt; only multi-token
-        candidates pay for a teacher-forced pass of their own."""
+        """Each prompt is run once; single-token candidates are read off its last position, and
+        multi-token candidates are fed on top of the prompt's KV cache (a few tokens each)."""
         prompts = [self.encode(r) for r in requests]
-        cont_ids = [[self.tokenizer(c, add_special_tokens=False)["input_ids"] for c in conts] for conts in continuations]
-        last = self.next_token_logprobs(prompts)
-        multi = [(i, k) for i, conts in enumerate(cont_ids) for k, c in enumerate(conts) if len(c) != 1]
-        multi_lp = self.sequence_logprobs([prompts[i] for i, _ in multi], [cont_ids[i][k] for i, k in multi]) if multi else []
-        from_multi = {ik: sum(lp) for ik, lp in zip(multi, multi_lp)}
-        return [
-            [from_multi[(i, k)] if (i, k) in from_multi else float(last[i][c[0]]) for k, c in enumerate(conts)]
-            for i, conts in enumerate(cont_ids)
-        ]
+        cont_ids = [[self.tokenize(c) for c in conts] for conts in continuations]
+        out: list[list[float]] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            out += self._score_chunk(prompts[start:start + self.max_batch_size], cont_ids[start:start + self.max_batch_size])
+        return out
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     @torch.inference_mode()
-    def next_token_logprobs(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Log-softmax of the next-token distribution after each prompt: ``[N, vocab]`` (left padded)."""
-        rows = []
-        for start in range(0, len(prompt_ids), self.max_batch_size):
-            chunk = prompt_ids[start:start + self.max_batch_size]
-            L = max(len(p) for p in chunk)
-            ids = torch.full((len(chunk), L), self.pad_id, dtype=torch.long)
-            attn = torch.zeros_like(ids)
-            for b, p in enumerate(chunk):
-                ids[b, L - len(p):] = torch.tensor(p)
-                attn[b, L - len(p):] = 1
-            pos = (attn.cumsum(-1) - 1).clamp(min=0)
-            logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, -1].float()
-            rows.append(torch.log_softmax(logits, -1))
-        return torch.cat(rows)
+    def _score_chunk(self, prompts: list[list[int]], cont_ids: list[list[list[int]]]) -> list[list[float]]:
+        L = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), L), self.pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for b, p in enumerate(prompts):
+            ids[b, L - len(p):] = torch.tensor(p)
+            attn[b, L - len(p):] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        first = torch.log_softmax(out.logits[:, -1].float(), -1)
+        scores = [[float(first[i][c[0]]) if c else 0.0 for c in conts] for i, conts in enumerate(cont_ids)]
+        multi = [(i, k) for i, conts in enumerate(cont_ids) for k, c in enumerate(conts) if len(c) > 1]
+        if not multi:
+            return scores
+        cache = out.past_key_values
+        rows = torch.tensor([i for i, _ in multi])
+        cache.batch_select_indices(rows)
+        T = max(len(cont_ids[i][k]) for i, k in multi) - 1
+        feed = torch.full((len(multi), T), self.pad_id, dtype=torch.long)
+        fmask = torch.zeros_like(feed)
+        for r, (i, k) in enumerate(multi):
+            c = cont_ids[i][k]
+            feed[r, : len(c) - 1] = torch.tensor(c[:-1])
+            fmask[r, : len(c) - 1] = 1
+        full_mask = torch.cat([attn[rows], fmask], dim=1)
+        fpos = pos[rows, -1:] + 1 + torch.arange(T)[None, :]
+        logits = self.model(input_ids=feed, attention_mask=full_mask, position_ids=fpos, past_key_values=cache,
+                            use_cache=True).logits.float()
+        lp = torch.log_softmax(logits, -1)
+        for r, (i, k) in enumerate(multi):
+            c = cont_ids[i][k]
+            scores[i][k] += sum(float(lp[r, t, c[t + 1]]) for t in range(len(c) - 1))
+        return scores
 
     # ----------------------------------------------------------------- weights
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:

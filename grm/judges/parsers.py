@@ -203,9 +203,14 @@ class TargetCall:
         return ParsedScore(out)
 
 
-def logprob_candidates(spec: LogprobParser, mode: str) -> tuple[str, list[str], list[float]]:
-    """(prefix, candidate continuations, candidate values) with a trailing prefix space moved into
-    the candidates, because BPE tokenizers attach the space to the following digit or letter."""
+def logprob_candidates(spec: LogprobParser, mode: str, tokenize: Callable[[str], list[int]] | None = None) -> tuple[str, list[str], list[float]]:
+    """(prefix, candidate continuations, candidate values).
+
+    A trailing space in the prefix may belong to the prefix or to the candidates depending on the
+    tokenizer (GPT-2 style BPE glues it to the digit; SmolLM2 keeps it apart). With ``tokenize``,
+    the split giving the fewest candidate tokens is used, so most candidates are one token and are
+    read off a single forward pass.
+    """
     prefix = spec.prefix
     if spec.candidates is not None:
         cands = list(spec.candidates)
@@ -217,8 +222,13 @@ def logprob_candidates(spec: LogprobParser, mode: str) -> tuple[str, list[str], 
         nums = list(range(math.ceil(lo), math.floor(hi) + 1))
         cands, values = [str(n) for n in nums], [float(n) for n in nums]
     if prefix.endswith(" "):
-        prefix = prefix.rstrip(" ")
-        cands = [" " + c for c in cands]
+        glued = (prefix.rstrip(" "), [" " + c for c in cands])
+        if tokenize is None:
+            prefix, cands = glued
+        else:
+            cost = lambda cs: sum(len(tokenize(c)) for c in cs)  # noqa: E731
+            if cost(glued[1]) < cost(cands):
+                prefix, cands = glued
     return prefix, cands, values
 
 

@@ -27,7 +27,7 @@ from grm.judges.verifiers import check
 _ENGINES: dict[tuple[str, str], GenerationEngine] = {}
 
 
-def shared_engine(model: str, dtype: str = "bf16", threads: int | None = None, max_batch_size: int = 32) -> GenerationEngine:
+def shared_engine(model: str, dtype: str = "fp32", threads: int | None = None, max_batch_size: int = 32) -> GenerationEngine:
     """One engine per (model, dtype) in this process, shared by every judge that names it."""
     key = (model, dtype)
     if key not in _ENGINES:
@@ -271,7 +271,7 @@ class Judge:
 
     def _read_logprobs(self, views: list[View], records: dict[tuple[int, int], list[SampleRecord]]) -> None:
         spec: LogprobParser = self.spec.parser  # type: ignore[assignment]
-        prefix, cands, values = logprob_candidates(spec, self.spec.mode)
+        prefix, cands, values = logprob_candidates(spec, self.spec.mode, getattr(self.engine, "tokenize", None))
         slots = [(v, r) for v in views for r in records[(v.item, v.view)]]
         user_msgs = []
         for v, r in slots:

@@ -12,7 +12,7 @@ pools: {train: {cpus: 1}, judge: {cpus: 1}}
 policy: {spec: builtin:smollm2-135m-instruct, pool: train}
 judges:
   - {spec: builtin:numeric-answer}
-data: {prompts: builtin:arith}
+data: {prompts: builtin:arith-prompts}
 algorithm: {type: grpo, group_size: 4, prompts_per_step: 3}
 train: {micro_batch_size: 4}
 """

@@ -1,0 +1,66 @@
+"""The prompt stream: a data set shuffled by seed every epoch, with a resumable position."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from grm.config.pipeline import DataSpec
+
+
+@dataclass
+class Prompt:
+    id: str
+    text: str
+    reference: str | None
+
+
+def load_prompts(spec: DataSpec) -> list[Prompt]:
+    from grm.evaluation.data import EvalDataError, load_rows
+
+    rows = load_rows(spec.prompts)
+    out = []
+    for i, row in enumerate(rows):
+        text = row.get(spec.prompt_field)
+        if not isinstance(text, str) or not text.strip():
+            raise EvalDataError(f"{spec.prompts} row {i}: column '{spec.prompt_field}' must be a non-empty string")
+        ref = row.get(spec.reference_field) if spec.reference_field else None
+        out.append(Prompt(id=str(row.get("id", f"row-{i}")), text=text, reference=None if ref is None else str(ref)))
+    return out
+
+
+class PromptStream:
+    """Yields prompts epoch after epoch; each epoch is a fresh seeded shuffle."""
+
+    def __init__(self, prompts: list[Prompt], seed: int, shuffle: bool = True) -> None:
+        self.prompts = prompts
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.index = 0
+        self._order = self._make_order()
+
+    def _make_order(self) -> list[int]:
+        order = list(range(len(self.prompts)))
+        if self.shuffle:
+            random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
+        return order
+
+    def take(self, n: int) -> list[Prompt]:
+        out = []
+        while len(out) < n:
+            if self.index >= len(self._order):
+                self.epoch += 1
+                self.index = 0
+                self._order = self._make_order()
+            out.append(self.prompts[self._order[self.index]])
+            self.index += 1
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.epoch, self.index = state["epoch"], state["index"]
+        self._order = self._make_order()
