@@ -95,10 +95,23 @@ class Driver:
                 jp = pools[jr.pool]  # type: ignore[index]
                 role.actor = JudgeActor.options(max_restarts=cfg.faults.judge_restarts, max_task_retries=2,
                                                 **jp.options(f"judge:{role.name}")).remote(role.spec, role.base, jp.threads)
-        ray.get([self.policy.version.remote()] + [j.actor.pid.remote() for j in self.judges if j.actor])
+        self.write_placement()
         self.stream = PromptStream(load_prompts(cfg.data), cfg.seed, cfg.data.shuffle)
         self.queue: deque[StepWork] = deque()
         self.start_step = 0
+
+    def write_placement(self) -> None:
+        """placement.json: the node, pid and resources of every role, reported from inside its actor."""
+        roles = {"policy": self.policy.where.remote()}
+        if self.reference is not None:
+            roles["reference"] = self.reference.where.remote()
+        for j in self.judges:
+            if j.actor is not None:
+                roles[f"judge:{j.name}"] = j.actor.where.remote()
+        info = {k: self.ray.get(v) for k, v in roles.items()}
+        for k, v in info.items():
+            v["pool"] = next(p.name for p in self.pools.values() if k in p.roles)
+        (self.run_dir.path / "placement.json").write_text(json.dumps(info, indent=2, default=str))
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:

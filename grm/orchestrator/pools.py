@@ -24,7 +24,7 @@ def start_ray(address: str | None, pools: dict[str, PoolSpec]) -> None:
     if address:
         ray.init(address=address, log_to_driver=True)
         return
-    cpus = max(os.cpu_count() or 1, sum(p.cpus * p.nodes for p in pools.values()))
+    cpus = os.cpu_count() or 1
     custom: dict[str, float] = {}
     for p in pools.values():
         for k, v in p.resources.items():
