@@ -29,8 +29,7 @@ test-fast: setup
 
 quickstart: setup
 	$(BIN)/grm models fetch smollm2-135m-instruct
-	$(BIN)/grm judge try builtin:helpfulness-pointwise --sample judges/fixtures/helpfulness-pointwise.json
-	$(BIN)/grm judge try builtin:pairwise-logprob --sample judges/fixtures/pairwise-logprob.json
+	$(BIN)/grm run builtin:quickstart
 
 bench: setup
 	$(BIN)/python benchmarks/generate_throughput.py

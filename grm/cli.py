@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _err("interrupted; a checkpoint was written; continue with --resume RUN_DIR")
         return 130
-    print(f"run directory: {out}\n  metrics: {out}/metrics.jsonl\n  samples: {out}/samples.jsonl\n"
+    print(f"run directory: {out}\n  report: {out}/report.md (curves.png)\n  metrics: {out}/metrics.jsonl\n  samples: {out}/samples.jsonl\n"
           f"  tensorboard: tensorboard --logdir {out}/tensorboard\n  checkpoints: {out}/checkpoints/")
     return 0
 

@@ -56,6 +56,7 @@ class StepWork:
     judge_s: dict[str, float] = field(default_factory=dict)
     first_judge_start: float | None = None
     last_judge_end: float = 0.0
+    prepared: Any = None                                # ref to the policy's reference/values pass
 
 
 class Driver:
@@ -65,6 +66,9 @@ class Driver:
         from grm.orchestrator.pools import create_pools, start_ray
         from grm.orchestrator.roles import JudgeActor, PolicyActor, ReferenceActor
 
+        if cfg.train.backend.ranks > 1:
+            raise RunError("train.backend.ranks > 1: multi-rank training inside `grm run` is not implemented yet "
+                           "(the DeepSpeed backend itself runs multi-rank; see grm.training.deepspeed_backend)")
         self.cfg, self.run_dir = cfg, run_dir
         self.ray = ray
         base = cfg_path.parent
@@ -99,6 +103,7 @@ class Driver:
         self.stream = PromptStream(load_prompts(cfg.data), cfg.seed, cfg.data.shuffle)
         self.queue: deque[StepWork] = deque()
         self.start_step = 0
+        self.filter_stats: dict[str, int] = {}
 
     def write_placement(self) -> None:
         """placement.json: the node, pid and resources of every role, reported from inside its actor."""
@@ -126,15 +131,23 @@ class Driver:
                     self.queue.append(self.submit_rollout(step))
                     next_submit = step + 1
                 work = self.queue.popleft()
-                rollouts, per_judge = self.collect(work)                           # rollout + judges
-                # queue the next steps' rollouts before training: they overlap with this step
-                while next_submit <= min(step + ahead, cfg.train.steps - 1):
-                    self.queue.append(self.submit_rollout(next_submit))
-                    next_submit += 1
-                rewards, rstats = combine_rewards(
-                    per_judge, {j.name: j.weight for j in self.judges}, {j.name: j.required for j in self.judges},
-                    [r.finish_reason for r in rollouts], a.overlong_penalty)
-                batch, ref_s = self.ray.get(self.policy.prepare.remote(rollouts))  # reference + values
+
+                def fill(step: int = step) -> None:
+                    # queued behind this step's reference pass: the next rollouts overlap this step's judging
+                    nonlocal next_submit
+                    while next_submit <= min(step + ahead, cfg.train.steps - 1):
+                        self.queue.append(self.submit_rollout(next_submit))
+                        next_submit += 1
+
+                rollouts, per_judge = self.collect(work, then=fill)                  # rollout + judges
+                rewards, rstats = self.rewards(rollouts, per_judge)
+                prepared = work.prepared
+                if a.dynamic_filtering:
+                    before = [id(r) for r in rollouts]
+                    rollouts, per_judge, rewards, rstats = self.refill(step, rollouts, per_judge, rewards, rstats)
+                    if [id(r) for r in rollouts] != before:
+                        prepared = self.policy.prepare.remote(rollouts)
+                batch, ref_s = self.ray.get(prepared)                                # reference + values
                 if self.reference is not None:
                     t0 = time.perf_counter()
                     batch = batch.with_fields(ref_logprobs=self.ray.get(self.reference.logprobs.remote(batch)))
@@ -161,15 +174,17 @@ class Driver:
             self.checkpoint(done)
             raise
         self.checkpoint(cfg.train.steps)
+        self.run_dir.write_report()
         self.run_dir.close()
         return self.run_dir.path
 
     # ------------------------------------------------------------------ rollout and judges
-    def submit_rollout(self, step: int) -> StepWork:
+    def submit_rollout(self, step: int, salt: int = 0, first_group: int = 0) -> StepWork:
         a, k = self.cfg.algorithm, self.cfg.schedule.stream_prompts
         prompts = self.stream.take(a.prompts_per_step)
-        seed = self.cfg.seed * 1_000_003 + step
-        chunks = [self.policy.rollout.remote(prompts[i:i + k], i, a.group_size, seed) for i in range(0, len(prompts), k)]
+        seed = self.cfg.seed * 1_000_003 + step * 101 + salt
+        chunks = [self.policy.rollout.remote(prompts[i:i + k], first_group + i, a.group_size, seed)
+                  for i in range(0, len(prompts), k)]
         return StepWork(step, prompts, chunks)
 
     def _submit_judges(self, work: StepWork, c: int) -> None:
@@ -186,11 +201,16 @@ class Driver:
         if work.first_judge_start is None:
             work.first_judge_start = time.perf_counter()
 
-    def collect(self, work: StepWork) -> tuple[list[Any], dict[str, list[Any]]]:
-        """Wait for this step's rollout chunks, judging each as soon as it lands."""
+    def collect(self, work: StepWork, then: Any = None, prepare: bool = True) -> tuple[list[Any], dict[str, list[Any]]]:
+        """Wait for this step's rollout chunks, judging each as soon as it lands. Once all chunks are
+        in, the policy's reference/values pass is queued (it needs no rewards), then ``then()``."""
         ray = self.ray
         pending = {ref: c for c, ref in enumerate(work.chunks)}
         while pending or any(isinstance(v, ray.ObjectRef) for v in work.judged.values()):
+            if not pending and work.prepared is None and prepare:
+                work.prepared = self.policy.prepare.remote([r for c in sorted(work.rollouts) for r in work.rollouts[c]])
+                if then is not None:
+                    then()
             refs = list(pending) + [v for v in work.judged.values() if isinstance(v, ray.ObjectRef)]
             ready, _ = ray.wait(refs, num_returns=1, timeout=5.0)
             for ref in ready:
@@ -207,6 +227,10 @@ class Driver:
                 work.last_judge_end = time.perf_counter()
             self._timeouts(work)
         rollouts = [r for c in sorted(work.rollouts) for r in work.rollouts[c]]
+        if work.prepared is None and prepare:
+            work.prepared = self.policy.prepare.remote(rollouts)
+            if then is not None:
+                then()
         per_judge = {}
         for role in self.judges:
             flat: list[Any] = []
@@ -233,6 +257,47 @@ class Driver:
             samples = [Sample(prompt=r.prompt, response=r.text, reference=r.reference) for r in work.rollouts[c]]
             work.judged[key] = role.actor.score.remote(_groups_as_lists(work.rollouts[c]) if role.spec.mode == "listwise" else samples)
             work.submitted_at[key] = time.perf_counter()
+
+    def rewards(self, rollouts: Sequence[Any], per_judge: dict[str, list[Any]]) -> tuple[list[float], dict[str, Any]]:
+        return combine_rewards(per_judge, {j.name: j.weight for j in self.judges}, {j.name: j.required for j in self.judges},
+                               [r.finish_reason for r in rollouts], self.cfg.algorithm.overlong_penalty)
+
+    def refill(self, step: int, rollouts: list[Any], per_judge: dict[str, list[Any]], rewards: list[float],
+               rstats: dict[str, Any], rounds: int = 3) -> tuple[list[Any], dict[str, list[Any]], list[float], dict[str, Any]]:
+        """DAPO dynamic sampling: groups whose valid rewards are all equal teach nothing; replace them
+        with groups of fresh prompts (up to ``rounds`` extra rollouts). If still short, the batch is
+        topped up with the uninformative groups so its size stays fixed."""
+        def split(rs: list[Any], pj: dict[str, list[Any]], rw: list[float]) -> tuple[list[list[int]], list[list[int]]]:
+            groups: dict[int, list[int]] = {}
+            for i, r in enumerate(rs):
+                groups.setdefault(r.group, []).append(i)
+            good, flat = [], []
+            for idx in groups.values():
+                vals = {rw[i] for i in idx if not math.isnan(rw[i])}
+                (good if len(vals) > 1 else flat).append(idx)
+            return good, flat
+
+        want = self.cfg.algorithm.prompts_per_step
+        pool_r, pool_j, pool_w = list(rollouts), {k: list(v) for k, v in per_judge.items()}, list(rewards)
+        good, flat = split(pool_r, pool_j, pool_w)
+        extra_round = 0
+        while len(good) < want and extra_round < rounds:
+            extra_round += 1
+            work = self.submit_rollout(step, salt=extra_round, first_group=len(pool_r) + 1000 * extra_round)
+            more_r, more_j = self.collect(work, prepare=False)
+            more_w, _ = self.rewards(more_r, more_j)
+            pool_r += more_r
+            for k in pool_j:
+                pool_j[k] += more_j[k]
+            pool_w += more_w
+            good, flat = split(pool_r, pool_j, pool_w)
+        chosen = (good + flat)[:want]
+        keep = sorted(i for idx in chosen for i in idx)
+        self.filter_stats = {"groups_kept_informative": min(len(good), want), "refill_rounds": extra_round}
+        out_r = [pool_r[i] for i in keep]
+        out_j = {k: [v[i] for i in keep] for k, v in pool_j.items()}
+        out_w = [pool_w[i] for i in keep]
+        return out_r, out_j, out_w, {**rstats, "masked": sum(math.isnan(x) for x in out_w)}
 
     # ------------------------------------------------------------------ advantages
     def advantages(self, batch: Any, rollouts: Sequence[Any], rewards: list[float]) -> tuple[Any, dict[str, float]]:
@@ -296,6 +361,7 @@ class Driver:
             "seconds_idle": max(0.0, step_s - busy), "judge_share": judge_window / step_s if step_s else 0.0,
             **{f"seconds_judge/{k}": v for k, v in work.judge_s.items()},
             **adv_stats,
+            **self.filter_stats,
             **{k: v for k, v in train.items() if k != "train_seconds"},
         }
         for name, res in per_judge.items():

@@ -84,6 +84,44 @@ class RunDir:
         f = self.path / "metrics.jsonl"
         return [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
 
+    def write_report(self) -> Path:
+        """report.md with a reward curve and phase timings (PNG) from metrics.jsonl."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ms = self.metrics()
+        steps = [m["step"] for m in ms]
+        reward_keys = ["reward_mean"] + sorted(k for k in (ms[0] if ms else {}) if k.startswith("reward/"))
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+        for k in reward_keys:
+            ax1.plot(steps, [m.get(k) if m.get(k) is not None else float("nan") for m in ms], marker="o", label=k)
+        ax1.set_xlabel("step")
+        ax1.set_title("rewards")
+        ax1.legend(fontsize=7)
+        phases = ["seconds_rollout", "seconds_judging", "seconds_reference", "seconds_training", "seconds_sync"]
+        bottom = [0.0] * len(ms)
+        for k in phases:
+            vals = [m.get(k) or 0.0 for m in ms]
+            ax2.bar(steps, vals, bottom=bottom, label=k.removeprefix("seconds_"))
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax2.plot(steps, [m["seconds_step"] for m in ms], "k--", label="step wall")
+        ax2.set_xlabel("step")
+        ax2.set_title("seconds per phase (judging overlaps in async)")
+        ax2.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(self.path / "curves.png", dpi=100)
+        plt.close(fig)
+        cols = ["step", "reward_mean", "kl", "entropy", "masked", "response_len_mean", "seconds_step", "judge_share"]
+        lines = [f"# Run report: {self.path.name}", "", "![curves](curves.png)", "",
+                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for m in ms:
+            lines.append("| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |")
+        lines += ["", "Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
+        (self.path / "report.md").write_text("\n".join(lines))
+        return self.path / "report.md"
+
     # --------------------------------------------------------------- checkpoints
     def checkpoint_dir(self, step: int) -> Path:
         return self.ckpt_root / f"step-{step}"

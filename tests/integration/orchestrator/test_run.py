@@ -36,7 +36,7 @@ def test_async_run_writes_every_artifact(tmp_path):
     out = tmp_path / "async"
     r = grm_run(out, "train.steps=2", "schedule.mode=async", "checkpoint.every=1")
     assert f"run directory: {out}" in r.stdout
-    for f in ("config.resolved.yaml", "metrics.jsonl", "samples.jsonl", "placement.json"):
+    for f in ("config.resolved.yaml", "metrics.jsonl", "samples.jsonl", "placement.json", "report.md", "curves.png"):
         assert (out / f).exists(), f
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert (out / "checkpoints" / "step-2" / "COMPLETE").exists()
@@ -133,3 +133,21 @@ def test_bad_placement_is_a_clear_error(tmp_path):
     assert r.returncode == 2 and "pool 'judge' needs 64 CPU" in r.stderr and "Traceback" not in r.stderr
     r = run_grm("validate", "builtin:quickstart", "--set", "judges.0.pool=gpu")
     assert r.returncode != 0 and "'gpu' is not a declared pool" in r.stderr
+
+
+@pytest.mark.parametrize("pipeline,extra", [
+    ("builtin:ppo-critic", ["algorithm.prompts_per_step=2", "algorithm.group_size=2"]),
+    ("builtin:quickstart", ["algorithm.dynamic_filtering=true", "schedule.mode=sync", "algorithm.type=rloo"]),
+])
+def test_ppo_critic_and_dynamic_filtering_steps(tmp_path, pipeline, extra):
+    out = tmp_path / "run"
+    args = ["run", pipeline, f"out_dir={out}", *SMALL, "train.steps=1", "train.backend.type=torch", *extra]
+    r = run_grm(*args, timeout=900, env=ENV)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    (m,) = metrics(out)
+    if "ppo" in pipeline:
+        assert "critic_loss" in m and m["critic_loss"] > 0
+    else:
+        assert "groups_kept_informative" in m and 0 <= m["refill_rounds"] <= 3
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4
