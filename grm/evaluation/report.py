@@ -12,6 +12,12 @@ from typing import Any, Sequence
 from grm.evaluation import metrics as M
 
 
+def raw_scores(lines: list[dict[str, Any]]) -> list[float]:
+    """Every pointwise/listwise score in the lines (pairwise verdicts have none)."""
+    return [s for r in lines for res in r["results"] for s in ([res["score"]] if res.get("scores") is None else res["scores"])
+            if s is not None and res.get("verdict") is None]
+
+
 def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """Metrics of one judge over its results lines."""
     out: dict[str, Any] = {"items": len(lines)}
@@ -22,8 +28,7 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
     secs = sum(r["seconds"] for r in lines)
     out["judge_seconds"] = secs
     out["judgments_per_s"] = len(lines) / secs if secs > 0 else float("nan")
-    scores = [s for r in lines for res in r["results"] for s in ([res["score"]] if res.get("scores") is None else res["scores"])
-              if s is not None and res.get("verdict") is None]
+    scores = raw_scores(lines)
     out["score_mean"], out["score_std"] = M.mean_std(scores)
 
     pairs = [r for r in lines if r["kind"] == "pair" and r["label"] is not None]
@@ -125,6 +130,15 @@ def summary_rows(m: dict[str, Any], *, ci: bool = True) -> list[dict[str, str]]:
     return [{c: r.get(c, "") for c in cols} for r in rows]
 
 
+def _save(fig: Any, out: Path, filename: str, caption: str) -> tuple[str, str]:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(out / filename, dpi=100)
+    plt.close(fig)
+    return caption, filename
+
+
 def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> list[tuple[str, str]]:
     import matplotlib
 
@@ -134,8 +148,7 @@ def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> li
     made = []
     for name in names:
         lines = [r for r in results if r["judge"] == name]
-        scores = [s for r in lines for res in r["results"] for s in ([res["score"]] if res.get("scores") is None else res["scores"])
-                  if s is not None and res.get("verdict") is None]
+        scores = raw_scores(lines)
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
         if scores:
             fig, ax = plt.subplots(figsize=(5, 3))
@@ -143,10 +156,7 @@ def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> li
             ax.set_title(f"{name}: score histogram")
             ax.set_xlabel("score")
             ax.set_ylabel("count")
-            fig.tight_layout()
-            fig.savefig(out / f"hist-{safe}.png", dpi=100)
-            plt.close(fig)
-            made.append((f"{name}: score histogram", f"hist-{safe}.png"))
+            made.append(_save(fig, out, f"hist-{safe}.png", f"{name}: score histogram"))
         pairs = [r for r in lines if r["kind"] == "pair" and r["label"] is not None]
         if pairs:
             cols = ["1", "2", "tie", "masked"]
@@ -159,10 +169,7 @@ def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> li
                 for j in range(4):
                     ax.text(j, i, str(mat[i][j]), ha="center", va="center")
             ax.set_title(f"{name}: confusion (swap-combined)")
-            fig.tight_layout()
-            fig.savefig(out / f"confusion-{safe}.png", dpi=100)
-            plt.close(fig)
-            made.append((f"{name}: confusion matrix", f"confusion-{safe}.png"))
+            made.append(_save(fig, out, f"confusion-{safe}.png", f"{name}: confusion matrix"))
         scored = [r for r in lines if r["kind"] == "scored" and r["score"] is not None]
         if scored:
             fig, ax = plt.subplots(figsize=(4, 4))
@@ -170,10 +177,7 @@ def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> li
             ax.set_xlabel("human score")
             ax.set_ylabel("judge score")
             ax.set_title(f"{name}: judge vs human")
-            fig.tight_layout()
-            fig.savefig(out / f"scatter-{safe}.png", dpi=100)
-            plt.close(fig)
-            made.append((f"{name}: judge vs human", f"scatter-{safe}.png"))
+            made.append(_save(fig, out, f"scatter-{safe}.png", f"{name}: judge vs human"))
     return made
 
 
