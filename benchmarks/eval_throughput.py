@@ -47,7 +47,7 @@ def main() -> int:
     wall = time.perf_counter() - t0
     name, jm = next(iter(m["judges"].items()))
     p = jm.get("pairs", {})
-    grm_rate = jm["items"] / wall
+    grm_rate = jm["judgments_per_s"]  # judge seconds recorded per batch: also right for a resumed run
     print(json.dumps({"system": "grm-eval", "judge": name, "pairs": jm["items"], "wall_s": round(wall, 1),
                       "pairs_per_s": round(grm_rate, 4), "accuracy_order1": p.get("accuracy_order1"),
                       "accuracy_order2": p.get("accuracy_order2"), "accuracy_average": p.get("accuracy_average"),

@@ -118,7 +118,8 @@ class HFEngine:
         active = list(range(B))  # row index in the original batch for each live cache row
 
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                         logits_to_keep=1)  # only the last position: full [B, L, vocab] logits cost GBs
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
         for step in range(sp.max_new_tokens):
@@ -229,7 +230,7 @@ class HFEngine:
             ids[b, L - len(p):] = torch.tensor(p)
             attn[b, L - len(p):] = 1
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
         first = torch.log_softmax(out.logits[:, -1].float(), -1)
         scores = [[float(first[i][c[0]]) if c else 0.0 for c in conts] for i, conts in enumerate(cont_ids)]
         multi = [(i, k) for i, conts in enumerate(cont_ids) for k, c in enumerate(conts) if len(c) > 1]
