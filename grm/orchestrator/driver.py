@@ -187,16 +187,21 @@ class Driver:
                   for i in range(0, len(prompts), k)]
         return StepWork(step, prompts, chunks)
 
+    @staticmethod
+    def _judge_inputs(work: StepWork, c: int, role: JudgeRole) -> list[Sample]:
+        """What ``role`` judges for chunk ``c``: one sample per response, or one per group (listwise)."""
+        if role.spec.mode == "listwise":
+            return _groups_as_lists(work.rollouts[c])
+        return [Sample(prompt=r.prompt, response=r.text, reference=r.reference, id=f"{work.step}:{r.group}:{j}")
+                for j, r in enumerate(work.rollouts[c])]
+
     def _submit_judges(self, work: StepWork, c: int) -> None:
-        samples = [Sample(prompt=r.prompt, response=r.text, reference=r.reference, id=f"{work.step}:{r.group}:{j}")
-                   for j, r in enumerate(work.rollouts[c])]
         for role in self.judges:
+            inputs = self._judge_inputs(work, c, role)
             if role.local is not None:
-                work.judged[(c, role.name)] = role.local.score_batch(samples)
-            elif role.spec.mode == "listwise":
-                work.judged[(c, role.name)] = role.actor.score.remote(_groups_as_lists(work.rollouts[c]))
+                work.judged[(c, role.name)] = role.local.score_batch(inputs)
             else:
-                work.judged[(c, role.name)] = role.actor.score.remote(samples)
+                work.judged[(c, role.name)] = role.actor.score.remote(inputs)
             work.submitted_at[(c, role.name)] = time.perf_counter()
         if work.first_judge_start is None:
             work.first_judge_start = time.perf_counter()
@@ -254,8 +259,7 @@ class Driver:
                 continue
             work.retried.add(key)
             role = next(j for j in self.judges if j.name == name)
-            samples = [Sample(prompt=r.prompt, response=r.text, reference=r.reference) for r in work.rollouts[c]]
-            work.judged[key] = role.actor.score.remote(_groups_as_lists(work.rollouts[c]) if role.spec.mode == "listwise" else samples)
+            work.judged[key] = role.actor.score.remote(self._judge_inputs(work, c, role))
             work.submitted_at[key] = time.perf_counter()
 
     def rewards(self, rollouts: Sequence[Any], per_judge: dict[str, list[Any]]) -> tuple[list[float], dict[str, Any]]:
