@@ -5,7 +5,10 @@ Judge: the built-in pairwise judge (both presentation orders). Prints JSON lines
 (accuracy per order, positional agreement, parse failures) and throughput, the naive loop's
 throughput on the first --naive-items pairs, and the speed-up.
 
-    python benchmarks/eval_throughput.py [--judge builtin:pairwise-preference] [--limit 200] [--naive-items 8]
+    python benchmarks/eval_throughput.py [--judge builtin:pairwise-preference] [--limit 200] [--naive-items 8] [on_failure.retries=0]
+
+The naive loop never retries; pass ``on_failure.retries=0`` for equal work (one generation per
+prompt in both systems), or leave the judge's retries on to see what they cost.
 """
 
 from __future__ import annotations

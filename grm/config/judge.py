@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grm.config.base import Strict, check_file
-from grm.config.policy import HFEngineSpec
+from grm.config.policy import EngineSpec, HFEngineSpec
 
 
 class JudgeSampling(Strict):
@@ -230,7 +230,7 @@ class JudgeSpec(Strict):
     rule: a deterministic verifier (see ``rule``)."""
     model: str | None = None
     """Builtin alias, local model dir or hub id of the judge model (not for rules)."""
-    engine: HFEngineSpec = HFEngineSpec()
+    engine: EngineSpec = HFEngineSpec()
     """Engine settings for the judge model."""
     template: str | None = None
     """Jinja2 template (path relative to this file, or builtin:NAME) rendering the judge's user message."""

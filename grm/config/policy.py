@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from grm.config.base import Strict
 
@@ -22,8 +22,78 @@ class HFEngineSpec(Strict):
     """Rows (requests x samples) decoded together; longer lists are chunked."""
 
 
-EngineSpec = HFEngineSpec
-"""The engine variants (``type:``). openai and sglang join here with the serving issue."""
+class OpenAIEngineSpec(Strict):
+    """A frozen model behind an OpenAI-compatible server (llama.cpp, vLLM, SGLang, a hosted API)."""
+
+    type: Literal["openai"]
+    base_url: str | None = None
+    """Server root ending in ``/v1``. May contain ``{port}``; defaults to
+    ``http://127.0.0.1:{port}/v1`` when ``launch`` is given."""
+    served_model: str | None = None
+    """Model name the server knows; None: the judge's ``model``."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the API key (never the key itself)."""
+    endpoint: Literal["completions", "chat"] = "completions"
+    """``completions`` renders the chat template locally (needs the model's tokenizer: a builtin
+    alias or local directory) so prefills and prompts match the hf engine exactly; ``chat`` lets the
+    server render messages (no prefill)."""
+    concurrency: int = Field(8, ge=1)
+    """Requests in flight at once."""
+    timeout_s: float = Field(120.0, gt=0)
+    """Per-request timeout; a timed-out request is retried."""
+    max_retries: int = Field(4, ge=0)
+    """Retries with exponential backoff on 429, 5xx, timeouts and refused connections."""
+    backoff_s: float = Field(0.5, ge=0)
+    """First retry delay; doubles each attempt."""
+    top_logprobs: int = Field(20, ge=1)
+    """Alternatives requested per token for the logprob parser."""
+    launch: list[str] | None = None
+    """Start the server ourselves, on the pool that hosts the judge: a command whose ``{port}`` is
+    replaced by a free port and ``{gguf}`` by the builtin model's GGUF path. Health-checked before
+    use and stopped with the run."""
+    launch_timeout_s: float = Field(300.0, gt=0)
+    """Seconds the launched server has to answer ``/models``."""
+
+    @model_validator(mode="after")
+    def _url_or_launch(self) -> "OpenAIEngineSpec":
+        if not self.base_url and not self.launch:
+            raise ValueError("engine type openai needs base_url (a running server) or launch (a command to start one)")
+        return self
+
+
+class SGLangEngineSpec(Strict):
+    """SGLang servers on a GPU pool, driven over SGLang's native HTTP API."""
+
+    type: Literal["sglang"]
+    urls: list[str] = []
+    """Running servers to use (``http://host:port``); empty: launch one per replica."""
+    replicas: int = Field(1, ge=1)
+    """Servers launched on the pool when ``urls`` is empty."""
+    tp: int = Field(1, ge=1)
+    """Tensor-parallel GPUs per launched server."""
+    dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
+    mem_fraction_static: float = Field(0.8, gt=0, le=1)
+    """GPU memory share SGLang reserves for weights and KV cache."""
+    extra_args: list[str] = []
+    """More ``sglang.launch_server`` flags, passed through."""
+    weight_sync: Literal["disk", "distributed"] = "disk"
+    """``disk``: the trainer saves safetensors, servers load them with ``/update_weights_from_disk``;
+    ``distributed``: broadcast over an NCCL group (``/update_weights_from_distributed``)."""
+    concurrency: int = Field(64, ge=1)
+    """Requests in flight per server."""
+    timeout_s: float = Field(600.0, gt=0)
+    launch_timeout_s: float = Field(900.0, gt=0)
+
+
+def _engine_type(v: Any) -> str:
+    return v.get("type", "hf") if isinstance(v, dict) else getattr(v, "type", "hf")
+
+
+EngineSpec = Annotated[
+    Union[Annotated[HFEngineSpec, Tag("hf")], Annotated[OpenAIEngineSpec, Tag("openai")], Annotated[SGLangEngineSpec, Tag("sglang")]],
+    Discriminator(_engine_type),
+]
+"""The engine variants, chosen by ``type:`` (default ``hf``)."""
 
 
 class GenerationDefaults(Strict):

@@ -67,6 +67,12 @@ class Generation:
     request_index: int = 0
     sample_index: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    completion_tokens: int | None = None
+    """Tokens generated when ``token_ids`` is not available (a remote server reports a count)."""
+
+    @property
+    def n_tokens(self) -> int:
+        return self.completion_tokens if self.completion_tokens is not None else len(self.token_ids)
 
 
 @runtime_checkable

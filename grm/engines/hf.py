@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from grm.engines.base import Generation, GenerationRequest, SamplingParams
+from grm.engines.kvcache import prefill
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -37,12 +38,13 @@ def load_model(model: str, dtype: str = "fp32"):
 class HFEngine:
     """GenerationEngine over a transformers causal LM.
 
-    ``max_batch_size`` caps the rows decoded together (requests x n); longer lists are chunked.
+    ``max_batch_size`` caps the rows decoded together (requests x n) and ``max_batch_tokens`` the
+    KV-cache positions they hold (rows x longest prompt+completion); longer lists are chunked.
     ``threads`` sets torch's intra-op threads for this process (None leaves it alone).
     """
 
     def __init__(self, model: str, *, dtype: str = "fp32", threads: int | None = None,
-                 max_batch_size: int = 32, model_obj: Any = None, tokenizer: Any = None) -> None:
+                 max_batch_size: int = 32, max_batch_tokens: int = 65536, model_obj: Any = None, tokenizer: Any = None) -> None:
         if threads:
             torch.set_num_threads(threads)
         if dtype not in DTYPES:
@@ -54,6 +56,7 @@ class HFEngine:
         self.model = model_obj
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.version = 0
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
@@ -84,12 +87,22 @@ class HFEngine:
         # Longest first so each chunk pads little; the output order is restored below.
         rows.sort(key=lambda ij: -len(prompts[ij[0]]))
         out: dict[tuple[int, int], Generation] = {}
-        for start in range(0, len(rows), self.max_batch_size):
-            chunk = rows[start:start + self.max_batch_size]
+        for chunk in self._chunks(rows, [len(prompts[i]) + sampling.max_new_tokens for i, _ in rows]):
             gens = [self._row_generator(seeds[i], j, prompts[i]) for i, j in chunk]
             for (i, j), gen in zip(chunk, self._generate_rows([prompts[i] for i, _ in chunk], chunk, gens, sampling)):
                 out[(i, j)] = gen
         return [out[(i, j)] for i in range(len(prompts)) for j in range(sampling.n)]
+
+    def _chunks(self, rows: list, sizes: list[int]) -> list[list]:
+        """Consecutive runs of ``rows`` (sorted longest first) holding at most ``max_batch_size``
+        rows and ``max_batch_tokens`` cache positions (rows x longest)."""
+        chunks: list[list] = []
+        for row, size in zip(rows, sizes):
+            if chunks and len(chunks[-1][0]) < self.max_batch_size and (len(chunks[-1][0]) + 1) * chunks[-1][1] <= self.max_batch_tokens:
+                chunks[-1][0].append(row)
+            else:
+                chunks.append(([row], size))
+        return [c for c, _ in chunks]
 
     @staticmethod
     def _row_generator(seed: int | None, j: int, prompt: list[int]) -> torch.Generator | None:
@@ -105,29 +118,21 @@ class HFEngine:
     def _generate_rows(self, prompts: list[list[int]], ids: list[tuple[int, int]],
                        gens: list[torch.Generator | None], sp: SamplingParams) -> list[Generation]:
         B = len(prompts)
-        L = max(len(p) for p in prompts)
-        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        for b, p in enumerate(prompts):
-            input_ids[b, L - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[b, L - len(p):] = 1
+        cache, logits, attn = prefill(self.model, prompts, self.pad_id, extra=sp.max_new_tokens)
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         finish: list[str | None] = [None] * B
         texts: list[str] = [""] * B
-        active = list(range(B))  # row index in the original batch for each live cache row
+        active = list(range(B))  # original row of each cache row; finished rows stay until compaction
 
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                         logits_to_keep=1)  # only the last position: full [B, L, vocab] logits cost GBs
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
         for step in range(sp.max_new_tokens):
             logprobs = torch.log_softmax(logits, dim=-1)
             next_tok = self._sample(logits, sp, [gens[r] for r in active])
             chosen_lp = logprobs.gather(1, next_tok[:, None])[:, 0]
-            still = []
+            live = []
             for k, r in enumerate(active):
+                if finish[r] is not None:
+                    continue
                 t = int(next_tok[k])
                 tokens[r].append(t)
                 logps[r].append(float(chosen_lp[k]))
@@ -142,20 +147,19 @@ class HFEngine:
                 if finish[r] is None and step == sp.max_new_tokens - 1:
                     finish[r] = "length"
                 if finish[r] is None:
-                    still.append(k)
-            if not still:
+                    live.append(k)
+            if not live:
                 break
-            keep = torch.tensor(still, dtype=torch.long)
-            if len(still) < len(active):
+            # Dropping rows copies the cache, so finished rows ride along until a quarter are done.
+            if len(live) <= 0.75 * len(active):
+                keep = torch.tensor(live, dtype=torch.long)
                 cache.batch_select_indices(keep)
-                attn = attn[keep]
-                next_tok = next_tok[keep]
-                active = [active[k] for k in still]
+                attn, next_tok = attn[keep], next_tok[keep]
+                active = [active[k] for k in live]
             attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=1)
             pos = (attn.sum(-1, keepdim=True) - 1)
             out = self.model(input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos,
                              past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
             logits = out.logits[:, -1, :].float()
 
         result = []
@@ -213,30 +217,27 @@ class HFEngine:
         multi-token candidates are fed on top of the prompt's KV cache (a few tokens each)."""
         prompts = [self.encode(r) for r in requests]
         cont_ids = [[self.tokenize(c) for c in conts] for conts in continuations]
-        out: list[list[float]] = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            out += self._score_chunk(prompts[start:start + self.max_batch_size], cont_ids[start:start + self.max_batch_size])
-        return out
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        out: dict[int, list[float]] = {}
+        extra = max((len(c) for conts in cont_ids for c in conts), default=1)
+        for chunk in self._chunks(order, [len(prompts[i]) + extra for i in order]):
+            for i, sc in zip(chunk, self._score_chunk([prompts[i] for i in chunk], [cont_ids[i] for i in chunk])):
+                out[i] = sc
+        return [out[i] for i in range(len(prompts))]
 
     def tokenize(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     @torch.inference_mode()
     def _score_chunk(self, prompts: list[list[int]], cont_ids: list[list[list[int]]]) -> list[list[float]]:
-        L = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        for b, p in enumerate(prompts):
-            ids[b, L - len(p):] = torch.tensor(p)
-            attn[b, L - len(p):] = 1
+        extra = max((len(c) for conts in cont_ids for c in conts), default=1)
+        cache, last, attn = prefill(self.model, prompts, self.pad_id, extra=extra)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-        first = torch.log_softmax(out.logits[:, -1].float(), -1)
+        first = torch.log_softmax(last, -1)
         scores = [[float(first[i][c[0]]) if c else 0.0 for c in conts] for i, conts in enumerate(cont_ids)]
         multi = [(i, k) for i, conts in enumerate(cont_ids) for k, c in enumerate(conts) if len(c) > 1]
         if not multi:
             return scores
-        cache = out.past_key_values
         rows = torch.tensor([i for i, _ in multi])
         cache.batch_select_indices(rows)
         T = max(len(cont_ids[i][k]) for i, k in multi) - 1

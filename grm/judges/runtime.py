@@ -24,16 +24,16 @@ from grm.judges.templates import Template, load_template
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.verifiers import check
 
-_ENGINES: dict[tuple[str, str], GenerationEngine] = {}
+_ENGINES: dict[str, GenerationEngine] = {}
 
 
-def shared_engine(model: str, dtype: str = "fp32", threads: int | None = None, max_batch_size: int = 32) -> GenerationEngine:
-    """One engine per (model, dtype) in this process, shared by every judge that names it."""
-    key = (model, dtype)
+def shared_engine(model: str, spec: Any) -> GenerationEngine:
+    """One engine per (model, engine spec) in this process, shared by every judge that names it."""
+    key = f"{model}|{spec.model_dump_json()}"
     if key not in _ENGINES:
-        from grm.engines.hf import HFEngine
+        from grm.engines import build_engine
 
-        _ENGINES[key] = HFEngine(model, dtype=dtype, threads=threads, max_batch_size=max_batch_size)
+        _ENGINES[key] = build_engine(spec, model)
     return _ENGINES[key]
 
 
@@ -73,8 +73,7 @@ class Judge:
     @property
     def engine(self) -> GenerationEngine:
         if self._engine is None:
-            e = self.spec.engine
-            self._engine = shared_engine(self.spec.model or "", e.dtype, e.threads, e.max_batch_size)
+            self._engine = shared_engine(self.spec.model or "", self.spec.engine)
         return self._engine
 
     @property
@@ -167,7 +166,7 @@ class Judge:
             gens = self.engine.generate([self._principles_request(s) for s in samples], self._sampling(ps, ps.seed))
             principles = [g.text.strip() for g in gens]
             for i, g in enumerate(gens):
-                tokens[i] += len(g.token_ids)
+                tokens[i] += g.n_tokens
 
         views = self.views(samples, principles)
         records: dict[tuple[int, int], list[SampleRecord]] = {}
@@ -182,7 +181,7 @@ class Judge:
                 for v_idx, v in enumerate(group):
                     for j in range(n):
                         g = gens[v_idx * n + j]
-                        tokens[v.item] += len(g.token_ids)
+                        tokens[v.item] += g.n_tokens
                         records[(v.item, v.view)].append(self._record(v, j, 0, g))
         else:
             for v in views:
@@ -244,7 +243,7 @@ class Judge:
     def _record(self, view: View, j: int, attempt: int, g: Generation) -> SampleRecord:
         parsed = self._parse(view, g.text) if not self.is_logprob else ParsedScore(None)
         return SampleRecord(view=view.view, order=view.order, index=j, attempt=attempt, text=g.text,
-                            parsed=parsed.value, error=parsed.error, tokens=len(g.token_ids),
+                            parsed=parsed.value, error=parsed.error, tokens=g.n_tokens,
                             finish_reason=g.finish_reason)
 
     def _retry(self, views: list[View], records: dict[tuple[int, int], list[SampleRecord]], tokens: list[int]) -> None:
@@ -265,7 +264,7 @@ class Judge:
             gens = self.engine.generate(reqs, sp)
             for (key, k), g in zip(failed, gens):
                 v = by_key[key]
-                tokens[v.item] += len(g.token_ids)
+                tokens[v.item] += g.n_tokens
                 rec = self._record(v, records[key][k].index, attempt, g)
                 records[key].append(rec)
 

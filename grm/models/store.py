@@ -218,6 +218,12 @@ def fetch(name: str, *, force: bool = False, say: Callable[[str], None] = _say) 
     return out_dir
 
 
+def gguf_path(name: str) -> Path:
+    """The verified GGUF of builtin ``name`` (fetched first if needed), e.g. for a llama.cpp server."""
+    fetch(name)
+    return grm_home() / "gguf" / name / f"{name}.gguf"
+
+
 def _recorded_sha(name: str) -> str:
     pinned = Path(__file__).with_name("sha256.txt")
     if pinned.exists():

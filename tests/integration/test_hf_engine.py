@@ -34,6 +34,33 @@ def test_greedy_batch_of_32_equals_single(smollm2_fp32):
         assert alone.text == batch[k].text
 
 
+def test_mixed_lengths_grouped_prefill_equals_single(smollm2_fp32):
+    """Prompts of 20 to ~600 tokens: prefilled in length groups into one slab cache, rows ending at
+    different steps (one stops on a stop string) and compacted lazily, must match single runs; so
+    must continuation scores."""
+    essay = " ".join(f"Fact {i}: the river is {i} km long." for i in range(60))
+    prompts = [_chat("Hi."), _chat(essay + " Summarise."), _chat("Name a colour."), _chat(essay[:900] + " Which fact is first?"),
+               _chat(essay[:300]), _chat("Count to five.")]
+    sp = SamplingParams(temperature=0.0, max_new_tokens=20, stop=["3"])
+    eng = smollm2_fp32
+    lens = [len(eng.encode(p)) for p in prompts]
+    assert max(lens) > 10 * min(lens)
+    old = eng.max_batch_tokens
+    try:
+        eng.max_batch_tokens = 100_000
+        batch = eng.generate(prompts, sp)
+        cands = [["A", " B", " the river"]] * len(prompts)
+        scores = eng.score_continuations(prompts, cands)
+    finally:
+        eng.max_batch_tokens = old
+    assert len({len(g.token_ids) for g in batch}) > 1  # rows really finished at different steps
+    for k, p in enumerate(prompts):
+        alone = eng.generate([p], sp)[0]
+        assert alone.token_ids == batch[k].token_ids and alone.text == batch[k].text, k
+        assert alone.logprobs == pytest.approx(batch[k].logprobs, abs=1e-3)
+        assert eng.score_continuations([p], [cands[k]])[0] == pytest.approx(scores[k], abs=1e-3)
+
+
 def test_stop_strings_cut_text(smollm2_fp32):
     req = Req(text="Count: 1, 2, 3, 4, 5,")
     free = smollm2_fp32.generate([req], SamplingParams(temperature=0, max_new_tokens=16))[0]

@@ -1,0 +1,102 @@
+"""A KV cache for batched decoding of prompts of very different lengths, on CPU.
+
+Two costs dominate a naive left-padded batch when judge prompts range from 200 to 1,700 tokens
+(measured on mt-bench, SmolLM2, 32 rows): the prefill runs every row at the longest row's length
+(164 s instead of ~30 s), and transformers' ``DynamicCache`` concatenates the whole cache on every
+decode step (69% of a step's time). Here the prompts are prefilled in groups of similar length,
+with little padding, and their keys/values are copied right-aligned into one preallocated slab per
+layer that later steps write into in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+
+class SlabLayer(DynamicLayer):
+    """Keys/values in a preallocated ``[B, H, capacity, D]`` slab; ``keys``/``values`` are views
+    of the filled part, so an update writes one position instead of copying the cache."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        super().__init__()
+        self._k, self._v, self.length = keys, values, length
+        self.dtype, self.device = keys.dtype, keys.device
+        self.is_initialized = True
+        self._views()
+
+    def _views(self) -> None:
+        self.keys = self._k[:, :, : self.length]
+        self.values = self._v[:, :, : self.length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        n, m = self.length, key_states.shape[-2]
+        if n + m > self._k.shape[-2]:  # out of room: grow geometrically (rare: capacity is planned)
+            cap = max(2 * self._k.shape[-2], n + m)
+            self._k = torch.cat([self._k, self._k.new_zeros(*self._k.shape[:2], cap - self._k.shape[-2], self._k.shape[-1])], 2)
+            self._v = torch.cat([self._v, self._v.new_zeros(*self._v.shape[:2], cap - self._v.shape[-2], self._v.shape[-1])], 2)
+        self._k[:, :, n:n + m] = key_states
+        self._v[:, :, n:n + m] = value_states
+        self.length = n + m
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._views()
+
+
+def _groups(lengths: Sequence[int], max_tokens: int, min_fill: float) -> list[list[int]]:
+    """Row indices grouped longest first so that a group's padded size stays within
+    ``max_tokens`` and at least ``min_fill`` of it is real tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        g = groups[-1] if groups else None
+        if g is not None:
+            top = lengths[g[0]]
+            real = sum(lengths[j] for j in g) + lengths[i]
+            if (len(g) + 1) * top <= max_tokens and real >= min_fill * (len(g) + 1) * top:
+                g.append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
+@torch.inference_mode()
+def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra: int,
+            max_tokens: int = 8192, min_fill: float = 0.9) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """Run ``prompts`` through ``model`` and return (cache, last-position logits ``[B, V]``,
+    attention mask ``[B, L]``), the rows left-padded to the longest prompt ``L`` and the cache
+    holding room for ``extra`` more positions."""
+    B, L = len(prompts), max(len(p) for p in prompts)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        attn[b, L - len(p):] = 1
+    slabs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    logits: torch.Tensor | None = None
+    for g in _groups([len(p) for p in prompts], max_tokens, min_fill):
+        Lg = len(prompts[g[0]])
+        ids = torch.full((len(g), Lg), pad_id, dtype=torch.long)
+        for r, b in enumerate(g):
+            ids[r, Lg - len(prompts[b]):] = torch.tensor(prompts[b], dtype=torch.long)
+        mask = attn[g, L - Lg:]
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        last = out.logits[:, -1, :].float()
+        if logits is None:
+            logits = last.new_empty((B, last.shape[-1]))
+            for layer in out.past_key_values.layers:
+                k = layer.keys
+                shape = (B, k.shape[1], L + extra, k.shape[-1])
+                slabs.append((k.new_zeros(shape), k.new_zeros(shape)))
+        rows = torch.tensor(g, dtype=torch.long)
+        logits[rows] = last
+        for (sk, sv), layer in zip(slabs, out.past_key_values.layers):
+            sk[rows, :, L - Lg:L] = layer.keys
+            sv[rows, :, L - Lg:L] = layer.values
+    cache = DynamicCache()
+    cache.layers = [SlabLayer(k, v, L) for k, v in slabs]
+    return cache, logits, attn

@@ -1,0 +1,245 @@
+"""SGLang servers on a GPU pool, driven over SGLang's native HTTP API (no ``import sglang`` here).
+
+Generation goes to ``/generate`` as token ids with per-row sampling params and comes back with
+output ids and per-token log-probs (``return_logprob``), so rollouts carry the behaviour
+log-probs TIS needs. Candidate continuations are scored exactly by teacher forcing
+(``logprob_start_len``; the radix cache reuses the shared prompt). Weights reach the servers
+from disk (``/update_weights_from_disk`` on safetensors the sync step writes) or over an NCCL
+group the trainer joins (``/init_weights_update_group`` + ``/update_weights_from_distributed``);
+in-flight rollouts are paused around an update and the prefix cache is flushed after it.
+
+Verified here: request building and response parsing against the documented shapes (unit tests).
+Not verified here: a live server (SGLang needs CUDA; this machine has none).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from grm.engines.base import Generation, GenerationRequest, SamplingParams
+from grm.engines.openai_api import EngineError, ServerProcess, free_port
+
+INSTALL_HINT = "pip install 'grm-rlaif[sglang]' (SGLang needs CUDA GPUs)"
+
+
+def sampling_payload(sp: SamplingParams, seed: int | None) -> dict[str, Any]:
+    """SGLang ``sampling_params`` for one row."""
+    p: dict[str, Any] = {"temperature": sp.temperature, "top_p": sp.top_p, "max_new_tokens": sp.max_new_tokens}
+    if sp.top_k:
+        p["top_k"] = sp.top_k
+    if sp.stop:
+        p["stop"] = list(sp.stop)
+    if seed is not None:
+        p["sampling_seed"] = seed
+    return p
+
+
+def generate_payload(prompts: Sequence[Sequence[int]], sp: SamplingParams, seeds: Sequence[int | None]) -> dict[str, Any]:
+    """One batched ``/generate`` body: row ``i * n + j`` is sample j of prompt i, seeded ``seed + j``."""
+    ids, params = [], []
+    for p, seed in zip(prompts, seeds):
+        for j in range(sp.n):
+            ids.append(list(p))
+            params.append(sampling_payload(sp, None if seed is None else seed + j))
+    return {"input_ids": ids, "sampling_params": params, "return_logprob": True, "logprob_start_len": -1}
+
+
+def parse_generation(item: dict[str, Any], *, version: int, request_index: int, sample_index: int) -> Generation:
+    """A ``/generate`` response row -> Generation. ``output_token_logprobs`` rows are
+    ``[logprob, token_id, text-or-None]``."""
+    meta = item.get("meta_info") or {}
+    lps = meta.get("output_token_logprobs") or []
+    ids = item.get("output_ids")
+    if ids is None:
+        ids = [int(t[1]) for t in lps]
+    finish = meta.get("finish_reason") or {}
+    kind = finish.get("type") if isinstance(finish, dict) else finish
+    if kind == "abort":
+        raise EngineError(f"sglang aborted request {request_index}: {finish.get('message', '')}")
+    return Generation(text=item.get("text", ""), token_ids=list(ids), logprobs=[float(t[0]) for t in lps],
+                      finish_reason="length" if kind == "length" else "stop", version=version,
+                      prompt_tokens=int(meta.get("prompt_tokens") or 0), request_index=request_index,
+                      sample_index=sample_index)
+
+
+def continuation_payload(prompt: Sequence[int], cont: Sequence[int]) -> dict[str, Any]:
+    """Teacher-force ``cont`` after ``prompt``: log-probs of the input from the candidate's first token."""
+    return {"input_ids": list(prompt) + list(cont), "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+            "return_logprob": True, "logprob_start_len": len(prompt)}
+
+
+def parse_continuation(item: dict[str, Any], n_cont: int) -> float:
+    rows = (item.get("meta_info") or {}).get("input_token_logprobs") or []
+    vals = [float(r[0]) for r in rows if r and r[0] is not None]
+    if len(vals) < n_cont:
+        raise EngineError(f"sglang returned {len(vals)} input log-probs for a {n_cont}-token continuation")
+    return sum(vals[-n_cont:])
+
+
+def launch_command(model_path: str, port: int, spec: Any) -> list[str]:
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--host", "127.0.0.1",
+           "--port", str(port), "--tp-size", str(spec.tp), "--dtype", spec.dtype,
+           "--mem-fraction-static", str(spec.mem_fraction_static)]
+    return cmd + list(spec.extra_args)
+
+
+class SGLangEngine:
+    """GenerationEngine over one or more SGLang servers (requests split across them)."""
+
+    def __init__(self, urls: Sequence[str], model: str, tokenizer: Any, *, concurrency: int = 64,
+                 timeout_s: float = 600.0, tp: int = 1, post: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+        if not urls:
+            raise ValueError("SGLangEngine needs at least one server URL")
+        from grm.engines.openai_api import OpenAIEngine
+
+        self.urls = [u.rstrip("/") for u in urls]
+        self.model_id = model
+        self.tokenizer = tokenizer
+        self.version = 0
+        self.tp = tp
+        self.servers: list[ServerProcess] = []
+        self.sync_dir = Path(tempfile.mkdtemp(prefix="grm-sglang-weights-"))
+        # HTTP with retries on 429/5xx/timeouts, shared with the openai engine
+        self._http = OpenAIEngine(self.urls[0], model, endpoint="chat", concurrency=concurrency, timeout_s=timeout_s)
+        self._post_fn = post
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_spec(cls, spec: Any, model: str, *, tokenizer: Any = None, **_: Any) -> "SGLangEngine":
+        from transformers import AutoTokenizer
+
+        from grm.models import resolve_model
+
+        path = resolve_model(model)
+        tok = tokenizer or AutoTokenizer.from_pretrained(path)
+        urls = list(spec.urls)
+        servers = []
+        if not urls:
+            if importlib.util.find_spec("sglang") is None:
+                raise EngineError(f"engine type sglang launches SGLang servers, but sglang is not installed: {INSTALL_HINT}")
+            for _ in range(spec.replicas):
+                port = free_port()
+                url = f"http://127.0.0.1:{port}"
+                servers.append(ServerProcess(launch_command(path, port, spec), url, timeout_s=spec.launch_timeout_s,
+                                             health_path="/health"))
+                urls.append(url)
+        eng = cls(urls, model, tok, concurrency=spec.concurrency, timeout_s=spec.timeout_s, tp=spec.tp)
+        eng.servers = servers
+        return eng
+
+    # ------------------------------------------------------------------ HTTP
+    def _post(self, url: str, path: str, body: dict[str, Any]) -> Any:
+        if self._post_fn is not None:
+            return self._post_fn(url + path, body)
+        return self._http.post_url(url + path, body)
+
+    def _each_server(self, path: str, body: dict[str, Any] | None = None) -> list[Any]:
+        outs = list(self._pool.map(lambda u: self._post(u, path, body or {}), self.urls))
+        for u, o in zip(self.urls, outs):
+            if isinstance(o, dict) and o.get("success") is False:
+                raise EngineError(f"{u}{path} failed: {o.get('message', o)}")
+        return outs
+
+    # ------------------------------------------------------------------ prompts
+    def encode(self, request: GenerationRequest) -> list[int]:
+        tok = self.tokenizer
+        if request.messages is None:
+            return tok(request.text, add_special_tokens=False)["input_ids"]
+        kw = {"continue_final_message": True} if request.continue_final else {"add_generation_prompt": True}
+        return tok(tok.apply_chat_template(request.messages, tokenize=False, **kw), add_special_tokens=False)["input_ids"]
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # ------------------------------------------------------------------ GenerationEngine
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        prompts = [self.encode(r) for r in requests]
+        seeds = [r.seed if r.seed is not None else sampling.seed for r in requests]
+        k = len(self.urls)
+        shards = [list(range(i, len(prompts), k)) for i in range(k)]  # request i -> server i % k
+        version = self.version
+
+        def run(s: int) -> list[Any]:
+            idx = shards[s]
+            if not idx:
+                return []
+            out = self._post(self.urls[s], "/generate", generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx]))
+            return out if isinstance(out, list) else [out]
+
+        results = list(self._pool.map(run, range(k)))
+        gens: dict[tuple[int, int], Generation] = {}
+        for s, rows in enumerate(results):
+            if len(rows) != len(shards[s]) * sampling.n:
+                raise EngineError(f"{self.urls[s]}/generate returned {len(rows)} rows for {len(shards[s]) * sampling.n}")
+            for r, item in enumerate(rows):
+                i, j = shards[s][r // sampling.n], r % sampling.n
+                gens[(i, j)] = parse_generation(item, version=version, request_index=i, sample_index=j)
+        return [gens[(i, j)] for i in range(len(prompts)) for j in range(sampling.n)]
+
+    def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
+        jobs = []
+        for i, (r, conts) in enumerate(zip(requests, continuations)):
+            p = self.encode(r)
+            jobs += [(i, k, continuation_payload(p, self.tokenize(c)), len(self.tokenize(c))) for k, c in enumerate(conts)]
+        k = len(self.urls)
+        outs = list(self._http._pool.map(lambda jb: self._post(self.urls[jb[0] % k], "/generate", jb[2]), jobs))
+        scores = [[0.0] * len(c) for c in continuations]
+        for (i, kk, _, n), item in zip(jobs, outs):
+            scores[i][kk] = parse_continuation(item[0] if isinstance(item, list) else item, n)
+        return scores
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        """Write the weights as safetensors next to the model's config and reload them from disk."""
+        from grm.models import resolve_model
+        from grm.training.sync import save_weights
+
+        target = self.sync_dir / f"v{version}"
+        save_weights(state_dict, target, version)
+        src = Path(resolve_model(self.model_id))
+        for name in os.listdir(src):
+            if name.endswith((".json", ".txt", ".model", ".jinja")) and not (target / name).exists():
+                (target / name).write_bytes((src / name).read_bytes())
+        self.update_weights_from_disk(str(target), version)
+
+    def update_weights_from_disk(self, path: str, version: int) -> None:
+        """Pause rollouts, load ``path`` on every server, flush prefix caches, resume."""
+        self._each_server("/pause_generation", {})
+        try:
+            self._each_server("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
+            self._each_server("/flush_cache", {})
+        finally:
+            self._each_server("/continue_generation", {})
+        self.version = version
+
+    def init_weight_group(self, master_address: str, master_port: int, world_size: int,
+                          group_name: str = "weight_update_group", backend: str = "nccl") -> None:
+        """Servers join an NCCL group with the trainer at rank 0 (ranks 1.. are the servers' GPUs)."""
+        for s, url in enumerate(self.urls):
+            body = {"master_address": master_address, "master_port": master_port, "rank_offset": 1 + s * self.tp,
+                    "world_size": world_size, "group_name": group_name, "backend": backend}
+            out = self._post(url, "/init_weights_update_group", body)
+            if isinstance(out, dict) and out.get("success") is False:
+                raise EngineError(f"{url}/init_weights_update_group failed: {out.get('message')}")
+
+    def announce_distributed_update(self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int,
+                                    group_name: str = "weight_update_group") -> None:
+        """Tell every server to receive the named tensors from the group's broadcast (the trainer
+        broadcasts them concurrently, in the same order)."""
+        body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                "flush_cache": True, "weight_version": str(version)}
+        self._each_server("/update_weights_from_distributed", body)
+        self.version = version
+
+    def close(self) -> None:
+        for s in self.servers:
+            s.stop()
+
