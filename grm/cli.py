@@ -17,8 +17,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from grm.evaluation.runner import EvalError
 
     from grm.orchestrator.errors import RunError
+    from grm.engines.openai_api import EngineError
 
-    errors: list[type[BaseException]] = [ConfigError, ModelStoreError, EvalDataError, EvalError, RunError]
+    errors: list[type[BaseException]] = [ConfigError, ModelStoreError, EvalDataError, EvalError, RunError, EngineError]
     try:
         from grm.orchestrator.pools import PlacementError
 

@@ -45,8 +45,8 @@ def load_judge(ref: str | Path, base_dir: Path | None = None, overrides: Iterabl
     return load(path, overrides, kind="judge")  # type: ignore[return-value]
 
 
-def load_policy(ref: str | Path, base_dir: Path | None = None) -> PolicySpec:
-    return load(_ref(ref, base_dir, "policy"), kind="policy")  # type: ignore[return-value]
+def load_policy(ref: str | Path, base_dir: Path | None = None, overrides: Iterable[str] = ()) -> PolicySpec:
+    return load(_ref(ref, base_dir, "policy"), overrides, kind="policy")  # type: ignore[return-value]
 
 
 def _ref(ref: str | Path, base_dir: Path | None, kind: str) -> Path:
@@ -62,7 +62,7 @@ def validate_tree(path: str | Path, overrides: Iterable[str] = ()) -> list[tuple
     spec = load(path, overrides)
     out: list[tuple[Path, BaseModel]] = [(path, spec)]
     if isinstance(spec, PipelineSpec):
-        out.append((_ref(spec.policy.spec, path.parent, "policy"), load_policy(spec.policy.spec, path.parent)))
+        out.append((_ref(spec.policy.spec, path.parent, "policy"), load_policy(spec.policy.spec, path.parent, spec.policy.overrides)))
         for j in spec.judges:
             jpath = _ref(j.spec, path.parent, "judges")
             judge = load_judge(j.spec, path.parent, overrides=j.overrides)

@@ -30,6 +30,8 @@ class RoleSpec(Strict):
 class PolicyRole(RoleSpec):
     spec: str
     """Policy spec: path relative to this file, or builtin:NAME."""
+    overrides: list[str] = []
+    """``key.path=value`` overrides applied to the policy spec (e.g. ``engine.type=sglang``)."""
 
     @field_validator("spec")
     @classmethod

@@ -76,9 +76,6 @@ class SGLangEngineSpec(Strict):
     """GPU memory share SGLang reserves for weights and KV cache."""
     extra_args: list[str] = []
     """More ``sglang.launch_server`` flags, passed through."""
-    weight_sync: Literal["disk", "distributed"] = "disk"
-    """``disk``: the trainer saves safetensors, servers load them with ``/update_weights_from_disk``;
-    ``distributed``: broadcast over an NCCL group (``/update_weights_from_distributed``)."""
     concurrency: int = Field(64, ge=1)
     """Requests in flight per server."""
     timeout_s: float = Field(600.0, gt=0)
@@ -122,3 +119,10 @@ class PolicySpec(Strict):
     """Rollout engine settings."""
     generation: GenerationDefaults = GenerationDefaults()
     """Defaults for rollout sampling; the pipeline's ``rollout:`` overrides them."""
+
+    @model_validator(mode="after")
+    def _trainable_engine(self) -> "PolicySpec":
+        if self.engine.type == "openai":
+            raise ValueError("engine type openai serves frozen models (judges); a policy needs hf or sglang, "
+                             "which take the trainer's weights")
+        return self

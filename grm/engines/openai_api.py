@@ -140,24 +140,20 @@ class OpenAIEngine:
 
     # ------------------------------------------------------------------ GenerationEngine
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        # One request per sample (n=1): servers differ in whether they honour n, and sample j is
+        # then reproducible on its own under seed + j. Prefix caching on the server shares the prompt.
         jobs = []
         for i, r in enumerate(requests):
             seed = r.seed if r.seed is not None else sampling.seed
-            if seed is not None and sampling.n > 1:
-                # one call per sample so sample j is reproducible on its own: seed + j
-                jobs += [(i, j, self._body(r, sampling, 1, seed + j, 1)) for j in range(sampling.n)]
-            else:
-                jobs.append((i, None, self._body(r, sampling, sampling.n, seed, 1)))
+            jobs += [(i, j, self._body(r, sampling, 1, None if seed is None else seed + j, None)) for j in range(sampling.n)]
         results = list(self._pool.map(lambda job: self._post(*job[2]), jobs))
-        out: dict[tuple[int, int], Generation] = {}
+        out = []
         for (i, j, _), res in zip(jobs, results):
-            for k, choice in enumerate(sorted(res.get("choices") or [], key=lambda c: c.get("index", 0))):
-                sample = j if j is not None else k
-                out[(i, sample)] = self._generation(choice, res, i, sample)
-        missing = [(i, j) for i in range(len(requests)) for j in range(sampling.n) if (i, j) not in out]
-        if missing:
-            raise EngineError(f"{self.base_url}: server returned too few choices (missing request/sample {missing[:3]})")
-        return [out[(i, j)] for i in range(len(requests)) for j in range(sampling.n)]
+            choices = res.get("choices") or []
+            if not choices:
+                raise EngineError(f"{self.base_url}: response without choices for request {i}: {str(res)[:200]}")
+            out.append(self._generation(choices[0], res, i, j))
+        return out
 
     def _generation(self, choice: dict[str, Any], res: dict[str, Any], i: int, j: int) -> Generation:
         text = choice.get("text")

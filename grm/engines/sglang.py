@@ -114,12 +114,13 @@ class SGLangEngine:
 
     @classmethod
     def from_spec(cls, spec: Any, model: str, *, tokenizer: Any = None, **_: Any) -> "SGLangEngine":
-        from transformers import AutoTokenizer
-
         from grm.models import resolve_model
 
         path = resolve_model(model)
-        tok = tokenizer or AutoTokenizer.from_pretrained(path)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path)
         urls = list(spec.urls)
         servers = []
         if not urls:
@@ -131,7 +132,7 @@ class SGLangEngine:
                 servers.append(ServerProcess(launch_command(path, port, spec), url, timeout_s=spec.launch_timeout_s,
                                              health_path="/health"))
                 urls.append(url)
-        eng = cls(urls, model, tok, concurrency=spec.concurrency, timeout_s=spec.timeout_s, tp=spec.tp)
+        eng = cls(urls, model, tokenizer, concurrency=spec.concurrency, timeout_s=spec.timeout_s, tp=spec.tp)
         eng.servers = servers
         return eng
 

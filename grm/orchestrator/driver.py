@@ -72,7 +72,7 @@ class Driver:
         self.cfg, self.run_dir = cfg, run_dir
         self.ray = ray
         base = cfg_path.parent
-        self.policy_spec = load_policy(cfg.policy.spec, base)
+        self.policy_spec = load_policy(cfg.policy.spec, base, cfg.policy.overrides)
         self.judges: list[JudgeRole] = []
         for jr in cfg.judges:
             jpath = resolve_path(jr.spec, base, "judges")

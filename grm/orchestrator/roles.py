@@ -56,9 +56,14 @@ class PolicyActor:
         torch.manual_seed(cfg.seed)
         t = cfg.train
         train_model, self.tok = load_model(policy.model, "fp32")
-        gen_model, _ = load_model(policy.model, policy.engine.dtype)
-        self.engine = HFEngine(policy.model, dtype=policy.engine.dtype, max_batch_size=policy.engine.max_batch_size,
-                               model_obj=gen_model, tokenizer=self.tok)
+        if policy.engine.type == "hf":
+            gen_model, _ = load_model(policy.model, policy.engine.dtype)
+            self.engine = HFEngine(policy.model, dtype=policy.engine.dtype, max_batch_size=policy.engine.max_batch_size,
+                                   model_obj=gen_model, tokenizer=self.tok)
+        else:  # sglang servers on the pool's GPUs; weights reach them through sync()
+            from grm.engines import build_engine
+
+            self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok)
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size
         common = dict(lr=t.lr, micro_batch_size=t.micro_batch_size, max_grad_norm=t.max_grad_norm,
                       warmup_steps=t.warmup_steps, total_steps=t.steps, schedule=t.lr_schedule)
@@ -68,7 +73,7 @@ class PolicyActor:
         if cfg.algorithm.type == "ppo":
             critic = ValueModel.from_pretrained(policy.model, "fp32")
             self.critic = self._trainer(critic, batch, {**common, "lr": t.critic_lr}, forward=value_forward)
-        self.pad_id = self.engine.pad_id
+        self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
 
     def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> Any:
         b = self.cfg.train.backend

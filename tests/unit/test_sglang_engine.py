@@ -1,0 +1,142 @@
+"""SGLang engine: request bodies and response parsing against SGLang's documented /generate and
+weight-update shapes (no server: SGLang needs CUDA). The live test is marked gpu."""
+
+import sys
+
+import pytest
+
+from grm.engines.base import GenerationRequest as Req
+from grm.engines.base import SamplingParams
+from grm.engines.openai_api import EngineError
+from grm.engines.sglang import (SGLangEngine, continuation_payload, generate_payload, launch_command,
+                                parse_continuation, parse_generation)
+
+
+class Tok:
+    """A byte-level stand-in tokenizer: one id per character."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+    def apply_chat_template(self, messages, tokenize=False, **kw):
+        body = "".join(f"<{m['role']}>{m['content']}" for m in messages)
+        return body if kw.get("continue_final_message") else body + "<assistant>"
+
+
+def test_generate_payload_rows_and_seeds():
+    body = generate_payload([[1, 2], [3]], SamplingParams(n=2, temperature=0.7, top_k=5, max_new_tokens=8, stop=("\n",)), [10, None])
+    assert body["input_ids"] == [[1, 2], [1, 2], [3], [3]]
+    assert [p.get("sampling_seed") for p in body["sampling_params"]] == [10, 11, None, None]
+    p = body["sampling_params"][0]
+    assert p["temperature"] == 0.7 and p["top_k"] == 5 and p["max_new_tokens"] == 8 and p["stop"] == ["\n"]
+    assert body["return_logprob"] is True and body["logprob_start_len"] == -1
+
+
+def test_parse_generation_reads_ids_logprobs_and_finish():
+    item = {"text": " hi", "output_ids": [5, 6],
+            "meta_info": {"prompt_tokens": 3, "completion_tokens": 2, "finish_reason": {"type": "length", "length": 2},
+                          "output_token_logprobs": [[-0.5, 5, None], [-1.25, 6, None]]}}
+    g = parse_generation(item, version=3, request_index=1, sample_index=0)
+    assert g.token_ids == [5, 6] and g.logprobs == [-0.5, -1.25] and g.finish_reason == "length"
+    assert g.version == 3 and g.prompt_tokens == 3 and g.text == " hi"
+    item["meta_info"]["finish_reason"] = {"type": "stop", "matched": 2}
+    del item["output_ids"]  # older servers: ids only inside the log-prob rows
+    g = parse_generation(item, version=0, request_index=0, sample_index=0)
+    assert g.finish_reason == "stop" and g.token_ids == [5, 6]
+    item["meta_info"]["finish_reason"] = {"type": "abort", "message": "weights updating"}
+    with pytest.raises(EngineError, match="aborted"):
+        parse_generation(item, version=0, request_index=0, sample_index=0)
+
+
+def test_continuation_scoring_teacher_forces_the_candidate():
+    body = continuation_payload([1, 2, 3], [7, 8])
+    assert body["input_ids"] == [1, 2, 3, 7, 8] and body["logprob_start_len"] == 3
+    assert body["sampling_params"]["max_new_tokens"] == 0
+    item = {"meta_info": {"input_token_logprobs": [[-0.1, 7, None], [-0.2, 8, None]]}}
+    assert parse_continuation(item, 2) == pytest.approx(-0.3)
+    with pytest.raises(EngineError):
+        parse_continuation({"meta_info": {"input_token_logprobs": [[None, 7, None]]}}, 1)
+
+
+def test_engine_splits_requests_across_servers_and_restores_order():
+    calls = []
+
+    def post(url, body):
+        calls.append((url, body))
+        if url.endswith("/generate"):
+            return [{"text": f"{url[-5:]}:{ids[0]}", "output_ids": [ids[0]],
+                     "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-1.0, ids[0], None]]}}
+                    for ids in body["input_ids"]]
+        return {"success": True, "message": ""}
+
+    eng = SGLangEngine(["http://a:1", "http://b:2"], "m", Tok(), post=post)
+    reqs = [Req(text=c) for c in "wxyz"]
+    gens = eng.generate(reqs, SamplingParams(n=2, temperature=1.0, seed=0, max_new_tokens=4))
+    assert [g.token_ids[0] for g in gens] == [ord(c) for c in "wwxxyyzz"]
+    assert [(g.request_index, g.sample_index) for g in gens][:4] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert {u for u, _ in calls} == {"http://a:1/generate", "http://b:2/generate"}
+    assert eng.encode(Req(messages=[{"role": "user", "content": "q"}])) == [ord(c) for c in "<user>q<assistant>"]
+
+
+def test_weight_update_pauses_loads_flushes_and_resumes_every_server(tmp_path):
+    calls = []
+
+    def post(url, body):
+        calls.append(url.split("/", 3)[-1])
+        return {"success": True, "message": ""}
+
+    eng = SGLangEngine(["http://a:1", "http://b:2"], "m", Tok(), post=post)
+    eng.update_weights_from_disk(str(tmp_path), 7)
+    assert eng.version == 7
+    order = [c for c in calls if c in ("pause_generation", "update_weights_from_disk", "flush_cache", "continue_generation")]
+    assert order == ["pause_generation"] * 2 + ["update_weights_from_disk"] * 2 + ["flush_cache"] * 2 + ["continue_generation"] * 2
+
+
+def test_failed_weight_update_still_resumes_generation():
+    calls = []
+
+    def post(url, body):
+        calls.append(url.rsplit("/", 1)[-1])
+        return {"success": not url.endswith("update_weights_from_disk"), "message": "bad path"}
+
+    eng = SGLangEngine(["http://a:1"], "m", Tok(), post=post)
+    with pytest.raises(EngineError, match="bad path"):
+        eng.update_weights_from_disk("/nope", 1)
+    assert calls[-1] == "continue_generation" and eng.version == 0
+
+
+def test_distributed_update_bodies():
+    bodies = {}
+
+    def post(url, body):
+        bodies[url] = body
+        return {"success": True, "message": ""}
+
+    eng = SGLangEngine(["http://a:1", "http://b:2"], "m", Tok(), tp=2, post=post)
+    eng.init_weight_group("10.0.0.1", 29500, world_size=5)
+    assert bodies["http://a:1/init_weights_update_group"]["rank_offset"] == 1
+    assert bodies["http://b:2/init_weights_update_group"]["rank_offset"] == 3
+    eng.announce_distributed_update(["w"], ["bfloat16"], [[2, 3]], version=4)
+    b = bodies["http://b:2/update_weights_from_distributed"]
+    assert b["names"] == ["w"] and b["shapes"] == [[2, 3]] and b["dtypes"] == ["bfloat16"] and eng.version == 4
+
+
+def test_launch_command_and_missing_sglang_message(monkeypatch):
+    from grm.config.policy import SGLangEngineSpec
+
+    spec = SGLangEngineSpec(type="sglang", tp=2, extra_args=["--disable-radix-cache"])
+    cmd = launch_command("/models/x", 30000, spec)
+    assert cmd[:3] == [sys.executable, "-m", "sglang.launch_server"]
+    assert "--tp-size" in cmd and cmd[cmd.index("--tp-size") + 1] == "2" and cmd[-1] == "--disable-radix-cache"
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr("grm.models.resolve_model", lambda m: "/models/x")
+    with pytest.raises(EngineError, match=r"grm-rlaif\[sglang\]"):
+        SGLangEngine.from_spec(spec, "x", tokenizer=Tok())
+
+
+def test_importing_grm_engines_never_imports_sglang():
+    import grm.engines.sglang  # noqa: F401
+
+    assert "sglang" not in sys.modules
