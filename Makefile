@@ -10,7 +10,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast quickstart bench clean
+.PHONY: setup test test-fast test-serving quickstart bench clean
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,11 @@ test: setup
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit
+
+# Optional: the openai engine against a real llama.cpp server (compiles llama.cpp once, ~7 min).
+test-serving: setup
+	$(PIP) -e '.[serving]'
+	$(BIN)/python -m pytest -q tests/serving
 
 quickstart: setup
 	$(BIN)/grm models fetch smollm2-135m-instruct

@@ -66,6 +66,8 @@ class DataSpec(Strict):
     """Column holding a reference answer (for reference-guided judges and verifiers), if any."""
     shuffle: bool = True
     """Shuffle prompts every epoch with the pipeline seed."""
+    limit: int | None = Field(None, ge=1)
+    """Use only the first N prompts of the source (before shuffling)."""
 
 
 class KLSpec(Strict):

@@ -20,6 +20,8 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
     from grm.evaluation.data import EvalDataError, load_rows
 
     rows = load_rows(spec.prompts)
+    if spec.limit is not None:
+        rows = rows[: spec.limit]
     out = []
     for i, row in enumerate(rows):
         text = row.get(spec.prompt_field)

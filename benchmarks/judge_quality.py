@@ -1,0 +1,89 @@
+"""Judge quality on human-preference pairs: candidate judges x models x sets through `grm eval`.
+
+Data: ../shared/data/human-preference/{mt-bench,llmeval2,faireval}.json (LLMBar format, read in
+place, never copied). Each (judge, model, set) is one resumable eval directory under --out, so an
+interrupted run continues where it stopped. Prints a markdown table (the one in judges/README.md):
+accuracy in order 1 / order 2 / averaged over orders / swap-combined, positional agreement,
+parse-failure rate and seconds per pair, with 95% bootstrap intervals.
+
+    python benchmarks/judge_quality.py                                  # defaults below
+    python benchmarks/judge_quality.py --judges builtin:pairwise-logprob@qwen2.5-coder-0.5b-instruct --sets mt-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference"
+DEFAULT_JUDGES = [
+    "builtin:pairwise-logprob@smollm2-135m-instruct",
+    "builtin:pairwise-rules-logprob@smollm2-135m-instruct",
+    "builtin:pairwise-logprob@qwen2.5-coder-0.5b-instruct",
+    "builtin:pairwise-rules-logprob@qwen2.5-coder-0.5b-instruct",
+]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "" if not ci else f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--judges", default=",".join(DEFAULT_JUDGES), help="comma list of JUDGE[@MODEL]")
+    ap.add_argument("--sets", default="mt-bench,llmeval2,faireval")
+    ap.add_argument("--data-dir", default=str(DATA))
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--out", default="bench-out/judge-quality", help="eval dirs (resumable)")
+    ap.add_argument("--batch-size", type=int, default=16)
+    args = ap.parse_args()
+    if not Path(args.data_dir).is_dir():
+        print(f"skipped: {args.data_dir} not found (the shared data sits beside the checkout, not in it)")
+        return 0
+
+    from grm.evaluation.runner import EvalConfig, run
+
+    rows = []
+    for ref in args.judges.split(","):
+        judge, _, model = ref.partition("@")
+        overrides = [f"model={model}"] if model else []
+        for name in args.sets.split(","):
+            data = Path(args.data_dir) / f"{name}.json"
+            tag = f"{judge.replace('builtin:', '')}@{model or 'default'}@{name}"
+            out = Path(args.out) / tag
+            print(f"== {tag}", file=sys.stderr, flush=True)
+            m = run(EvalConfig(judges=[judge], data=str(data), out=out, limit=args.limit, overrides=overrides,
+                               batch_size=args.batch_size))
+            jm = next(iter(m["judges"].values()))
+            p = jm.get("pairs") or {}
+            row = {"judge": judge.replace("builtin:", ""), "model": model or "default", "set": name, "n": p.get("n"),
+                   "acc_order1": p.get("accuracy_order1"), "acc_order2": p.get("accuracy_order2"),
+                   "acc_average": p.get("accuracy_average"), "acc_average_ci95": p.get("accuracy_average_ci95"),
+                   "acc_swap_combined": p.get("accuracy_swap_combined"),
+                   "acc_swap_combined_ci95": p.get("accuracy_swap_combined_ci95"),
+                   "positional_agreement": p.get("positional_agreement"), "parse_failure_rate": jm["parse_failure_rate"],
+                   "seconds_per_pair": 1 / jm["judgments_per_s"] if jm.get("judgments_per_s") else None}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+
+    print("\n| judge | model | set | n | acc order 1 | acc order 2 | acc avg [95% CI] | swap-combined [95% CI] "
+          "| positional agreement | parse failures | s/pair |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['judge']} | {r['model']} | {r['set']} | {r['n']} | {_pct(r['acc_order1'])} | {_pct(r['acc_order2'])} "
+              f"| {_pct(r['acc_average'])}{_ci(r['acc_average_ci95'])} | {_pct(r['acc_swap_combined'])}{_ci(r['acc_swap_combined_ci95'])} "
+              f"| {_pct(r['positional_agreement'])} | {_pct(r['parse_failure_rate'])} "
+              f"| {'-' if r['seconds_per_pair'] is None else f'{r['seconds_per_pair']:.2f}'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""This machine's matmul rate and the compute-bound floor for one step of the judge-driven GRPO
+work in benchmarks/peer_trl_grpo.py, so measured step times can be stated as a multiple of it.
+
+Measures fp32 and bf16 GEMM GFLOP/s at SmolLM2's linear-layer shapes on 1 thread and on all
+cores, then counts the FLOPs of one step: policy decode, judge prefill + decode, reference forward,
+the trainer's old-log-prob forward, and training forward + backward (2x forward), using the model's
+config. Attention FLOPs are included (4 * layers * hidden * context per token).
+
+    python benchmarks/roofline.py [--prompts 8 --group 4 --new-tokens 48 --prompt-tokens 40 --judge-prompt-tokens 330 --judge-new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def gemm_gflops(dtype, threads: int, m: int = 1024, k: int = 576, n: int = 1536, seconds: float = 2.0) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
+
+
+def forward_flops(cfg: dict, tokens: int, context: int, logits_tokens: int) -> float:
+    """FLOPs of a forward over ``tokens`` positions attending to ``context`` positions on average."""
+    h, L, inter, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    hd = h // heads
+    per_layer = 2 * (h * heads * hd + 2 * h * kv * hd + heads * hd * h) + 2 * 3 * h * inter  # qkvo + gated MLP
+    attn = 4 * heads * hd * context  # QK^T and AV
+    return tokens * L * (per_layer + attn) + 2 * h * vocab * logits_tokens
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--prompt-tokens", type=int, default=40, help="mean policy prompt length (chat template included)")
+    ap.add_argument("--judge-prompt-tokens", type=int, default=330, help="mean judge prompt length")
+    ap.add_argument("--judge-new-tokens", type=int, default=64)
+    ap.add_argument("--judge-samples", type=int, default=1)
+    args = ap.parse_args()
+
+    import torch
+
+    from grm.models import resolve_model
+
+    cfg = json.load(open(os.path.join(resolve_model(args.model), "config.json")))
+    cores = os.cpu_count() or 1
+    rates = {}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        rates[name] = {"1_thread": round(gemm_gflops(dt, 1), 1), f"{cores}_threads": round(gemm_gflops(dt, cores), 1)}
+    print(json.dumps({"gemm_gflops": rates, "shape": "1024x576 @ 576x1536"}))
+
+    B, P, T = args.prompts * args.group, args.prompt_tokens, args.new_tokens
+    J, JT = args.judge_prompt_tokens, args.judge_new_tokens
+    seq = P + T
+    phases = {
+        "rollout_decode": B * sum(forward_flops(cfg, 1, P + t, 1) for t in range(0, T, 8)) * 8 + B * forward_flops(cfg, P, P / 2, 1),
+        "judge_prefill_decode": B * args.judge_samples * (forward_flops(cfg, J, J / 2, 1) + JT * forward_flops(cfg, 1, J + JT / 2, 1)),
+        "reference_forward": B * forward_flops(cfg, seq, seq / 2, T),
+        "old_logprob_forward": B * forward_flops(cfg, seq, seq / 2, T),
+        "training_fwd_bwd": 3 * B * forward_flops(cfg, seq, seq / 2, T),
+    }
+    total = sum(phases.values())
+    best = max(max(r.values()) for r in rates.values())
+    print(json.dumps({"step_tflop": round(total / 1e12, 3), "phases_tflop": {k: round(v / 1e12, 3) for k, v in phases.items()},
+                      "best_rate_gflops_all_cores": best, "floor_seconds_per_step": round(total / (best * 1e9), 2),
+                      "completions_per_step": B}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
