@@ -32,6 +32,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _ci(ci: list[float] | None) -> str:
     return "" if not ci else f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]"
 
@@ -81,7 +85,7 @@ def main() -> int:
         print(f"| {r['judge']} | {r['model']} | {r['set']} | {r['n']} | {_pct(r['acc_order1'])} | {_pct(r['acc_order2'])} "
               f"| {_pct(r['acc_average'])}{_ci(r['acc_average_ci95'])} | {_pct(r['acc_swap_combined'])}{_ci(r['acc_swap_combined_ci95'])} "
               f"| {_pct(r['positional_agreement'])} | {_pct(r['parse_failure_rate'])} "
-              f"| {'-' if r['seconds_per_pair'] is None else f'{r['seconds_per_pair']:.2f}'} |")
+              f"| {_num(r['seconds_per_pair'])} |")
     return 0
 
 

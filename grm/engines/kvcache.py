@@ -3,9 +3,11 @@
 Two costs dominate a naive left-padded batch when judge prompts range from 200 to 1,700 tokens
 (measured on mt-bench, SmolLM2, 32 rows): the prefill runs every row at the longest row's length
 (164 s instead of ~30 s), and transformers' ``DynamicCache`` concatenates the whole cache on every
-decode step (69% of a step's time). Here the prompts are prefilled in groups of similar length,
-with little padding, and their keys/values are copied right-aligned into one preallocated slab per
-layer that later steps write into in place.
+decode step (69% of a step's time). Here the prompts are prefilled in groups of equal length (by
+default; ``min_fill`` < 1 allows a little padding), so the unmasked causal attention kernel runs,
+and their keys/values are copied right-aligned into one preallocated slab per layer that later
+steps write into in place. Batch-1 prefill of a 700-token prompt ran at 607 tokens/s against 623
+for eight such prompts batched, so prefilling rows one at a time costs little.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def _groups(lengths: Sequence[int], max_tokens: int, min_fill: float) -> list[li
 
 @torch.inference_mode()
 def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra: int,
-            max_tokens: int = 8192, min_fill: float = 0.9) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+            max_tokens: int = 8192, min_fill: float = 1.0) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
     """Run ``prompts`` through ``model`` and return (cache, last-position logits ``[B, V]``,
     attention mask ``[B, L]``), the rows left-padded to the longest prompt ``L`` and the cache
     holding room for ``extra`` more positions."""
@@ -83,8 +85,11 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
         for r, b in enumerate(g):
             ids[r, Lg - len(prompts[b]):] = torch.tensor(prompts[b], dtype=torch.long)
         mask = attn[g, L - Lg:]
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        if bool(mask.all()):  # no padding: the causal kernel without a mask is the fast path
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        else:
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
         last = out.logits[:, -1, :].float()
         if logits is None:
             logits = last.new_empty((B, last.shape[-1]))
