@@ -67,25 +67,57 @@ def _groups(lengths: Sequence[int], max_tokens: int, min_fill: float) -> list[li
     return groups
 
 
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    first, n = seqs[0], min(len(q) for q in seqs)
+    for q in seqs[1:]:
+        k = 0
+        while k < n and q[k] == first[k]:
+            k += 1
+        n = k
+    return n
+
+
 @torch.inference_mode()
 def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra: int,
-            max_tokens: int = 8192, min_fill: float = 1.0) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+            max_tokens: int = 8192, min_fill: float = 1.0, min_prefix: int = 16) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
     """Run ``prompts`` through ``model`` and return (cache, last-position logits ``[B, V]``,
     attention mask ``[B, L]``), the rows left-padded to the longest prompt ``L`` and the cache
-    holding room for ``extra`` more positions."""
+    holding room for ``extra`` more positions.
+
+    Identical prompts (the n samples of one prompt) are computed once. With equal-length groups
+    (``min_fill == 1``), a prefix of at least ``min_prefix`` tokens shared by every prompt (a
+    judge's instructions) is computed once and its keys/values reused by every row: rotary
+    positions are baked into the cached keys, so the prefix is the same wherever a row sits."""
     B, L = len(prompts), max(len(p) for p in prompts)
     attn = torch.zeros((B, L), dtype=torch.long)
     for b, p in enumerate(prompts):
         attn[b, L - len(p):] = 1
+    copies: dict[tuple[int, ...], list[int]] = {}
+    for b, p in enumerate(prompts):
+        copies.setdefault(tuple(p), []).append(b)
+    uniq = list(copies)
+    P = min(_common_prefix(uniq), min(len(u) for u in uniq) - 1) if min_fill >= 1.0 else 0
+    prefix: list[tuple[torch.Tensor, torch.Tensor]] = []
+    if P >= min_prefix:
+        out = model(input_ids=torch.tensor([uniq[0][:P]], dtype=torch.long), use_cache=True, logits_to_keep=1)
+        prefix = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+    else:
+        P = 0
     slabs: list[tuple[torch.Tensor, torch.Tensor]] = []
     logits: torch.Tensor | None = None
-    for g in _groups([len(p) for p in prompts], max_tokens, min_fill):
-        Lg = len(prompts[g[0]])
-        ids = torch.full((len(g), Lg), pad_id, dtype=torch.long)
-        for r, b in enumerate(g):
-            ids[r, Lg - len(prompts[b]):] = torch.tensor(prompts[b], dtype=torch.long)
-        mask = attn[g, L - Lg:]
-        if bool(mask.all()):  # no padding: the causal kernel without a mask is the fast path
+    for g in _groups([len(u) - P for u in uniq], max_tokens, min_fill):
+        Lg = len(uniq[g[0]])
+        ids = torch.full((len(g), Lg - P), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(g), Lg), dtype=torch.long)
+        for r, u in enumerate(g):
+            ids[r, Lg - len(uniq[u]):] = torch.tensor(uniq[u][P:], dtype=torch.long)
+            mask[r, Lg - len(uniq[u]):] = 1
+        if prefix:
+            past = DynamicCache()
+            for i, (k, v) in enumerate(prefix):
+                past.update(k.expand(len(g), -1, -1, -1).contiguous(), v.expand(len(g), -1, -1, -1).contiguous(), i)
+            out = model(input_ids=ids, past_key_values=past, use_cache=True, logits_to_keep=1)
+        elif bool(mask.all()):  # no padding: the causal kernel without a mask is the fast path
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
         else:
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -97,11 +129,12 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
                 k = layer.keys
                 shape = (B, k.shape[1], L + extra, k.shape[-1])
                 slabs.append((k.new_zeros(shape), k.new_zeros(shape)))
-        rows = torch.tensor(g, dtype=torch.long)
-        logits[rows] = last
+        rows = torch.tensor([b for u in g for b in copies[uniq[u]]], dtype=torch.long)
+        rep = torch.tensor([r for r, u in enumerate(g) for _ in copies[uniq[u]]], dtype=torch.long)
+        logits[rows] = last[rep]
         for (sk, sv), layer in zip(slabs, out.past_key_values.layers):
-            sk[rows, :, L - Lg:L] = layer.keys
-            sv[rows, :, L - Lg:L] = layer.values
+            sk[rows, :, L - Lg:L] = layer.keys[rep]
+            sv[rows, :, L - Lg:L] = layer.values[rep]
     cache = DynamicCache()
     cache.layers = [SlabLayer(k, v, L) for k, v in slabs]
     return cache, logits, attn

@@ -315,7 +315,10 @@ class Driver:
         mask = batch.loss_mask
         kl_tok = None
         if a.kl.coef > 0:
-            kl_tok = A.kl_penalty(batch["old_logprobs"], batch["ref_logprobs"], a.kl.estimator) * mask
+            # KL in the reward uses the trainer's log-probs; for the logged KL (KL in the loss) the
+            # rollout engine's log-probs of the same tokens stand in for them.
+            current_lp = batch["old_logprobs"] if "old_logprobs" in batch.fields else batch["behaviour_logprobs"]
+            kl_tok = A.kl_penalty(current_lp, batch["ref_logprobs"], a.kl.estimator) * mask
         stats: dict[str, float] = {}
         if kl_tok is not None:
             stats["kl"] = float((kl_tok.sum(-1) / mask.sum(-1).clamp(min=1)).mean())

@@ -120,7 +120,11 @@ class PolicyActor:
         t0 = time.perf_counter()
         batch = TrainBatch.from_sequences([r.prompt_ids for r in rollouts], [r.token_ids or [self.pad_id] for r in rollouts],
                                           pad_id=self.pad_id, behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts])
-        fields = {"old_logprobs": self.trainer.logprobs(batch)}
+        # The trainer takes one optimizer step per batch, so the policy that scores the batch in
+        # training is the one that would compute old log-probs here: the loss uses its detached
+        # log-probs instead (one forward saved). Only KL-in-reward needs them before training.
+        kl = self.cfg.algorithm.kl
+        fields = {"old_logprobs": self.trainer.logprobs(batch)} if kl.in_reward and kl.coef > 0 else {}
         if self.reference is not None:
             fields["ref_logprobs"] = self.reference.logprobs(batch)
         if self.critic is not None:
@@ -137,7 +141,7 @@ class PolicyActor:
 
         def policy_loss(logprobs: Any, mb: Any, entropy: Any) -> tuple[Any, dict[str, float]]:
             loss, m = ppo_policy_loss(
-                logprobs, mb["old_logprobs"], mb["advantages"], mb.loss_mask, clip_low=a.clip_low, clip_high=a.clip_high,
+                logprobs, mb["old_logprobs"] if "old_logprobs" in mb.fields else logprobs.detach(), mb["advantages"], mb.loss_mask, clip_low=a.clip_low, clip_high=a.clip_high,
                 aggregation=a.loss_aggregation,
                 behaviour_logprobs=mb["behaviour_logprobs"] if stale and a.tis_cap else None, tis_cap=a.tis_cap)
             if kl_in_loss:
