@@ -75,6 +75,15 @@ class Generation:
         return self.completion_tokens if self.completion_tokens is not None else len(self.token_ids)
 
 
+def render_prompt(tokenizer: Any, request: GenerationRequest) -> str:
+    """The text a model sees for ``request``: its raw ``text``, or its messages through the
+    tokenizer's chat template (the last assistant message left open when ``continue_final``)."""
+    if request.messages is None:
+        return request.text or ""
+    kw = {"continue_final_message": True} if request.continue_final else {"add_generation_prompt": True}
+    return tokenizer.apply_chat_template(request.messages, tokenize=False, **kw)
+
+
 @runtime_checkable
 class GenerationEngine(Protocol):
     """What the judges and the rollout need from a backend."""

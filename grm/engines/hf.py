@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
-from grm.engines.base import Generation, GenerationRequest, SamplingParams
+from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.kvcache import prefill
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -65,14 +65,7 @@ class HFEngine:
 
     # ----------------------------------------------------------------- prompts
     def encode(self, request: GenerationRequest) -> list[int]:
-        tok = self.tokenizer
-        if request.messages is not None:
-            if request.continue_final:
-                text = tok.apply_chat_template(request.messages, tokenize=False, continue_final_message=True)
-            else:
-                text = tok.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
-            return tok(text, add_special_tokens=False)["input_ids"]
-        return tok(request.text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(render_prompt(self.tokenizer, request), add_special_tokens=False)["input_ids"]
 
     def prompt_text(self, request: GenerationRequest) -> str:
         """The exact text the model sees for ``request`` (chat template applied)."""

@@ -26,7 +26,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from grm.engines.base import Generation, GenerationRequest, SamplingParams
+from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
 
 
 class EngineError(RuntimeError):
@@ -89,7 +89,7 @@ class OpenAIEngine:
                 last = str(e)
         raise EngineError(f"{url}: gave up after {self.max_retries + 1} attempts; last error: {last}")
 
-    def _post_once(self, url: str, data: bytes) -> dict[str, Any]:
+    def _post_once(self, url: str, data: bytes) -> Any:
         req = urllib.request.Request(url, data=data, headers=self._headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
@@ -103,17 +103,14 @@ class OpenAIEngine:
             raise _Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
         with self._lock:
             self.usage["requests"] += 1
-            u = out.get("usage") or {}
+            u = (out.get("usage") if isinstance(out, dict) else None) or {}
             self.usage["prompt_tokens"] += int(u.get("prompt_tokens") or 0)
             self.usage["completion_tokens"] += int(u.get("completion_tokens") or 0)
         return out
 
     # ------------------------------------------------------------------ prompts
     def prompt_text(self, request: GenerationRequest) -> str:
-        if request.text is not None:
-            return request.text
-        kw = {"continue_final_message": True} if request.continue_final else {"add_generation_prompt": True}
-        return self.tokenizer.apply_chat_template(request.messages, tokenize=False, **kw)
+        return render_prompt(self.tokenizer, request)
 
     def _body(self, request: GenerationRequest, sp: SamplingParams, n: int, seed: int | None,
               logprobs: int | None) -> tuple[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from grm.engines.base import Generation, GenerationRequest, SamplingParams
+from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.openai_api import EngineError, ServerProcess, free_port
 
 INSTALL_HINT = "pip install 'grm-rlaif[sglang]' (SGLang needs CUDA GPUs)"
@@ -151,11 +151,7 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ prompts
     def encode(self, request: GenerationRequest) -> list[int]:
-        tok = self.tokenizer
-        if request.messages is None:
-            return tok(request.text, add_special_tokens=False)["input_ids"]
-        kw = {"continue_final_message": True} if request.continue_final else {"add_generation_prompt": True}
-        return tok(tok.apply_chat_template(request.messages, tokenize=False, **kw), add_special_tokens=False)["input_ids"]
+        return self.tokenize(render_prompt(self.tokenizer, request))
 
     def tokenize(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -189,7 +185,9 @@ class SGLangEngine:
         jobs = []
         for i, (r, conts) in enumerate(zip(requests, continuations)):
             p = self.encode(r)
-            jobs += [(i, k, continuation_payload(p, self.tokenize(c)), len(self.tokenize(c))) for k, c in enumerate(conts)]
+            for k, c in enumerate(conts):
+                ids = self.tokenize(c)
+                jobs.append((i, k, continuation_payload(p, ids), len(ids)))
         k = len(self.urls)
         outs = list(self._http._pool.map(lambda jb: self._post(self.urls[jb[0] % k], "/generate", jb[2]), jobs))
         scores = [[0.0] * len(c) for c in continuations]

@@ -43,10 +43,9 @@ def _chat_text(judge: Any, request: Any) -> str | None:
         return None
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
-    if request.continue_final:
-        return tok.apply_chat_template(request.messages, tokenize=False, continue_final_message=True)
-    return tok.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
+    from grm.engines.base import render_prompt
+
+    return render_prompt(AutoTokenizer.from_pretrained(path), request)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -48,7 +48,8 @@ class PolicyActor:
         _threads(threads)
         import torch
 
-        from grm.engines.hf import HFEngine, load_model
+        from grm.engines import build_engine
+        from grm.engines.hf import load_model
         from grm.training.models import ReferenceModel, ValueModel, value_forward
 
         self.cfg = cfg
@@ -56,14 +57,10 @@ class PolicyActor:
         torch.manual_seed(cfg.seed)
         t = cfg.train
         train_model, self.tok = load_model(policy.model, "fp32")
-        if policy.engine.type == "hf":
-            gen_model, _ = load_model(policy.model, policy.engine.dtype)
-            self.engine = HFEngine(policy.model, dtype=policy.engine.dtype, max_batch_size=policy.engine.max_batch_size,
-                                   model_obj=gen_model, tokenizer=self.tok)
-        else:  # sglang servers on the pool's GPUs; weights reach them through sync()
-            from grm.engines import build_engine
-
-            self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok)
+        # hf: a second copy of the weights in the engine's dtype; sglang: servers on the pool's
+        # GPUs that sync() feeds from disk
+        own = {"model_obj": load_model(policy.model, policy.engine.dtype)[0]} if policy.engine.type == "hf" else {}
+        self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own)
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size
         common = dict(lr=t.lr, micro_batch_size=t.micro_batch_size, max_grad_norm=t.max_grad_norm,
                       warmup_steps=t.warmup_steps, total_steps=t.steps, schedule=t.lr_schedule)

@@ -140,3 +140,34 @@ def test_importing_grm_engines_never_imports_sglang():
     import grm.engines.sglang  # noqa: F401
 
     assert "sglang" not in sys.modules
+
+
+def test_batched_generate_over_real_http_returns_a_list():
+    """/generate answers a batch with a JSON list (no usage block); the shared HTTP client takes it."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            rows = [{"text": "ok", "output_ids": [ids[-1]], "meta_info": {"finish_reason": {"type": "stop"},
+                                                                        "output_token_logprobs": [[-0.5, ids[-1], None]]}}
+                    for ids in body["input_ids"]]
+            data = json.dumps(rows).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        eng = SGLangEngine([f"http://127.0.0.1:{httpd.server_address[1]}"], "m", Tok())
+        gens = eng.generate([Req(text="ab"), Req(text="cd")], SamplingParams(max_new_tokens=2))
+        assert [g.token_ids for g in gens] == [[ord("b")], [ord("d")]] and gens[0].logprobs == [-0.5]
+    finally:
+        httpd.shutdown()
