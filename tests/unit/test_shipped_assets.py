@@ -12,7 +12,7 @@ from grm.judges.cli import read_samples
 from grm.judges.lint import lint_file
 
 ROOT = Path(__file__).resolve().parents[2]
-YAMLS = sorted(p for d in ("policy", "judges", "pipelines") for p in (ROOT / d).glob("*.yaml"))
+YAMLS = sorted(p for d in ("policy", "judges", "pipelines", "benchmarks/peer") for p in (ROOT / d).glob("*.yaml"))
 JUDGES = sorted((ROOT / "judges").glob("*.yaml"))
 
 
