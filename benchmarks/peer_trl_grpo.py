@@ -15,7 +15,7 @@ is the largest sum of resident memory over the subprocess tree (Ray's processes 
 grm), sampled every 0.2 s. Prints one JSON line per system and the ratios.
 
     pip install -c constraints.txt 'grm-rlaif[peer]'     # TRL, for this benchmark only
-    python benchmarks/peer_trl_grpo.py [--steps 3] [--systems trl,grm-async,grm-sync]
+    python benchmarks/peer_trl_grpo.py [--steps 3] [--systems trl,grm-async,grm-sync] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -110,9 +110,10 @@ def run_trl(steps: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- grm child
-def run_grm(steps: int, mode: str) -> dict:
+def run_grm(steps: int, mode: str, overrides: list[str]) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"grm-peer-{mode}-")) / "run"
-    cmd = [sys.executable, "-m", "grm", "run", str(PIPELINE), f"train.steps={steps + 1}", f"schedule.mode={mode}", f"out_dir={out}"]
+    cmd = [sys.executable, "-m", "grm", "run", str(PIPELINE), f"train.steps={steps + 1}", f"schedule.mode={mode}", f"out_dir={out}",
+           *overrides]
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     if r.returncode != 0:
         raise SystemExit(f"grm run failed:\n{r.stderr[-3000:]}")
@@ -124,35 +125,41 @@ def run_grm(steps: int, mode: str) -> dict:
               for k in ms[0] if k.startswith("seconds_") and k != "seconds_step"}
     return {"system": f"grm-{mode}", "steps": len(ms), "step_seconds": [round(m["seconds_step"], 1) for m in ms],
             "median_step_s": round(med, 2), "completions_per_s": round(PROMPTS * GROUP / med, 4), "phases": phases,
-            "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3), "run_dir": str(out.parent)}
+            "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3), "run_dir": str(out.parent),
+            "overrides": overrides}
 
 
 # ----------------------------------------------------------------------------- parent
-def _tree_rss(pid: int) -> int:
+def _tree_rss(pid: int) -> tuple[int, dict[str, int]]:
+    """Resident bytes of ``pid`` and its descendants: (total, by process title)."""
     import psutil
 
     try:
         p = psutil.Process(pid)
         procs = [p] + p.children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0
-    total = 0
+        return 0, {}
+    by: dict[str, int] = {}
     for q in procs:
         try:
-            total += q.memory_info().rss
+            title = (q.cmdline() or [q.name()])[0].split("/")[-1][:40]
+            by[title] = by.get(title, 0) + q.memory_info().rss
         except psutil.NoSuchProcess:
             pass
-    return total
+    return sum(by.values()), by
 
 
-def measure(system: str, steps: int) -> dict:
-    proc = subprocess.Popen([sys.executable, __file__, "--child", system, "--steps", str(steps)], stdout=subprocess.PIPE, text=True)
-    peak = [0]
+def measure(system: str, steps: int, overrides: list[str]) -> dict:
+    extra = [a for o in overrides for a in ("--set", o)] if system != "trl" else []
+    proc = subprocess.Popen([sys.executable, __file__, "--child", system, "--steps", str(steps), *extra], stdout=subprocess.PIPE, text=True)
+    peak: list = [0, {}]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            total, by = _tree_rss(proc.pid)
+            if total > peak[0]:
+                peak[:] = [total, by]
             time.sleep(0.2)
 
     t = threading.Thread(target=sample, daemon=True)
@@ -165,6 +172,7 @@ def measure(system: str, steps: int) -> dict:
         raise SystemExit(f"{system} failed (exit {proc.returncode})")
     res = json.loads(out.strip().splitlines()[-1])
     res["peak_rss_gb"] = round(peak[0] / 2**30, 2)
+    res["peak_rss_gb_by_process"] = {k: round(v / 2**30, 2) for k, v in sorted(peak[1].items(), key=lambda kv: -kv[1])}
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     return res
 
@@ -173,15 +181,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3, help="measured steps per system (after one warm-up step)")
     ap.add_argument("--systems", default="trl,grm-async,grm-sync")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override for grm's pipeline (repeatable), e.g. --set schedule.stream_prompts=8")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, args.child.removeprefix("grm-"))
+        res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, args.child.removeprefix("grm-"), args.set)
         print(json.dumps(res), flush=True)
         return 0
     results = {}
     for system in args.systems.split(","):
-        results[system] = measure(system, args.steps)
+        results[system] = measure(system, args.steps, args.set)
         print(json.dumps(results[system]), flush=True)
     if "trl" in results:
         for k, r in results.items():

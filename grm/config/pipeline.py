@@ -149,8 +149,11 @@ class ScheduleSpec(Strict):
     """sync: strictly on-policy; async: rollout of step t+1 overlaps judging/training of step t."""
     max_staleness: int = Field(1, ge=1)
     """(async) samples may lag the trainer by at most this many weight versions."""
-    stream_prompts: int = Field(2, ge=1)
-    """Prompts per rollout chunk: judges start on a chunk's groups as soon as it is generated."""
+    stream_prompts: int | None = Field(None, ge=1)
+    """Prompts per rollout chunk: judges start on a chunk's groups as soon as it is generated.
+    Default: the whole step in one chunk. Smaller chunks let judging start earlier but batch the
+    rollout and the judges less; on CPU pools batching wins (peer benchmark, 8 prompts x 4: one
+    chunk 54 s/step, chunks of 2 prompts 76 s/step, async)."""
 
 
 class FaultSpec(Strict):

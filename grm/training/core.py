@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Literal, Protocol
 import torch
 from torch import Tensor
 
-from grm.training.batch import TrainBatch, token_logprobs
+from grm.training.batch import TrainBatch, first_target, token_logprobs
 
 LossFn = Callable[[Tensor, TrainBatch, "Tensor | None"], "tuple[Tensor, dict[str, float]]"]
 """(outputs [b, L-1], micro-batch, entropy [b, L-1] or None) -> (scalar loss, metrics).
@@ -46,7 +46,7 @@ class TrainerBackend(Protocol):
 
 
 def policy_forward(module: torch.nn.Module, mb: TrainBatch, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
-    return token_logprobs(module, mb.input_ids, mb.attention_mask, with_entropy=with_entropy)
+    return token_logprobs(module, mb.input_ids, mb.attention_mask, with_entropy=with_entropy, start=first_target(mb.loss_mask))
 
 
 def lr_lambda(warmup_steps: int, total_steps: int, schedule: Literal["constant", "linear", "cosine"] = "constant",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from grm.training.batch import TrainBatch, token_logprobs
+from grm.training.batch import TrainBatch, first_target, token_logprobs
 
 
 def load_causal_lm(model: str, dtype: str = "fp32") -> nn.Module:
@@ -28,7 +28,7 @@ class ReferenceModel:
     def logprobs(self, batch: TrainBatch) -> Tensor:
         outs = []
         for mb in batch.micro_batches(self.micro_batch_size):
-            lp, _ = token_logprobs(self.module, mb.input_ids, mb.attention_mask)
+            lp, _ = token_logprobs(self.module, mb.input_ids, mb.attention_mask, start=first_target(mb.loss_mask))
             outs.append(nn.functional.pad(lp, (0, batch.loss_mask.shape[1] - lp.shape[1])))
         return torch.cat(outs) * batch.loss_mask
 

@@ -1,6 +1,7 @@
 """`grm run` end to end with real Ray, SmolLM2 policy and judge, DeepSpeed/torch trainers."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -34,7 +35,8 @@ def metrics(out: Path) -> list[dict]:
 
 def test_async_run_writes_every_artifact(tmp_path):
     out = tmp_path / "async"
-    r = grm_run(out, "train.steps=2", "schedule.mode=async", "checkpoint.every=1")
+    # the reference on the judge's pool is hosted in the judge's actor (one process takes turns)
+    r = grm_run(out, "train.steps=2", "schedule.mode=async", "checkpoint.every=1", "reference.pool=judge")
     assert f"run directory: {out}" in r.stdout
     for f in ("config.resolved.yaml", "metrics.jsonl", "samples.jsonl", "placement.json", "report.md", "curves.png"):
         assert (out / f).exists(), f
@@ -54,6 +56,9 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert s["judges"]["helpfulness-pointwise-logprob"]["critiques"] and "advantage" in s and "policy_version" in s
     placement = json.loads((out / "placement.json").read_text())
     assert placement["policy"]["pool"] == "train" and placement["judge:helpfulness-pointwise-logprob"]["pool"] == "judge"
+    assert placement["reference"]["pool"] == "judge"
+    assert placement["reference"]["pid"] == placement["judge:helpfulness-pointwise-logprob"]["pid"]
+    assert all(math.isfinite(m["kl"]) and m["kl"] >= 0 for m in ms)   # reference log-probs arrived from the judge actor
 
 
 def test_sync_resume_matches_uninterrupted(tmp_path):
