@@ -3,7 +3,9 @@
 Data: ../shared/data/human-preference/mt-bench.json (LLMBar format; not shipped, read in place).
 Judge: the built-in pairwise judge (both presentation orders). Prints JSON lines: grm's metrics
 (accuracy per order, positional agreement, parse failures) and throughput, the naive loop's
-throughput on the first --naive-items pairs, and the speed-up.
+throughput on the first --naive-items pairs, the speed-up, and its bound: the same prompts'
+prefill alone (one forward each, no generation), which batching cannot remove, so the speed-up
+cannot exceed naive time / prefill time.
 
     python benchmarks/eval_throughput.py [--judge builtin:pairwise-preference] [--limit 200] [--naive-items 8] [on_failure.retries=0]
 
@@ -81,6 +83,21 @@ def main() -> int:
     print(json.dumps({"system": "naive-generate-loop", "pairs": args.naive_items, "generations": n_gen,
                       "wall_s": round(naive_wall, 1), "pairs_per_s": round(naive_rate, 4)}))
     print(json.dumps({"speedup": round(grm_rate / naive_rate, 2)}))
+
+    # the bound: the prompts' prefill (one forward each) is work batching does not remove (grm
+    # computes only the instructions shared by a batch once, a small part of these prompts), so
+    # the speed-up over the naive loop cannot much exceed naive time / prefill time (free decode)
+    t0, n_tok = time.perf_counter(), 0
+    for it in items[: args.naive_items]:
+        for s in samples_for(judge, it):
+            for v in judge.views([s], [None]):
+                ids = torch.tensor([eng.encode(v.request)])
+                n_tok += ids.shape[1]
+                with torch.inference_mode():
+                    eng.model(ids, use_cache=False, logits_to_keep=1)
+    prefill = time.perf_counter() - t0
+    print(json.dumps({"naive_prefill_s": round(prefill, 1), "prompt_tokens": n_tok, "prefill_share_of_naive": round(prefill / naive_wall, 3),
+                      "speedup_bound_decode_free": round(naive_wall / prefill, 2)}))
     return 0
 
 

@@ -21,10 +21,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference"
 DEFAULT_JUDGES = [
-    "builtin:pairwise-logprob@smollm2-135m-instruct",
-    "builtin:pairwise-rules-logprob@smollm2-135m-instruct",
-    "builtin:pairwise-logprob@qwen2.5-coder-0.5b-instruct",
-    "builtin:pairwise-rules-logprob@qwen2.5-coder-0.5b-instruct",
+    f"builtin:{judge}@{model}"
+    for model in ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
+    for judge in ("pairwise-logprob", "pairwise-rules-logprob", "pointwise-logprob")
 ]
 
 

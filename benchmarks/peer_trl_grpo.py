@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,7 +111,7 @@ def run_trl(steps: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- grm child
-def run_grm(steps: int, mode: str, overrides: list[str]) -> dict:
+def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"grm-peer-{mode}-")) / "run"
     cmd = [sys.executable, "-m", "grm", "run", str(PIPELINE), f"train.steps={steps + 1}", f"schedule.mode={mode}", f"out_dir={out}",
            *overrides]
@@ -123,9 +124,11 @@ def run_grm(steps: int, mode: str, overrides: list[str]) -> dict:
     med = statistics.median(m["seconds_step"] for m in ms)
     phases = {k.removeprefix("seconds_"): round(statistics.median(m[k] for m in ms), 2)
               for k in ms[0] if k.startswith("seconds_") and k != "seconds_step"}
+    if not keep:  # checkpoints are ~1.6 GB per run
+        shutil.rmtree(out.parent, ignore_errors=True)
     return {"system": f"grm-{mode}", "steps": len(ms), "step_seconds": [round(m["seconds_step"], 1) for m in ms],
             "median_step_s": round(med, 2), "completions_per_s": round(PROMPTS * GROUP / med, 4), "phases": phases,
-            "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3), "run_dir": str(out.parent),
+            "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3), "run_dir": str(out.parent) if keep else None,
             "overrides": overrides}
 
 
@@ -149,8 +152,9 @@ def _tree_rss(pid: int) -> tuple[int, dict[str, int]]:
     return sum(by.values()), by
 
 
-def measure(system: str, steps: int, overrides: list[str]) -> dict:
+def measure(system: str, steps: int, overrides: list[str], keep: bool = False) -> dict:
     extra = [a for o in overrides for a in ("--set", o)] if system != "trl" else []
+    extra += ["--keep-runs"] if keep else []
     proc = subprocess.Popen([sys.executable, __file__, "--child", system, "--steps", str(steps), *extra], stdout=subprocess.PIPE, text=True)
     peak: list = [0, {}]
     stop = threading.Event()
@@ -183,15 +187,16 @@ def main() -> int:
     ap.add_argument("--systems", default="trl,grm-async,grm-sync")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override for grm's pipeline (repeatable), e.g. --set schedule.stream_prompts=8")
+    ap.add_argument("--keep-runs", action="store_true", help="keep grm's run directories (checkpoints, samples)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, args.child.removeprefix("grm-"), args.set)
+        res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, args.child.removeprefix("grm-"), args.set, args.keep_runs)
         print(json.dumps(res), flush=True)
         return 0
     results = {}
     for system in args.systems.split(","):
-        results[system] = measure(system, args.steps, args.set)
+        results[system] = measure(system, args.steps, args.set, args.keep_runs)
         print(json.dumps(results[system]), flush=True)
     if "trl" in results:
         for k, r in results.items():

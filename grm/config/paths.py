@@ -15,6 +15,11 @@ SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines":
 
 _PKG = Path(__file__).resolve().parents[1]
 
+DEFAULT_JUDGES = {"pairwise": "pairwise-logprob", "pointwise": "helpfulness-pointwise-logprob"}
+"""``builtin:pairwise`` / ``builtin:pointwise``: the built-in judge of that mode chosen from the
+quality table in judges/README.md (the same variant measured best at every embedded model size;
+pick the model with ``model=...``)."""
+
 
 def builtin_dir(kind: str) -> Path:
     """Folder holding the shipped assets of ``kind`` (checkout first, then installed package data)."""
@@ -35,13 +40,15 @@ def list_builtin(kind: str) -> list[str]:
 
 def resolve_builtin(name: str, kind: str) -> Path:
     """Path of ``builtin:name``; raises FileNotFoundError naming what exists."""
+    if kind == "judges":
+        name = DEFAULT_JUDGES.get(name, name)
     order = [kind] + [k for k in KINDS if k != kind] if kind in KINDS else list(KINDS)
     for k in order:
         folder = builtin_dir(k)
         for candidate in (folder / name, folder / f"{name}{SUFFIXES[k]}"):
             if candidate.is_file():
                 return candidate
-    known = ", ".join(list_builtin(kind)) if kind in KINDS else ""
+    known = ", ".join(list_builtin(kind) + (sorted(DEFAULT_JUDGES) if kind == "judges" else [])) if kind in KINDS else ""
     raise FileNotFoundError(f"no builtin {kind} named '{name}'" + (f" (known: {known})" if known else ""))
 
 

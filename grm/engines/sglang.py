@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -105,7 +106,7 @@ class SGLangEngine:
         self.version = 0
         self.tp = tp
         self.servers: list[ServerProcess] = []
-        self.sync_dir = Path(tempfile.mkdtemp(prefix="grm-sglang-weights-"))
+        self.sync_dir: Path | None = None  # made on the first disk weight update, removed by close()
         # HTTP with retries on 429/5xx/timeouts, shared with the openai engine
         self._http = OpenAIEngine(self.urls[0], model, endpoint="chat", concurrency=concurrency, timeout_s=timeout_s)
         self._post_fn = post
@@ -201,6 +202,8 @@ class SGLangEngine:
         from grm.models import resolve_model
         from grm.training.sync import save_weights
 
+        if self.sync_dir is None:
+            self.sync_dir = Path(tempfile.mkdtemp(prefix="grm-sglang-weights-"))
         target = self.sync_dir / f"v{version}"
         save_weights(state_dict, target, version)
         src = Path(resolve_model(self.model_id))
@@ -208,6 +211,9 @@ class SGLangEngine:
             if name.endswith((".json", ".txt", ".model", ".jinja")) and not (target / name).exists():
                 (target / name).write_bytes((src / name).read_bytes())
         self.update_weights_from_disk(str(target), version)
+        for old in self.sync_dir.iterdir():  # the servers hold the new weights: older copies are dead weight on disk
+            if old != target:
+                shutil.rmtree(old, ignore_errors=True)
 
     def update_weights_from_disk(self, path: str, version: int) -> None:
         """Pause rollouts, load ``path`` on every server, flush prefix caches, resume."""
@@ -241,4 +247,6 @@ class SGLangEngine:
     def close(self) -> None:
         for s in self.servers:
             s.stop()
+        if self.sync_dir is not None:
+            shutil.rmtree(self.sync_dir, ignore_errors=True)
 

@@ -92,6 +92,31 @@ def test_weight_update_pauses_loads_flushes_and_resumes_every_server(tmp_path):
     assert order == ["pause_generation"] * 2 + ["update_weights_from_disk"] * 2 + ["flush_cache"] * 2 + ["continue_generation"] * 2
 
 
+def test_disk_weight_updates_keep_only_the_live_copy(tmp_path, monkeypatch):
+    import torch
+
+    src = tmp_path / "model"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    monkeypatch.setattr("grm.models.resolve_model", lambda m: str(src))
+    paths = []
+
+    def post(url, body):
+        paths.extend([body["model_path"]] if "model_path" in body else [])
+        return {"success": True, "message": ""}
+
+    eng = SGLangEngine(["http://a:1"], "m", Tok(), post=post)
+    assert eng.sync_dir is None  # nothing on disk until a disk update
+    for v in (1, 2):
+        eng.update_weights({"w": torch.ones(2, 3)}, v)
+    assert [p.rsplit("/", 1)[-1] for p in paths] == ["v1", "v2"]
+    assert sorted(p.name for p in eng.sync_dir.iterdir()) == ["v2"]
+    assert (eng.sync_dir / "v2" / "config.json").exists()
+    sync_dir = eng.sync_dir
+    eng.close()
+    assert not sync_dir.exists()
+
+
 def test_failed_weight_update_still_resumes_generation():
     calls = []
 

@@ -50,3 +50,15 @@ def test_builtin_names_resolve():
     assert "helpfulness-pointwise" in list_builtin("judges")
     assert "smollm2-135m-instruct" in list_builtin("policy")
     assert builtin_dir("prompts").is_dir()
+
+
+def test_default_judges_resolve_to_the_chosen_variants():
+    from grm.config import load_judge
+    from grm.config.paths import DEFAULT_JUDGES, resolve_builtin
+
+    for mode, name in DEFAULT_JUDGES.items():
+        assert resolve_builtin(mode, "judges").stem == name
+        spec = load_judge(f"builtin:{mode}")
+        assert spec.name == name and spec.mode == mode
+    with pytest.raises(FileNotFoundError, match="known: .*pairwise"):
+        resolve_builtin("no-such-judge", "judges")
