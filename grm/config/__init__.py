@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from grm.config.judge import JudgeSpec
 from grm.config.loading import ConfigError, Located, apply_overrides, load_yaml, validate
-from grm.config.paths import resolve_path
+from grm.config.paths import default_judge_ref, resolve_path
 from grm.config.pipeline import PipelineSpec
 from grm.config.policy import PolicySpec
 
@@ -41,7 +41,7 @@ def load(path: str | Path, overrides: Iterable[str] = (), kind: Kind | None = No
 
 def load_judge(ref: str | Path, base_dir: Path | None = None, overrides: Iterable[str] = ()) -> JudgeSpec:
     """Load a judge spec by path or ``builtin:NAME``."""
-    path = _ref(ref, base_dir, "judges")
+    path = _ref(default_judge_ref(str(ref), overrides), base_dir, "judges")
     return load(path, overrides, kind="judge")  # type: ignore[return-value]
 
 
@@ -64,7 +64,7 @@ def validate_tree(path: str | Path, overrides: Iterable[str] = ()) -> list[tuple
     if isinstance(spec, PipelineSpec):
         out.append((_ref(spec.policy.spec, path.parent, "policy"), load_policy(spec.policy.spec, path.parent, spec.policy.overrides)))
         for j in spec.judges:
-            jpath = _ref(j.spec, path.parent, "judges")
+            jpath = _ref(default_judge_ref(j.spec, j.overrides), path.parent, "judges")
             judge = load_judge(j.spec, path.parent, overrides=j.overrides)
             out.append((jpath, judge))
             if judge.mode != "rule" and j.pool is None:

@@ -9,16 +9,35 @@ then in the others.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 KINDS = ("policy", "judges", "prompts", "pipelines")
 SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines": ".yaml"}
 
 _PKG = Path(__file__).resolve().parents[1]
 
-DEFAULT_JUDGES = {"pairwise": "pairwise-logprob", "pointwise": "helpfulness-pointwise-logprob"}
-"""``builtin:pairwise`` / ``builtin:pointwise``: the built-in judge of that mode chosen from the
-quality table in judges/README.md (the same variant measured best at every embedded model size;
-pick the model with ``model=...``)."""
+DEFAULT_JUDGES: dict[str, dict[str, str]] = {
+    "pairwise": {"*": "pairwise-logprob", "qwen2.5-coder-1.5b-instruct": "pairwise-rules-logprob"},
+    "pointwise": {"*": "helpfulness-pointwise-logprob", "qwen2.5-coder-1.5b-instruct": "pointwise-logprob"},
+}
+"""``builtin:pairwise`` / ``builtin:pointwise``: the built-in judge of that mode chosen per model
+from the quality table in judges/README.md ("*": every model without its own entry). The model is
+the one named by a ``model=...`` override, else the judge's own default (SmolLM2)."""
+
+
+def default_judge_ref(ref: str, overrides: Iterable[str] = ()) -> str:
+    """``builtin:pairwise``/``builtin:pointwise`` -> ``builtin:<variant>`` for the overridden model;
+    any other reference is returned unchanged."""
+    mode = ref.removeprefix("builtin:") if ref.startswith("builtin:") else None
+    if mode not in DEFAULT_JUDGES:
+        return ref
+    model = "*"
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.strip() == "model":
+            model = value.strip().strip("'\"")
+    table = DEFAULT_JUDGES[mode]
+    return "builtin:" + table.get(model, table["*"])
 
 
 def builtin_dir(kind: str) -> Path:
@@ -40,8 +59,8 @@ def list_builtin(kind: str) -> list[str]:
 
 def resolve_builtin(name: str, kind: str) -> Path:
     """Path of ``builtin:name``; raises FileNotFoundError naming what exists."""
-    if kind == "judges":
-        name = DEFAULT_JUDGES.get(name, name)
+    if kind == "judges" and name in DEFAULT_JUDGES:
+        name = DEFAULT_JUDGES[name]["*"]
     order = [kind] + [k for k in KINDS if k != kind] if kind in KINDS else list(KINDS)
     for k in order:
         folder = builtin_dir(k)

@@ -56,9 +56,14 @@ def test_default_judges_resolve_to_the_chosen_variants():
     from grm.config import load_judge
     from grm.config.paths import DEFAULT_JUDGES, resolve_builtin
 
-    for mode, name in DEFAULT_JUDGES.items():
-        assert resolve_builtin(mode, "judges").stem == name
+    for mode, by_model in DEFAULT_JUDGES.items():
+        assert resolve_builtin(mode, "judges").stem == by_model["*"]
         spec = load_judge(f"builtin:{mode}")
-        assert spec.name == name and spec.mode == mode
+        assert spec.name == by_model["*"] and spec.mode == mode
+        for model, name in by_model.items():
+            if model != "*":   # the variant follows the model override, which still applies
+                spec = load_judge(f"builtin:{mode}", overrides=[f"model={model}"])
+                assert (spec.name, spec.model, spec.mode) == (name, model, mode)
+    assert load_judge("builtin:pairwise", overrides=["model=qwen2.5-coder-0.5b-instruct"]).name == "pairwise-logprob"
     with pytest.raises(FileNotFoundError, match="known: .*pairwise"):
         resolve_builtin("no-such-judge", "judges")
