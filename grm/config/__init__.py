@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from grm.config.judge import JudgeSpec
 from grm.config.loading import ConfigError, Located, apply_overrides, load_yaml, validate
-from grm.config.paths import default_judge_ref, resolve_path
+from grm.config.paths import resolve_judge, resolve_path
 from grm.config.pipeline import PipelineSpec
 from grm.config.policy import PolicySpec
 
@@ -41,8 +41,14 @@ def load(path: str | Path, overrides: Iterable[str] = (), kind: Kind | None = No
 
 def load_judge(ref: str | Path, base_dir: Path | None = None, overrides: Iterable[str] = ()) -> JudgeSpec:
     """Load a judge spec by path or ``builtin:NAME``."""
-    path = _ref(default_judge_ref(str(ref), overrides), base_dir, "judges")
-    return load(path, overrides, kind="judge")  # type: ignore[return-value]
+    return load(_judge_path(ref, base_dir, overrides), overrides, kind="judge")  # type: ignore[return-value]
+
+
+def _judge_path(ref: str | Path, base_dir: Path | None, overrides: Iterable[str]) -> Path:
+    try:
+        return resolve_judge(str(ref), base_dir or Path.cwd(), overrides)
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
 
 
 def load_policy(ref: str | Path, base_dir: Path | None = None, overrides: Iterable[str] = ()) -> PolicySpec:
@@ -64,7 +70,7 @@ def validate_tree(path: str | Path, overrides: Iterable[str] = ()) -> list[tuple
     if isinstance(spec, PipelineSpec):
         out.append((_ref(spec.policy.spec, path.parent, "policy"), load_policy(spec.policy.spec, path.parent, spec.policy.overrides)))
         for j in spec.judges:
-            jpath = _ref(default_judge_ref(j.spec, j.overrides), path.parent, "judges")
+            jpath = _judge_path(j.spec, path.parent, j.overrides)
             judge = load_judge(j.spec, path.parent, overrides=j.overrides)
             out.append((jpath, judge))
             if judge.mode != "rule" and j.pool is None:

@@ -81,3 +81,9 @@ def resolve_path(value: str, base_dir: Path, kind: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"file not found: {path}")
     return path
+
+
+def resolve_judge(ref: str, base_dir: Path, overrides: Iterable[str] = ()) -> Path:
+    """A judge reference as written in a pipeline or on the command line -> its spec file.
+    ``builtin:pairwise``/``builtin:pointwise`` pick the variant for the ``model=`` override."""
+    return resolve_path(default_judge_ref(ref, overrides), base_dir, "judges")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import json
 import math
-import os
 import shlex
 import socket
 import subprocess

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from grm.config.judge import JudgeSpec, LogprobParser
-from grm.config.paths import default_judge_ref, resolve_path
+from grm.config.paths import resolve_judge, resolve_path
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 from grm.judges import aggregate as agg
 from grm.judges.errors import JudgeError
@@ -458,7 +458,7 @@ def load(ref: str | Path, base_dir: Path | None = None, engine: GenerationEngine
     from grm.config import load_judge
 
     try:
-        path = resolve_path(default_judge_ref(str(ref), overrides), base_dir or Path.cwd(), "judges")
+        path = resolve_judge(str(ref), base_dir or Path.cwd(), overrides)
     except FileNotFoundError as e:
         raise JudgeError(str(e)) from None
     return Judge(load_judge(path, overrides=overrides), path.parent, engine)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from grm.config import load_judge, load_policy, validate_tree
 from grm.config.pipeline import PipelineSpec
-from grm.config.paths import default_judge_ref, resolve_path
+from grm.config.paths import resolve_judge, resolve_path
 from grm.judges.runtime import Judge
 from grm.judges.types import Sample
 from grm.orchestrator.errors import RunError
@@ -76,7 +76,7 @@ class Driver:
         self.policy_spec = load_policy(cfg.policy.spec, base, cfg.policy.overrides)
         self.judges: list[JudgeRole] = []
         for jr in cfg.judges:
-            jpath = resolve_path(default_judge_ref(jr.spec, jr.overrides), base, "judges")
+            jpath = resolve_judge(jr.spec, base, jr.overrides)
             spec = load_judge(jpath, overrides=jr.overrides)
             if spec.mode == "pairwise":
                 raise RunError(f"judge '{spec.name}' is pairwise; pipelines score each response, use a pointwise, listwise or rule judge")

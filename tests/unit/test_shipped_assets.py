@@ -1,13 +1,11 @@
 """Every shipped YAML and template is loaded, linted and rendered (no model needed)."""
 
-import json
 from pathlib import Path
 
 import pytest
 
-from grm.config import JudgeSpec, validate_tree
+from grm.config import validate_tree
 from grm.config.paths import builtin_dir, list_builtin
-from grm.judges import Judge, Sample
 from grm.judges.cli import read_samples
 from grm.judges.lint import lint_file
 
