@@ -4,7 +4,10 @@ Data: ../shared/data/human-preference/{mt-bench,llmeval2,faireval}.json (LLMBar 
 place, never copied). Each (judge, model, set) is one resumable eval directory under --out, so an
 interrupted run continues where it stopped. Prints a markdown table (the one in judges/README.md):
 accuracy in order 1 / order 2 / averaged over orders / swap-combined, positional agreement,
-parse-failure rate and seconds per pair, with 95% bootstrap intervals.
+parse-failure rate and seconds per pair, with 95% bootstrap intervals. Two length columns: how
+often the judge picks the longer output, and its accuracy on the pairs where people preferred
+the shorter one. Each set also gets a "longer output wins" row: the accuracy of always picking
+the longer output, the bar a judge must clear to show it reads more than length.
 
     python benchmarks/judge_quality.py                                  # defaults below
     python benchmarks/judge_quality.py --judges builtin:pairwise-logprob@qwen2.5-coder-0.5b-instruct --sets mt-bench
@@ -55,6 +58,8 @@ def main() -> int:
     from grm.evaluation.runner import EvalConfig, run
 
     rows = []
+    for name in args.sets.split(","):
+        rows.append(_length_baseline(name, Path(args.data_dir) / f"{name}.json", args.limit))
     for ref in args.judges.split(","):
         judge, _, model = ref.partition("@")
         overrides = [f"model={model}"] if model else []
@@ -73,19 +78,43 @@ def main() -> int:
                    "acc_swap_combined": p.get("accuracy_swap_combined"),
                    "acc_swap_combined_ci95": p.get("accuracy_swap_combined_ci95"),
                    "positional_agreement": p.get("positional_agreement"), "parse_failure_rate": jm["parse_failure_rate"],
+                   "picks_longer": (p.get("length") or {}).get("judge_longer_preferred"),
+                   "acc_shorter_preferred": (p.get("length") or {}).get("accuracy_shorter_preferred"),
+                   "acc_shorter_preferred_ci95": (p.get("length") or {}).get("accuracy_shorter_preferred_ci95"),
                    "seconds_per_pair": 1 / jm["judgments_per_s"] if jm.get("judgments_per_s") else None}
             print(json.dumps(row), flush=True)
             rows.append(row)
 
     print("\n| judge | model | set | n | acc order 1 | acc order 2 | acc avg [95% CI] | swap-combined [95% CI] "
-          "| positional agreement | parse failures | s/pair |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| positional agreement | picks longer | acc, shorter preferred [95% CI] | parse failures | s/pair |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['judge']} | {r['model']} | {r['set']} | {r['n']} | {_pct(r['acc_order1'])} | {_pct(r['acc_order2'])} "
               f"| {_pct(r['acc_average'])}{_ci(r['acc_average_ci95'])} | {_pct(r['acc_swap_combined'])}{_ci(r['acc_swap_combined_ci95'])} "
-              f"| {_pct(r['positional_agreement'])} | {_pct(r['parse_failure_rate'])} "
+              f"| {_pct(r['positional_agreement'])} | {_pct(r['picks_longer'])} "
+              f"| {_pct(r['acc_shorter_preferred'])}{_ci(r['acc_shorter_preferred_ci95'])} | {_pct(r['parse_failure_rate'])} "
               f"| {_num(r['seconds_per_pair'])} |")
     return 0
+
+
+def _length_baseline(name: str, path: Path, limit: int | None) -> dict:
+    """The "judge" that always picks the longer output (equal lengths count as wrong)."""
+    from grm.evaluation.data import default_map, load_rows, to_items
+    from grm.evaluation.metrics import accuracy, bootstrap_ci
+
+    rows = load_rows(str(path))
+    items, _ = to_items(rows, default_map(str(path), set(rows[0])), str(path), skip_bad_rows=True)
+    pairs = [it for it in items if it.kind == "pair"][:limit]
+    verdicts = [("1" if len(a) > len(b) else "2") if len(a) != len(b) else None for a, b in (it.responses for it in pairs)]
+    labels = [it.label for it in pairs]
+    acc = accuracy(verdicts, labels)
+    ci = list(bootstrap_ci(lambda k: accuracy([verdicts[i] for i in k], [labels[i] for i in k]), len(pairs)))
+    row = {"judge": "(longer output wins)", "model": "-", "set": name, "n": len(pairs), "acc_order1": acc, "acc_order2": acc,
+           "acc_average": acc, "acc_average_ci95": ci, "acc_swap_combined": acc, "acc_swap_combined_ci95": ci,
+           "positional_agreement": 1.0, "parse_failure_rate": 0.0, "picks_longer": 1.0, "acc_shorter_preferred": 0.0,
+           "acc_shorter_preferred_ci95": None, "seconds_per_pair": None}
+    print(json.dumps(row), flush=True)
+    return row
 
 
 if __name__ == "__main__":

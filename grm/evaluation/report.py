@@ -57,6 +57,8 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
             "tie_rate": M.rate(final, lambda v: v == "tie"),
             "first_position_win_rate": M.rate(o1 + [_flip(v) for v in o2], lambda v: v == "1"),
         }
+        if all(r.get("lengths") for r in pairs):
+            out["pairs"]["length"] = length_bias([r["lengths"] for r in pairs], labels, final)
     scored = [r for r in lines if r["kind"] == "scored" and r["score"] is not None]
     if scored:
         pred = [r["score"] for r in scored]
@@ -66,6 +68,32 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
             corr[f"{name}_ci95"] = M.bootstrap_ci(lambda idx, name=name: M.correlations([pred[i] for i in idx], [human[i] for i in idx])[name], len(pred), reps=300)
         out["vs_human"] = {"n": len(scored), **corr}
     return out
+
+
+def length_bias(lengths: Sequence[Sequence[int]], labels: Sequence[int], verdicts: Sequence[M.Verdict]) -> dict[str, Any]:
+    """How much a judge's verdicts, and the human labels, follow response length (in characters).
+
+    A judge that mostly picks the longer response earns a reward that RL will game by padding;
+    accuracy on the pairs where people preferred the *shorter* response shows how much signal
+    is left once length is not helping. Pairs of equal length are left out.
+    """
+    longer = [("1" if a > b else "2") if a != b else None for a, b in lengths]
+    idx = [i for i, x in enumerate(longer) if x is not None]
+    short_pref = [i for i in idx if str(labels[i]) != longer[i]]
+    long_pref = [i for i in idx if str(labels[i]) == longer[i]]
+    decided = [i for i in idx if verdicts[i] in ("1", "2")]
+
+    def acc(sub: list[int]) -> float:
+        return M.accuracy([verdicts[i] for i in sub], [labels[i] for i in sub]) if sub else float("nan")
+
+    return {
+        "n": len(idx),
+        "human_longer_preferred": len(long_pref) / len(idx) if idx else float("nan"),
+        "judge_longer_preferred": sum(verdicts[i] == longer[i] for i in decided) / len(decided) if decided else float("nan"),
+        "accuracy_longer_preferred": acc(long_pref), "n_longer_preferred": len(long_pref),
+        "accuracy_shorter_preferred": acc(short_pref), "n_shorter_preferred": len(short_pref),
+        "accuracy_shorter_preferred_ci95": M.bootstrap_ci(lambda k: acc([short_pref[j] for j in k]), len(short_pref)) if short_pref else None,
+    }
 
 
 def _flip(v: str | None) -> str | None:
@@ -114,12 +142,15 @@ def summary_rows(m: dict[str, Any], *, ci: bool = True) -> list[dict[str, str]]:
     for name, jm in m["judges"].items():
         p = jm.get("pairs", {})
         h = jm.get("vs_human", {})
+        ln = p.get("length", {})
         avg = _fmt(p.get("accuracy_average", "")) + (f" {_fmt(p['accuracy_average_ci95'])}" if ci and p else "")
         rows.append({
             "judge": name, "n": str(jm["items"]),
             "acc1": _fmt(p.get("accuracy_order1", "")), "acc2": _fmt(p.get("accuracy_order2", "")),
             "avg" + (" [95% CI]" if ci else ""): avg, "swap": _fmt(p.get("accuracy_swap_combined", "")),
-            "agree": _fmt(p.get("positional_agreement", "")), "spearman": _fmt(h.get("spearman", "")),
+            "agree": _fmt(p.get("positional_agreement", "")),
+            "picks longer": _fmt(ln.get("judge_longer_preferred", "")), "acc|shorter": _fmt(ln.get("accuracy_shorter_preferred", "")),
+            "spearman": _fmt(h.get("spearman", "")),
             "fail": _fmt(jm["parse_failure_rate"]), "masked": _fmt(jm["masked_rate"]),
             "j/s": _fmt(jm["judgments_per_s"]),
         })

@@ -77,6 +77,8 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any]) -> dict[str, Any
         "samples_total": sum(len(r.samples) for r in results),
         "results": [r.to_dict() for r in results],
     }
+    if item.kind == "pair":
+        line["lengths"] = [len(r) for r in item.responses]  # characters; for the length-bias metrics
     line.update(outcome(mode, item.kind, results))
     return line
 

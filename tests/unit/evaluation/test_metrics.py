@@ -34,6 +34,29 @@ def test_pair_metrics_hand_computed():
     assert 0 <= lo <= 0.5 <= hi <= 1
 
 
+def test_length_bias_hand_computed():
+    # lengths (chars) of responses 1/2; labels; judge's final verdicts.
+    # a: 1 longer, human 1, judge 1  -> longer preferred by both, judge right
+    # b: 2 longer, human 1, judge 2  -> human preferred the shorter, judge picked the longer: wrong
+    # c: 1 longer, human 2, judge 2  -> human preferred the shorter, judge right (picked the shorter)
+    # d: equal lengths               -> left out
+    # e: 2 longer, human 2, judge None (masked) -> longer preferred, judge wrong, not counted as a pick
+    lines = [line("j", "a", 1, "1", "1", "1"), line("j", "b", 1, "2", "2", "2"), line("j", "c", 2, "2", "2", "2"),
+             line("j", "d", 1, "1", "1", "1"), line("j", "e", 2, None, None, None)]
+    for ln, lengths in zip(lines, ([90, 10], [10, 90], [90, 10], [50, 50], [10, 90])):
+        ln["lengths"] = lengths
+    lb = compute(lines, ["j"])["judges"]["j"]["pairs"]["length"]
+    assert lb["n"] == 4
+    assert lb["human_longer_preferred"] == 2 / 4           # a, e
+    assert lb["judge_longer_preferred"] == 2 / 3           # of a, b, c (e masked): a and b picked the longer
+    assert lb["accuracy_longer_preferred"] == 1 / 2 and lb["n_longer_preferred"] == 2
+    assert lb["accuracy_shorter_preferred"] == 1 / 2 and lb["n_shorter_preferred"] == 2
+    # Results written before lengths were recorded simply have no length block.
+    for ln in lines:
+        del ln["lengths"]
+    assert "length" not in compute(lines, ["j"])["judges"]["j"]["pairs"]
+
+
 def test_kappa_and_majority():
     a = ["1", "1", "2", "2"]
     b = ["1", "2", "2", "2"]
