@@ -8,12 +8,13 @@ token, stop strings with the text cut before them, and rows dropped from the cac
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
-from grm.engines.kvcache import prefill
+from grm.engines.kvcache import PromptCache, prefill
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -62,6 +63,19 @@ class HFEngine:
         eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self._prompt_cache: PromptCache | None = None
+
+    @contextmanager
+    def prompt_cache(self, max_bytes: int = 4 << 30) -> Iterator[PromptCache]:
+        """Inside the block, prompts that ``generate`` prefills are kept, and any later prefill
+        (``generate`` or ``score_continuations``) starting with the same tokens runs only the
+        rest. Used by the judge runtime around critique-then-score and retries; the memory is
+        freed when the block ends."""
+        self._prompt_cache = PromptCache(max_bytes)
+        try:
+            yield self._prompt_cache
+        finally:
+            self._prompt_cache = None
 
     # ----------------------------------------------------------------- prompts
     def encode(self, request: GenerationRequest) -> list[int]:
@@ -111,7 +125,10 @@ class HFEngine:
     def _generate_rows(self, prompts: list[list[int]], ids: list[tuple[int, int]],
                        gens: list[torch.Generator | None], sp: SamplingParams) -> list[Generation]:
         B = len(prompts)
-        cache, logits, attn = prefill(self.model, prompts, self.pad_id, extra=sp.max_new_tokens)
+        pc = self._prompt_cache
+        if pc is not None:
+            pc.record = True
+        cache, logits, attn = prefill(self.model, prompts, self.pad_id, extra=sp.max_new_tokens, cache=pc)
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         finish: list[str | None] = [None] * B
@@ -224,7 +241,10 @@ class HFEngine:
     @torch.inference_mode()
     def _score_chunk(self, prompts: list[list[int]], cont_ids: list[list[list[int]]]) -> list[list[float]]:
         extra = max((len(c) for conts in cont_ids for c in conts), default=1)
-        cache, last, attn = prefill(self.model, prompts, self.pad_id, extra=extra)
+        pc = self._prompt_cache
+        if pc is not None:
+            pc.record = False  # a scored prompt ends a chain: nothing later extends it
+        cache, last, attn = prefill(self.model, prompts, self.pad_id, extra=extra, cache=pc)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         first = torch.log_softmax(last, -1)
         scores = [[float(first[i][c[0]]) if c else 0.0 for c in conts] for i, conts in enumerate(cont_ids)]

@@ -50,6 +50,40 @@ class SlabLayer(DynamicLayer):
         self._views()
 
 
+class PromptCache:
+    """Keys/values of prompts already prefilled, kept so a later prefill of a prompt that starts
+    with the same tokens computes only the rest. A critique-then-score judge prefills the judge
+    prompt to sample a critique, then prefills prompt + critique + "Score: " again to read the
+    score's probabilities; with this cache the second pass runs only the ~100 critique tokens
+    instead of the 1,000-token prompt. Entries are added while ``record`` is set, up to
+    ``max_bytes`` (later prompts are then simply not kept)."""
+
+    def __init__(self, max_bytes: int = 4 << 30, min_reuse: int = 32) -> None:
+        self.max_bytes, self.min_reuse = max_bytes, min_reuse
+        self.entries: list[tuple[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]] = []
+        self.bytes = 0
+        self.record = True
+        self.hits = self.reused_tokens = 0
+
+    def add(self, tokens: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """``layers``: per layer (keys, values) ``[H, len(tokens), D]``."""
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        if not self.record or self.bytes + size > self.max_bytes or any(t == tokens for t, _ in self.entries):
+            return
+        self.entries.append((tokens, [(k.clone(), v.clone()) for k, v in layers]))
+        self.bytes += size
+
+    def match(self, tokens: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """Longest reusable prefix of ``tokens`` (leaving at least one token to run, whose
+        logits the caller needs), and the entry holding it; (0, None) below ``min_reuse``."""
+        best, layers = 0, None
+        for t, kv in self.entries:
+            n = _common_prefix([t, tokens[: len(tokens) - 1]])
+            if n > best:
+                best, layers = n, kv
+        return (best, layers) if best >= self.min_reuse else (0, None)
+
+
 def _groups(lengths: Sequence[int], max_tokens: int, min_fill: float) -> list[list[int]]:
     """Row indices grouped longest first so that a group's padded size stays within
     ``max_tokens`` and at least ``min_fill`` of it is real tokens."""
@@ -79,7 +113,8 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 
 @torch.inference_mode()
 def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra: int,
-            max_tokens: int = 8192, min_fill: float = 1.0, min_prefix: int = 16) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+            max_tokens: int = 8192, min_fill: float = 1.0, min_prefix: int = 16,
+            cache: PromptCache | None = None) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
     """Run ``prompts`` through ``model`` and return (cache, last-position logits ``[B, V]``,
     attention mask ``[B, L]``), the rows left-padded to the longest prompt ``L`` and the cache
     holding room for ``extra`` more positions.
@@ -87,7 +122,10 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
     Identical prompts (the n samples of one prompt) are computed once. With equal-length groups
     (``min_fill == 1``), a prefix of at least ``min_prefix`` tokens shared by every prompt (a
     judge's instructions) is computed once and its keys/values reused by every row: rotary
-    positions are baked into the cached keys, so the prefix is the same wherever a row sits."""
+    positions are baked into the cached keys, so the prefix is the same wherever a row sits.
+    With a ``cache``, a prompt sharing at least ``cache.min_reuse`` leading tokens with a prompt
+    prefilled earlier runs only its remaining tokens on top of those keys/values (one row at a
+    time: such remainders are short), and every prompt prefilled here is offered to the cache."""
     B, L = len(prompts), max(len(p) for p in prompts)
     attn = torch.zeros((B, L), dtype=torch.long)
     for b, p in enumerate(prompts):
@@ -95,7 +133,49 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
     copies: dict[tuple[int, ...], list[int]] = {}
     for b, p in enumerate(prompts):
         copies.setdefault(tuple(p), []).append(b)
+    slabs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    logits: torch.Tensor | None = None
+
+    def keep(group: list[tuple[int, ...]], out: Any) -> None:
+        """Copy a computed group (rows right-aligned to its longest prompt) into the slabs."""
+        nonlocal logits
+        Lg = len(group[0])
+        last = out.logits[:, -1, :].float()
+        if logits is None:
+            logits = last.new_empty((B, last.shape[-1]))
+            for layer in out.past_key_values.layers:
+                k = layer.keys
+                shape = (B, k.shape[1], L + extra, k.shape[-1])
+                slabs.append((k.new_zeros(shape), k.new_zeros(shape)))
+        rows = torch.tensor([b for u in group for b in copies[u]], dtype=torch.long)
+        rep = torch.tensor([r for r, u in enumerate(group) for _ in copies[u]], dtype=torch.long)
+        logits[rows] = last[rep]
+        for (sk, sv), layer in zip(slabs, out.past_key_values.layers):
+            sk[rows, :, L - Lg:L] = layer.keys[rep]
+            sv[rows, :, L - Lg:L] = layer.values[rep]
+        if cache is not None and cache.record:
+            for r, u in enumerate(group):
+                cache.add(u, [(layer.keys[r, :, Lg - len(u):Lg], layer.values[r, :, Lg - len(u):Lg]) for layer in out.past_key_values.layers])
+
     uniq = list(copies)
+    if cache is not None and cache.entries:
+        rest = []
+        for u in uniq:
+            n, kv = cache.match(u)
+            if kv is None:
+                rest.append(u)
+                continue
+            past = DynamicCache()
+            for i, (k, v) in enumerate(kv):
+                past.update(k[None, :, :n], v[None, :, :n], i)
+            keep([u], model(input_ids=torch.tensor([u[n:]], dtype=torch.long), past_key_values=past, use_cache=True,
+                            logits_to_keep=1))
+            cache.hits += 1
+            cache.reused_tokens += n
+        uniq = rest
+    if not uniq:
+        assert logits is not None
+        return _slab_cache(slabs, L), logits, attn
     P = min(_common_prefix(uniq), min(len(u) for u in uniq) - 1) if min_fill >= 1.0 else 0
     prefix: list[tuple[torch.Tensor, torch.Tensor]] = []
     if P >= min_prefix:
@@ -103,8 +183,6 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
         prefix = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
     else:
         P = 0
-    slabs: list[tuple[torch.Tensor, torch.Tensor]] = []
-    logits: torch.Tensor | None = None
     for g in _groups([len(u) - P for u in uniq], max_tokens, min_fill):
         Lg = len(uniq[g[0]])
         ids = torch.full((len(g), Lg - P), pad_id, dtype=torch.long)
@@ -122,19 +200,12 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
         else:
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
             out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        last = out.logits[:, -1, :].float()
-        if logits is None:
-            logits = last.new_empty((B, last.shape[-1]))
-            for layer in out.past_key_values.layers:
-                k = layer.keys
-                shape = (B, k.shape[1], L + extra, k.shape[-1])
-                slabs.append((k.new_zeros(shape), k.new_zeros(shape)))
-        rows = torch.tensor([b for u in g for b in copies[uniq[u]]], dtype=torch.long)
-        rep = torch.tensor([r for r, u in enumerate(g) for _ in copies[uniq[u]]], dtype=torch.long)
-        logits[rows] = last[rep]
-        for (sk, sv), layer in zip(slabs, out.past_key_values.layers):
-            sk[rows, :, L - Lg:L] = layer.keys[rep]
-            sv[rows, :, L - Lg:L] = layer.values[rep]
-    cache = DynamicCache()
-    cache.layers = [SlabLayer(k, v, L) for k, v in slabs]
-    return cache, logits, attn
+        keep([uniq[u] for u in g], out)
+    assert logits is not None
+    return _slab_cache(slabs, L), logits, attn
+
+
+def _slab_cache(slabs: list[tuple[torch.Tensor, torch.Tensor]], length: int) -> DynamicCache:
+    out = DynamicCache()
+    out.layers = [SlabLayer(k, v, length) for k, v in slabs]
+    return out

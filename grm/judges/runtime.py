@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -158,6 +159,17 @@ class Judge:
             s.check_for(self.spec.mode, self.spec.reference, where=f"item {s.id if s.id is not None else k}")
         if self.spec.mode == "rule":
             return self._verify(samples, t0)
+        # Critique-then-score and retries prefill the same judge prompts again; an engine that can
+        # keep their keys/values (hf) computes only the new tokens the second time.
+        keep_prompts = getattr(self.engine, "prompt_cache", None)
+        with keep_prompts() if keep_prompts is not None else nullcontext():
+            results = self._score_batch(samples)
+        elapsed = time.perf_counter() - t0
+        for res in results:
+            res.seconds = elapsed / len(samples)
+        return results
+
+    def _score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         tokens = [0] * len(samples)
 
         principles: list[str | None] = [None] * len(samples)
@@ -196,7 +208,6 @@ class Judge:
         if self.spec.aggregate.type == "meta":
             self._meta_rate(samples, views, records, tokens)
 
-        elapsed = time.perf_counter() - t0
         results = []
         for i, s in enumerate(samples):
             item_views = [v for v in views if v.item == i]
@@ -206,7 +217,6 @@ class Judge:
             res.samples = recs
             res.parse_failures = sum(1 for r in recs if r.error is not None)
             res.tokens = tokens[i]
-            res.seconds = elapsed / len(samples)
             res.provenance = self.provenance()
             results.append(res)
         return results

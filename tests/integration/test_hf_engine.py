@@ -117,3 +117,33 @@ def test_update_weights_changes_outputs_and_version(smollm2_fp32):
     finally:
         eng.update_weights({name: orig}, version=0)
     assert eng.score_continuations([req], [[" Paris"]])[0][0] == pytest.approx(before, abs=1e-5)
+
+
+def test_prompt_cache_reuses_prefill_and_changes_nothing(smollm2_fp32):
+    """Critique-then-score: generate on judge prompts, then score prompt + critique + "Score: ".
+    Inside ``prompt_cache`` the second prefill runs only the new tokens; scores, and a repeated
+    (retried) generation, must equal the uncached ones."""
+    eng = smollm2_fp32
+    essay = " ".join(f"Fact {i}: the river is {i} km long." for i in range(40))
+    base = [Req(messages=[{"role": "user", "content": essay + f" Rate fact {k} from 1 to 10."},
+                          {"role": "assistant", "content": "Critique:"}], continue_final=True) for k in (3, 17)]
+    sp = SamplingParams(temperature=0.0, max_new_tokens=16)
+    cands = [[str(i) for i in range(1, 11)]] * len(base)
+
+    def scored_requests(gens):
+        return [Req(messages=[b.messages[0], {"role": "assistant", "content": "Critique:" + g.text + "\nScore: "}],
+                    continue_final=True) for b, g in zip(base, gens)]
+
+    plain_gens = eng.generate(base, sp)
+    plain_scores = eng.score_continuations(scored_requests(plain_gens), cands)
+    with eng.prompt_cache() as pc:
+        gens = eng.generate(base, sp)
+        assert pc.entries and pc.hits == 0
+        scores = eng.score_continuations(scored_requests(gens), cands)
+        assert pc.hits == 2 and pc.reused_tokens >= 2 * 300          # the essay prompt was not recomputed
+        again = eng.generate(base, sp)                                # a retry of the same prompts
+        assert pc.hits == 4
+    assert eng._prompt_cache is None
+    assert [g.token_ids for g in gens] == [g.token_ids for g in plain_gens] == [g.token_ids for g in again]
+    for a, b in zip(scores, plain_scores):
+        assert a == pytest.approx(b, abs=1e-3)
