@@ -37,7 +37,9 @@ def test_eval_end_to_end_resume_after_sigkill_and_rescore(tmp_path):
     pm = metrics["judges"]["pairwise-logprob"]["pairs"]
     assert pm["n"] == N and 0 <= pm["accuracy_average"] <= 1 and "positional_agreement" in pm
     assert all(len(x["lengths"]) == 2 and min(x["lengths"]) > 0 for x in lines)   # characters of each response
-    assert pm["length"]["n"] <= N and 0 <= pm["length"]["judge_longer_preferred"] <= 1
+    lb = pm["length"]   # judge_longer_preferred is null when no pair of unequal length got a decided verdict
+    assert lb["n"] <= N and lb["n_longer_preferred"] + lb["n_shorter_preferred"] == lb["n"]
+    assert lb["judge_longer_preferred"] is None or 0 <= lb["judge_longer_preferred"] <= 1
     assert "acc1" in r.stdout and "pairwise-logprob" in (full / "report.md").read_text()
 
     # kill -9 mid-run, then resume with the same command
