@@ -43,7 +43,8 @@ def main() -> int:
     import torch
 
     from grm.evaluation.runner import EvalConfig, load_judges, run
-    from grm.evaluation.data import default_map, load_rows, to_items
+    from grm.data.items import default_map, to_items
+    from grm.data.sources import load_rows
     from grm.evaluation.runner import samples_for
 
     out = Path(args.out or tempfile.mkdtemp(prefix="grm-eval-bench-"))

@@ -29,7 +29,8 @@ def main() -> None:
     import torch
 
     from grm.engines.base import GenerationRequest, SamplingParams
-    from grm.engines.hf import HFEngine, load_model
+    from grm.engines.hf import HFEngine
+    from grm.models.loading import load_model
 
     torch.set_num_threads(args.threads)
     topics = ["the sea", "prime numbers", "a bicycle", "coffee", "the moon", "rain", "chess", "bread"]

@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--one-by-one", type=int, default=8, help="items timed one call each (slow)")
     args = ap.parse_args()
 
-    from grm.evaluation.builtin_sets import arith_pairs
+    from grm.data.builtin import arith_pairs
     from grm.judges import Sample
     from grm.judges.runtime import load
 

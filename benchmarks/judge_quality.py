@@ -99,7 +99,8 @@ def main() -> int:
 
 def _length_baseline(name: str, path: Path, limit: int | None) -> dict:
     """The "judge" that always picks the longer output (equal lengths count as wrong)."""
-    from grm.evaluation.data import default_map, load_rows, to_items
+    from grm.data.items import default_map, to_items
+    from grm.data.sources import load_rows
     from grm.evaluation.metrics import accuracy, bootstrap_ci
 
     rows = load_rows(str(path))

@@ -46,7 +46,7 @@ def run_trl(steps: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grm.evaluation.builtin_sets import arith_prompts
+    from grm.data.builtin import arith_prompts
     from grm.judges.runtime import load
     from grm.judges.types import Sample
     from grm.models import resolve_model

@@ -34,7 +34,7 @@ def _samples(mode: str, n: int) -> tuple[list, str]:
     if DATA.exists():
         rows, source = json.loads(DATA.read_text()), DATA.name
     else:
-        from grm.evaluation.builtin_sets import arith_pairs
+        from grm.data.builtin import arith_pairs
 
         rows, source = arith_pairs(n), "builtin:arith-pairs"
     if mode == "pairwise":

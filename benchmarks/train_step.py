@@ -30,10 +30,12 @@ def main() -> None:
     import torch
 
     from grm.algorithms import ppo_policy_loss
-    from grm.engines.hf import HFEngine, load_model
+    from grm.engines.hf import HFEngine
+    from grm.models.loading import load_model
     from grm.training import TrainBatch
     from grm.training.deepspeed_backend import DeepSpeedTrainer
-    from grm.training.sync import push_weights, save_weights
+    from grm.models.weights import save_weights
+    from grm.training.sync import push_weights
 
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)

@@ -7,32 +7,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from grm.config.loading import ConfigError
-    from grm.models.store import ModelStoreError
-
-    from grm.evaluation.data import EvalDataError
-    from grm.evaluation.runner import EvalError
-
-    from grm.orchestrator.errors import RunError
-    from grm.engines.openai_api import EngineError
-
-    errors: list[type[BaseException]] = [ConfigError, ModelStoreError, EvalDataError, EvalError, RunError, EngineError]
-    try:
-        from grm.orchestrator.pools import PlacementError
-
-        errors += [PlacementError]
-    except ImportError:  # ray not installed
-        pass
-    try:
-        from grm.judges.errors import JudgeError
-
-        errors.append(JudgeError)
-    except ImportError:  # pragma: no cover - judges package always present
-        pass
-    return tuple(errors)
+from grm.base import GrmError
 
 
 def _err(msg: str) -> None:
@@ -229,11 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
-    except Exception as e:  # user errors are one line; anything else is a bug and keeps its traceback
-        if isinstance(e, _user_errors()):
-            _err(str(e))
-            return 2
-        raise
+    except GrmError as e:  # user errors are one line; anything else is a bug and keeps its traceback
+        _err(str(e))
+        return 2
 
 
 if __name__ == "__main__":

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
+
+from grm.base import GrmError
 from pydantic import BaseModel, ValidationError
 
 Key = tuple[Any, ...]
 
 
-class ConfigError(Exception):
+class ConfigError(GrmError):
     """A user error in a config file or override: printed as one line, never as a traceback."""
 
 

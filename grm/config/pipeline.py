@@ -198,7 +198,7 @@ class PipelineSpec(Strict):
     @classmethod
     def _data_exists(cls, v: DataSpec, info: ValidationInfo) -> DataSpec:
         if v.prompts.startswith("builtin:"):
-            from grm.evaluation.builtin_sets import SETS
+            from grm.data.builtin import SETS
 
             if v.prompts.removeprefix("builtin:") not in SETS:
                 raise ValueError(f"unknown builtin data set '{v.prompts}'; known: {', '.join(SETS)}")

@@ -23,7 +23,9 @@ def build_engine(spec: Any, model: str, *, threads: int | None = None, **kw: Any
 
 
 def _openai(spec: Any, model: str) -> Any:
-    from grm.engines.openai_api import EngineError, OpenAIEngine, ServerProcess, free_port
+    from grm.base import free_port
+    from grm.engines.base import EngineError
+    from grm.engines.openai_api import OpenAIEngine, ServerProcess
 
     key = None
     if spec.api_key_env:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
+from grm.base import GrmError
+
 Message = dict[str, str]
+
+
+class EngineError(GrmError):
+    """A request the server refused or kept failing, or an engine that cannot start; the message
+    says which and why."""
 
 
 @dataclass(frozen=True)

@@ -15,26 +15,8 @@ import torch
 
 from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.kvcache import PromptCache, prefill
-
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-def load_model(model: str, dtype: str = "fp32"):
-    """Load (model, tokenizer) from a builtin alias, a local directory or a hub id."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    from grm.models import resolve_model
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-    path = resolve_model(model)
-    tok = AutoTokenizer.from_pretrained(path)
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
-    net.eval()
-    return net, tok
-
+from grm.models.loading import load_model, torch_dtype
+from grm.models.weights import token_logprobs
 
 class HFEngine:
     """GenerationEngine over a transformers causal LM.
@@ -48,10 +30,8 @@ class HFEngine:
                  max_batch_size: int = 32, max_batch_tokens: int = 65536, model_obj: Any = None, tokenizer: Any = None) -> None:
         if threads:
             torch.set_num_threads(threads)
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.model_id = model
-        self.dtype = DTYPES[dtype]
+        self.dtype = torch_dtype(dtype)
         if model_obj is None:
             model_obj, tokenizer = load_model(model, dtype)
         self.model = model_obj
@@ -216,8 +196,7 @@ class HFEngine:
             for b, s in enumerate(seqs):
                 ids[b, :len(s)] = torch.tensor(s)
                 attn[b, :len(s)] = 1
-            logits = self.model(input_ids=ids, attention_mask=attn).logits.float()
-            lp = torch.log_softmax(logits[:, :-1], -1).gather(2, ids[:, 1:, None])[..., 0]
+            lp, _ = token_logprobs(self.model, ids, attn)
             for b, (p, c) in enumerate(zip(ps, cs)):
                 out.append(lp[b, len(p) - 1:len(p) - 1 + len(c)].tolist())
         return out

@@ -25,21 +25,11 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
-
-
-class EngineError(RuntimeError):
-    """A request the server refused or kept failing; the message says which and why."""
+from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
 
 
 class _Retryable(Exception):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class OpenAIEngine:

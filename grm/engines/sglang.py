@@ -24,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
-from grm.engines.openai_api import EngineError, ServerProcess, free_port
+from grm.base import free_port
+from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
+from grm.engines.openai_api import ServerProcess
 
 INSTALL_HINT = "pip install 'grm-rlaif[sglang]' (SGLang needs CUDA GPUs)"
 
@@ -200,7 +201,7 @@ class SGLangEngine:
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
         """Write the weights as safetensors next to the model's config and reload them from disk."""
         from grm.models import resolve_model
-        from grm.training.sync import save_weights
+        from grm.models.weights import save_weights
 
         if self.sync_dir is None:
             self.sync_dir = Path(tempfile.mkdtemp(prefix="grm-sglang-weights-"))

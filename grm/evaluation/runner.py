@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from grm.evaluation.data import EvalItem, default_map, load_rows, parse_map, to_items
+from grm.base import GrmError
+from grm.data.items import EvalItem, default_map, parse_map, to_items
+from grm.data.sources import load_rows
 from grm.judges.aggregate import verdict_of
 from grm.judges.errors import JudgeError
 from grm.judges.runtime import Judge
 from grm.judges.types import Sample
 
 
-class EvalError(Exception):
+class EvalError(GrmError):
     """A user error in an eval run (resume mismatch, incompatible judge and data)."""
 
 

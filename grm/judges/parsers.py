@@ -81,7 +81,7 @@ class RegexScore:
         return ParsedScore(v)
 
 
-def _last_boxed(text: str) -> str | None:
+def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` with balanced braces."""
     start = text.rfind("\\boxed{")
     while start != -1:
@@ -103,7 +103,7 @@ class BoxedScores:
     def __call__(self, text: str) -> ParsedScore:
         if not text or not text.strip():
             return fail("empty output")
-        inner = _last_boxed(text)
+        inner = last_boxed(text)
         if inner is None:
             return fail("no \\boxed{...}")
         parts = [p.strip() for p in inner.replace(";", ",").split(",") if p.strip()]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from grm.config.judge import RuleSpec
-from grm.judges.parsers import _last_boxed
+from grm.judges.parsers import last_boxed
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
 _FINAL = [
@@ -33,7 +33,7 @@ def _number(s: str) -> float | None:
 def final_number(text: str) -> float | None:
     """The response's final answer: ``\\boxed{}``, then 'answer is X' / '#### X', else the last number."""
     text = unicodedata.normalize("NFKC", text)
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         nums = re.findall(_NUM, boxed)
         if nums:

@@ -13,6 +13,8 @@ or concurrent fetch never leaves a half-written model that loads.
 
 from __future__ import annotations
 
+from grm.base import GrmError
+
 import contextlib
 import fcntl
 import hashlib
@@ -81,7 +83,7 @@ ALIASES: dict[str, Alias] = {
 }
 
 
-class ModelStoreError(Exception):
+class ModelStoreError(GrmError):
     """A model could not be found or fetched; the message says what to do."""
 
 

@@ -25,7 +25,7 @@ from grm.config.paths import resolve_judge, resolve_path
 from grm.judges.runtime import Judge
 from grm.judges.types import Sample
 from grm.orchestrator.errors import RunError
-from grm.orchestrator.prompts import PromptStream, load_prompts
+from grm.data.prompts import PromptStream, load_prompts
 from grm.orchestrator.rewards import combine_rewards
 from grm.orchestrator.rundir import RunDir
 

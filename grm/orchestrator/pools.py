@@ -6,10 +6,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from grm.base import GrmError
 from grm.config.pipeline import PipelineSpec, PoolSpec
 
 
-class PlacementError(Exception):
+class PlacementError(GrmError):
     """A pool cannot be placed on the cluster; the message says what is missing."""
 
 

@@ -8,10 +8,14 @@ token. Sequence-level fields (advantages, rewards) are ``[B]``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+from grm.models.weights import token_logprobs
+
+__all__ = ["TrainBatch", "first_target", "token_logprobs"]
 
 
 @dataclass
@@ -48,6 +52,13 @@ class TrainBatch:
             out.append(mb.trim(width))
         return out
 
+    def map_micro_batches(self, size: int, fn: Callable[["TrainBatch"], Tensor]) -> Tensor:
+        """``fn`` over micro-batches of ``size`` rows, its ``[b, w]`` outputs right-padded back to the
+        batch's width and concatenated: ``[B, L-1]``, 0 outside ``loss_mask``."""
+        width = self.loss_mask.shape[1]
+        outs = [fn(mb) for mb in self.micro_batches(size)]
+        return torch.cat([torch.nn.functional.pad(o, (0, width - o.shape[1])) for o in outs]) * self.loss_mask
+
     def trim(self, width: int) -> "TrainBatch":
         """Drop right padding beyond ``width`` tokens."""
         if width >= self.input_ids.shape[1]:
@@ -81,26 +92,6 @@ class TrainBatch:
                 t[b, len(p) - 1: len(p) - 1 + len(v)] = torch.tensor(list(v), dtype=torch.float32)
             fields[name] = t
         return cls(ids, attn, loss_mask, fields)
-
-
-def token_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, *, with_entropy: bool = False,
-                   start: int = 0) -> tuple[Tensor, Tensor | None]:
-    """Log-prob of every target token ``[B, L-1]`` (fp32), and optionally per-token entropy.
-
-    ``start``: the first target column that matters (the batch's shortest prompt - 1); columns
-    before it are 0 and their logits are never computed (``logits_to_keep``), which saves the LM
-    head's FLOPs and the ``[B, L, vocab]`` memory over the prompts.
-    """
-    L = input_ids.shape[1]
-    keep = {"logits_to_keep": L - start} if start > 0 else {}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep).logits[:, :-1].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    chosen = logp.gather(-1, input_ids[:, start + 1:, None])[..., 0]
-    ent = None
-    if with_entropy:
-        with torch.no_grad():
-            ent = torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (start, 0))
-    return torch.nn.functional.pad(chosen, (start, 0)), ent
 
 
 def first_target(loss_mask: Tensor) -> int:

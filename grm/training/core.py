@@ -1,15 +1,12 @@
 """What every trainer backend shares: the protocol, forward functions, LR schedule, micro-batch
-accumulation, RNG state and atomic checkpoint directories."""
+accumulation and RNG state."""
 
 from __future__ import annotations
 
 import math
-import os
 import random
-import shutil
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import torch
 from torch import Tensor
@@ -80,43 +77,3 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-
-
-@contextmanager
-def atomic_dir(path: str | Path, *, is_writer: bool = True) -> Iterator[Path]:
-    """Yield a temp dir next to ``path``; on success it replaces ``path`` in one rename.
-
-    A crash inside the block leaves ``path`` as it was (the old checkpoint or nothing): a half
-    written checkpoint never sits where a loader would look. ``is_writer=False`` (non-zero ranks)
-    only yields the shared temp dir; rank 0 renames.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    if is_writer:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    yield tmp
-    if not is_writer:
-        return
-    (tmp / "COMPLETE").write_text("ok\n")
-    _fsync_tree(tmp)
-    old = path.with_name(f".{path.name}.old")
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _fsync_tree(root: Path) -> None:
-    for p in root.rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as fh:
-                os.fsync(fh.fileno())
-
-
-def check_complete(path: str | Path) -> Path:
-    path = Path(path)
-    if not (path / "COMPLETE").is_file():
-        raise FileNotFoundError(f"{path} is not a complete checkpoint (no COMPLETE marker)")
-    return path

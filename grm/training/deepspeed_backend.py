@@ -13,11 +13,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from grm.base import atomic_dir, check_complete, free_port
 from grm.training.batch import TrainBatch
 from grm.training.core import (
-    Forward, LossFn, atomic_dir, check_complete, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state,
+    Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state,
 )
-from grm.training.torch_backend import _cat_padded
 
 
 def init_distributed(port: int | None = None) -> None:
@@ -31,16 +31,8 @@ def init_distributed(port: int | None = None) -> None:
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(port or _free_port()))
+    os.environ.setdefault("MASTER_PORT", str(port or free_port()))
     deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class DeepSpeedTrainer:
@@ -97,9 +89,9 @@ class DeepSpeedTrainer:
     def logprobs(self, batch: TrainBatch) -> Tensor:
         """Outputs for the whole batch given to this rank (not sharded: every rank may ask)."""
         self.engine.eval()
-        outs = [self.forward(self.engine, mb, False)[0] for mb in batch.micro_batches(self.micro_batch_size)]
+        out = batch.map_micro_batches(self.micro_batch_size, lambda mb: self.forward(self.engine, mb, False)[0])
         self.engine.train()
-        return _cat_padded(outs, batch.loss_mask.shape[1]) * batch.loss_mask
+        return out
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         if len(batch) != self.global_batch_size:

@@ -8,29 +8,22 @@ from torch import Tensor, nn
 from grm.training.batch import TrainBatch, first_target, token_logprobs
 
 
-def load_causal_lm(model: str, dtype: str = "fp32") -> nn.Module:
-    """A trainable causal LM from a builtin alias, local directory or hub id."""
-    from grm.engines.hf import load_model
-
-    net, _ = load_model(model, dtype)
-    return net
-
-
 class ReferenceModel:
     """Frozen copy of the initial policy; gives reference log-probs for the KL term."""
 
     def __init__(self, model: str | nn.Module, *, dtype: str = "fp32", micro_batch_size: int = 8) -> None:
-        self.module = load_causal_lm(model, dtype) if isinstance(model, str) else model
+        if isinstance(model, str):
+            from grm.models.loading import load_model
+
+            model = load_model(model, dtype)[0]
+        self.module = model
         self.module.eval().requires_grad_(False)
         self.micro_batch_size = micro_batch_size
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
-        outs = []
-        for mb in batch.micro_batches(self.micro_batch_size):
-            lp, _ = token_logprobs(self.module, mb.input_ids, mb.attention_mask, start=first_target(mb.loss_mask))
-            outs.append(nn.functional.pad(lp, (0, batch.loss_mask.shape[1] - lp.shape[1])))
-        return torch.cat(outs) * batch.loss_mask
+        return batch.map_micro_batches(self.micro_batch_size, lambda mb: token_logprobs(
+            self.module, mb.input_ids, mb.attention_mask, start=first_target(mb.loss_mask))[0])
 
 
 class ValueModel(nn.Module):
@@ -45,12 +38,9 @@ class ValueModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, model: str, dtype: str = "fp32") -> "ValueModel":
-        from transformers import AutoModel
+        from grm.models.loading import load_body
 
-        from grm.engines.hf import DTYPES
-        from grm.models import resolve_model
-
-        body = AutoModel.from_pretrained(resolve_model(model), dtype=DTYPES[dtype])
+        body = load_body(model, dtype)
         return cls(body, body.config.hidden_size)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:

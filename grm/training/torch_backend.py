@@ -11,9 +11,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from grm.base import atomic_dir, check_complete
+from grm.models.weights import unique_tensors
 from grm.training.batch import TrainBatch
 from grm.training.core import (
-    Forward, LossFn, atomic_dir, check_complete, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state,
+    Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state,
 )
 
 
@@ -34,8 +36,7 @@ class TorchTrainer:
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
-        outs = [self.forward(self.module, mb, False)[0] for mb in batch.micro_batches(self.micro_batch_size)]
-        return _cat_padded(outs, batch.loss_mask.shape[1]) * batch.loss_mask
+        return batch.map_micro_batches(self.micro_batch_size, lambda mb: self.forward(self.module, mb, False)[0])
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         micro = batch.micro_batches(self.micro_batch_size)
@@ -59,7 +60,7 @@ class TorchTrainer:
         with atomic_dir(path) as tmp:
             state = self.module.state_dict()
             # tied weights (embeddings = lm head) are stored once
-            save_file({k: v.contiguous() for k, v in _untie(state).items()}, str(tmp / "model.safetensors"))
+            save_file(unique_tensors(state), str(tmp / "model.safetensors"))
             torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                         "step": self.step_count, "rng": rng_state()}, tmp / "trainer_state.pt")
 
@@ -72,18 +73,3 @@ class TorchTrainer:
         self.step_count = state["step"]
         set_rng_state(state["rng"])
 
-
-def _untie(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    seen: dict[int, str] = {}
-    out = {}
-    for k, v in state.items():
-        ptr = v.data_ptr()
-        if ptr in seen:
-            continue
-        seen[ptr] = k
-        out[k] = v
-    return out
-
-
-def _cat_padded(parts: list[Tensor], width: int) -> Tensor:
-    return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts])

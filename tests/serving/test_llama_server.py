@@ -17,7 +17,8 @@ pytest.importorskip("llama_cpp.server", reason="needs the serving extra: make te
 
 from grm.engines.base import GenerationRequest as Req  # noqa: E402
 from grm.engines.base import SamplingParams  # noqa: E402
-from grm.engines.openai_api import OpenAIEngine, ServerProcess, free_port  # noqa: E402
+from grm.base import free_port  # noqa: E402
+from grm.engines.openai_api import OpenAIEngine, ServerProcess  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 MODEL = "smollm2-135m-instruct"

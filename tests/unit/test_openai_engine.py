@@ -9,7 +9,8 @@ import pytest
 
 from grm.engines.base import GenerationRequest as Req
 from grm.engines.base import SamplingParams
-from grm.engines.openai_api import EngineError, OpenAIEngine
+from grm.engines.base import EngineError
+from grm.engines.openai_api import OpenAIEngine
 
 
 class Tok:

@@ -7,7 +7,7 @@ import pytest
 
 from grm.engines.base import GenerationRequest as Req
 from grm.engines.base import SamplingParams
-from grm.engines.openai_api import EngineError
+from grm.engines.base import EngineError
 from grm.engines.sglang import (SGLangEngine, continuation_payload, generate_payload, launch_command,
                                 parse_continuation, parse_generation)
 

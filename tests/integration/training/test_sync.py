@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from grm.training import TrainBatch
-from grm.training.sync import push_weights, save_weights
+from grm.models.weights import save_weights
+from grm.training.sync import push_weights
 from grm.training.torch_backend import TorchTrainer
 from tests.integration.training.tiny import nll_loss
 
@@ -23,10 +24,27 @@ def ray_local():
 
 
 def test_sync_to_engine_actor_matches_trainer(ray_local, tmp_path):
-    from grm.engines.hf import load_model
-    from grm.orchestrator.actors import EngineActor
+    from grm.engines.hf import HFEngine
+    from grm.models.loading import load_model
 
     ray = ray_local
+
+    @ray.remote
+    class EngineActor:
+        """A real hf engine in another process, fed weights the way the policy's engine is."""
+
+        def __init__(self, model: str, dtype: str) -> None:
+            self.engine = HFEngine(model, dtype=dtype)
+
+        def sequence_logprobs(self, prompts, completions):
+            return self.engine.sequence_logprobs(prompts, completions)
+
+        def update_weights(self, state_dict, version):
+            self.engine.update_weights(state_dict, version)
+
+        def version(self):
+            return self.engine.version
+
     model, tok = load_model("smollm2-135m-instruct", "fp32")
     trainer = TorchTrainer(model, lr=1e-4, micro_batch_size=2)
     prompt = tok("The capital of France is", add_special_tokens=False)["input_ids"]

@@ -86,7 +86,7 @@ def test_checkpoint_round_trip(backend, tmp_path):
 
 
 def test_half_written_checkpoint_is_refused(tmp_path):
-    from grm.training.core import atomic_dir
+    from grm.base import atomic_dir
 
     t = _torch()
     t.save(tmp_path / "good")

@@ -1,22 +1,18 @@
-"""Evaluation data: load a file, a saved ``datasets`` directory or a builtin set; map columns onto
-judge inputs; check every row and say which one is wrong."""
+"""Labelled evaluation items (pairs, scored and unlabelled responses): map a source's columns onto
+judge inputs and check every row, saying which one is wrong."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from grm.evaluation.builtin_sets import DEFAULT_MAPS, SETS
+from grm.data.builtin import DEFAULT_MAPS
+from grm.data.sources import DataError
 
 FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id")
 LLMBAR_MAP = {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label"}
-
-
-class EvalDataError(Exception):
-    """Bad evaluation data: the message names the source and row."""
 
 
 @dataclass
@@ -38,48 +34,12 @@ def parse_map(pairs: list[str]) -> dict[str, str]:
     out = {}
     for p in pairs:
         if "=" not in p:
-            raise EvalDataError(f"--map '{p}': expected field=column (fields: {', '.join(FIELDS)})")
+            raise DataError(f"--map '{p}': expected field=column (fields: {', '.join(FIELDS)})")
         k, v = p.split("=", 1)
         if k not in FIELDS:
-            raise EvalDataError(f"--map '{p}': unknown field '{k}'; expected one of {', '.join(FIELDS)}")
+            raise DataError(f"--map '{p}': unknown field '{k}'; expected one of {', '.join(FIELDS)}")
         out[k] = v
     return out
-
-
-def load_rows(source: str) -> list[dict[str, Any]]:
-    """Rows of a .json/.jsonl/.csv/.parquet file, a saved datasets dir, or builtin:NAME."""
-    if source.startswith("builtin:"):
-        name = source.removeprefix("builtin:")
-        if name not in SETS:
-            raise EvalDataError(f"unknown builtin data set '{name}'; known: {', '.join(SETS)}")
-        return SETS[name]()
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise EvalDataError(f"{path}: no such file or directory")
-    import datasets
-
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    try:
-        if path.is_dir():
-            ds = datasets.load_from_disk(str(path))
-            if isinstance(ds, datasets.DatasetDict):
-                ds = ds[next(iter(ds))]
-        else:
-            kinds = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
-            if path.suffix not in kinds:
-                raise EvalDataError(f"{path}: unsupported data file type '{path.suffix}'; use .json, .jsonl, .csv, .parquet or a saved datasets dir")
-            if path.stat().st_size == 0:
-                raise EvalDataError(f"{path}: empty file, no rows")
-            ds = datasets.load_dataset(kinds[path.suffix], data_files=str(path), split="train")
-    except EvalDataError:
-        raise
-    except Exception as e:  # datasets raises many types for unreadable files
-        raise EvalDataError(f"{path}: cannot read data: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from None
-    rows = ds.to_list()
-    if not rows:
-        raise EvalDataError(f"{path}: no rows")
-    return rows
 
 
 def default_map(source: str, columns: set[str]) -> dict[str, str]:
@@ -100,24 +60,24 @@ def to_items(rows: list[dict[str, Any]], mapping: dict[str, str], source: str, *
     items: list[EvalItem] = []
     problems: list[str] = []
     if "prompt" not in mapping:
-        raise EvalDataError(f"{source}: no column mapped to 'prompt'; use --map prompt=COLUMN")
+        raise DataError(f"{source}: no column mapped to 'prompt'; use --map prompt=COLUMN")
     pair = "response_a" in mapping or "response_b" in mapping
     if pair and not {"response_a", "response_b"} <= set(mapping):
-        raise EvalDataError(f"{source}: pairs need both response_a and response_b mapped")
+        raise DataError(f"{source}: pairs need both response_a and response_b mapped")
     if not pair and "response" not in mapping:
-        raise EvalDataError(f"{source}: map 'response' (single responses) or 'response_a' and 'response_b' (pairs)")
+        raise DataError(f"{source}: map 'response' (single responses) or 'response_a' and 'response_b' (pairs)")
     seen: set[str] = set()
     for i, row in enumerate(rows):
         where = f"{source} row {i}"
         try:
             item = _item(row, mapping, pair, where, i)
             if item.id in seen:
-                raise EvalDataError(f"{where}: duplicate id '{item.id}'")
+                raise DataError(f"{where}: duplicate id '{item.id}'")
             seen.add(item.id)
             items.append(item)
-        except EvalDataError as e:
+        except DataError as e:
             if not skip_bad_rows:
-                raise EvalDataError(f"{e} (use --skip-bad-rows to skip such rows and count them)") from None
+                raise DataError(f"{e} (use --skip-bad-rows to skip such rows and count them)") from None
             problems.append(str(e))
     return items, problems
 
@@ -129,7 +89,7 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
             return None
         if c not in row or row[c] is None:
             if required:
-                raise EvalDataError(f"{where}: missing column '{c}' (mapped to {name})")
+                raise DataError(f"{where}: missing column '{c}' (mapped to {name})")
             return None
         return row[c]
 
@@ -138,7 +98,7 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
         if v is None:
             return None
         if not isinstance(v, str):
-            raise EvalDataError(f"{where}: column '{mapping[name]}' ({name}) must be a string, found {type(v).__name__}")
+            raise DataError(f"{where}: column '{mapping[name]}' ({name}) must be a string, found {type(v).__name__}")
         return v
 
     prompt = text("prompt")
@@ -154,7 +114,7 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
             raw = col("label")
             label = _label(raw)
             if label is None:
-                raise EvalDataError(f"{where}: label must be 1/2 or A/B, found {raw!r}")
+                raise DataError(f"{where}: label must be 1/2 or A/B, found {raw!r}")
         kind: Literal["pair", "scored", "unlabelled"] = "pair"
     else:
         responses = [text("response")]  # type: ignore[list-item]
@@ -164,7 +124,7 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
             try:
                 score = float(score)
             except (TypeError, ValueError):
-                raise EvalDataError(f"{where}: human_score must be a number, found {score!r}") from None
+                raise DataError(f"{where}: human_score must be a number, found {score!r}") from None
         kind = "scored" if score is not None else "unlabelled"
     h = hashlib.sha256(json.dumps([prompt, responses, reference], ensure_ascii=False).encode()).hexdigest()[:16]
     return EvalItem(id=str(rid) if rid is not None else f"row-{index}", kind=kind, prompt=prompt, responses=responses,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grm.config.pipeline import DataSpec
+from grm.data.sources import DataError, load_rows
 
 
 @dataclass
@@ -17,8 +18,6 @@ class Prompt:
 
 
 def load_prompts(spec: DataSpec) -> list[Prompt]:
-    from grm.evaluation.data import EvalDataError, load_rows
-
     rows = load_rows(spec.prompts)
     if spec.limit is not None:
         rows = rows[: spec.limit]
@@ -26,7 +25,7 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
     for i, row in enumerate(rows):
         text = row.get(spec.prompt_field)
         if not isinstance(text, str) or not text.strip():
-            raise EvalDataError(f"{spec.prompts} row {i}: column '{spec.prompt_field}' must be a non-empty string")
+            raise DataError(f"{spec.prompts} row {i}: column '{spec.prompt_field}' must be a non-empty string")
         ref = row.get(spec.reference_field) if spec.reference_field else None
         out.append(Prompt(id=str(row.get("id", f"row-{i}")), text=text, reference=None if ref is None else str(ref)))
     return out

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from grm.evaluation.data import EvalDataError, default_map, load_rows, parse_map, to_items
+from grm.data.items import default_map, parse_map, to_items
+from grm.data.sources import DataError, load_rows
 
 LLMBAR = [{"input": "q1", "output_1": "a", "output_2": "b", "label": 1},
           {"input": "q2", "output_1": "c", "output_2": "d", "label": 2}]
@@ -37,7 +38,7 @@ def test_llmbar_format_autodetected(tmp_path):
 ])
 def test_bad_rows_named(tmp_path, bad, needle):
     src = write(tmp_path, [LLMBAR[0], bad], "d.jsonl")
-    with pytest.raises(EvalDataError, match="--skip-bad-rows") as e:
+    with pytest.raises(DataError, match="--skip-bad-rows") as e:
         items(src, parse_map(["prompt=input", "response_a=output_1", "response_b=output_2", "label=label"]))
     assert needle in str(e.value)
     its, problems = items(src, parse_map(["prompt=input", "response_a=output_1", "response_b=output_2", "label=label"]),
@@ -47,13 +48,13 @@ def test_bad_rows_named(tmp_path, bad, needle):
 
 def test_empty_and_unknown_sources(tmp_path):
     (tmp_path / "e.jsonl").write_text("")
-    with pytest.raises(EvalDataError, match="empty file"):
+    with pytest.raises(DataError, match="empty file"):
         load_rows(str(tmp_path / "e.jsonl"))
-    with pytest.raises(EvalDataError, match="no such file"):
+    with pytest.raises(DataError, match="no such file"):
         load_rows(str(tmp_path / "nope.json"))
-    with pytest.raises(EvalDataError, match="unknown builtin data set"):
+    with pytest.raises(DataError, match="unknown builtin data set"):
         load_rows("builtin:nope")
-    with pytest.raises(EvalDataError, match="unknown field 'answer'"):
+    with pytest.raises(DataError, match="unknown field 'answer'"):
         parse_map(["answer=x"])
 
 

@@ -1,0 +1,49 @@
+"""Loading a causal LM (and its tokenizer, or just its transformer body) from a builtin alias, a
+local directory or a hub id. Engines, trainers and the reference all load models through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DTYPE_NAMES = ("bf16", "fp32", "bfloat16", "float32")
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a config name (``bf16``/``fp32`` or their long forms)."""
+    import torch
+
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
+    if name not in table:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {name!r}")
+    return table[name]
+
+
+def _quiet() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def load_model(model: str, dtype: str = "fp32") -> tuple[Any, Any]:
+    """(causal LM in eval mode, tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grm.models.store import resolve_model
+
+    _quiet()
+    path = resolve_model(model)
+    tok = AutoTokenizer.from_pretrained(path)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype))
+    net.eval()
+    return net, tok
+
+
+def load_body(model: str, dtype: str = "fp32") -> Any:
+    """The transformer body without its LM head (a critic puts a value head on it)."""
+    from transformers import AutoModel
+
+    from grm.models.store import resolve_model
+
+    _quiet()
+    return AutoModel.from_pretrained(resolve_model(model), dtype=torch_dtype(dtype))
