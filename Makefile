@@ -10,7 +10,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fast test-serving quickstart bench clean
+.PHONY: setup lint test test-fast test-serving quickstart bench clean
 
 setup: $(VENV)/.installed
 
@@ -21,11 +21,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) -e '.[train,dev]'
 	touch $@
 
+# ruff (lint + format check) and the import-layering contract of ARCHITECTURE.md (pyproject.toml,
+# [tool.importlinter]). All three run, so one pass reports every kind of failure.
+lint: setup
+	@rc=0; \
+	echo "ruff check"; $(BIN)/ruff check --output-format concise . || rc=1; \
+	echo "ruff format --check"; $(BIN)/ruff format --check --output-format concise . || rc=1; \
+	echo "lint-imports"; $(BIN)/lint-imports --no-cache --no-logo || rc=1; \
+	exit $$rc
+
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Everything not marked slow (no model, Ray, DeepSpeed or server): the unit tests, in seconds.
 test-fast: setup
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # Optional: the openai engine against a real llama.cpp server (compiles llama.cpp once, ~7 min).
 test-serving: setup

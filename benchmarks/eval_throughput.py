@@ -71,9 +71,9 @@ def main() -> int:
     n_gen = 0
     for it in items[: args.naive_items]:
         for s in samples_for(judge, it):
-            for v in judge.views([s], [None]):
-                ids = torch.tensor([eng.encode(v.request)])
-                for _ in range(v.n):
+            for v in (st for st in judge.render(s) if st["stage"] == "judge"):
+                ids = torch.tensor([eng.encode(v["request"])])
+                for _ in range(v["n"]):
                     with torch.inference_mode():
                         eng.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=sp.max_new_tokens,
                                            do_sample=sp.temperature > 0, temperature=sp.temperature or None,
@@ -91,8 +91,8 @@ def main() -> int:
     t0, n_tok = time.perf_counter(), 0
     for it in items[: args.naive_items]:
         for s in samples_for(judge, it):
-            for v in judge.views([s], [None]):
-                ids = torch.tensor([eng.encode(v.request)])
+            for v in (st for st in judge.render(s) if st["stage"] == "judge"):
+                ids = torch.tensor([eng.encode(v["request"])])
                 n_tok += ids.shape[1]
                 with torch.inference_mode():
                     eng.model(ids, use_cache=False, logits_to_keep=1)

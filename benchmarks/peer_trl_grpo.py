@@ -16,6 +16,7 @@ grm), sampled every 0.2 s. Prints one JSON line per system and the ratios.
 
     pip install -c constraints.txt 'grm-rlaif[peer]'     # TRL, for this benchmark only
     python benchmarks/peer_trl_grpo.py [--steps 3] [--systems trl,grm-async,grm-sync] [--set KEY=VALUE ...]
+    python benchmarks/peer_trl_grpo.py --systems grm-async@REV,grm-async,grm-sync@REV,grm-sync --repeats 2   # before/after
 """
 
 from __future__ import annotations
@@ -111,11 +112,16 @@ def run_trl(steps: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- grm child
-def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False) -> dict:
+def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, checkout: str | None = None) -> dict:
+    """``checkout``: run the grm package of another checkout (a git worktree of an older commit)
+    on the same pipeline file, so before/after compare in one invocation."""
     out = Path(tempfile.mkdtemp(prefix=f"grm-peer-{mode}-")) / "run"
     cmd = [sys.executable, "-m", "grm", "run", str(PIPELINE), f"train.steps={steps + 1}", f"schedule.mode={mode}", f"out_dir={out}",
            *overrides]
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    if checkout:
+        env["PYTHONPATH"] = checkout + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=checkout)
     if r.returncode != 0:
         raise SystemExit(f"grm run failed:\n{r.stderr[-3000:]}")
     ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()][1:]
@@ -126,7 +132,7 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False) -> 
               for k in ms[0] if k.startswith("seconds_") and k != "seconds_step"}
     if not keep:  # checkpoints are ~1.6 GB per run
         shutil.rmtree(out.parent, ignore_errors=True)
-    return {"system": f"grm-{mode}", "steps": len(ms), "step_seconds": [round(m["seconds_step"], 1) for m in ms],
+    return {"system": f"grm-{mode}" + (f"@{checkout}" if checkout else ""), "steps": len(ms), "step_seconds": [round(m["seconds_step"], 1) for m in ms],
             "median_step_s": round(med, 2), "completions_per_s": round(PROMPTS * GROUP / med, 4), "phases": phases,
             "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3), "run_dir": str(out.parent) if keep else None,
             "overrides": overrides}
@@ -152,8 +158,20 @@ def _tree_rss(pid: int) -> tuple[int, dict[str, int]]:
     return sum(by.values()), by
 
 
-def measure(system: str, steps: int, overrides: list[str], keep: bool = False) -> dict:
+def worktree(rev: str) -> str:
+    """A git worktree of ``rev`` in a temp dir (removed at exit), for ``grm-MODE@REV`` systems."""
+    import atexit
+
+    path = tempfile.mkdtemp(prefix=f"grm-peer-{rev[:12]}-")
+    subprocess.run(["git", "worktree", "add", "--detach", path, rev], cwd=HERE.parent, check=True, capture_output=True)
+    atexit.register(lambda: subprocess.run(["git", "worktree", "remove", "--force", path], cwd=HERE.parent, capture_output=True))
+    return path
+
+
+def measure(system: str, steps: int, overrides: list[str], keep: bool = False, checkouts: dict[str, str] | None = None) -> dict:
     extra = [a for o in overrides for a in ("--set", o)] if system != "trl" else []
+    if "@" in system:
+        extra += ["--checkout", (checkouts or {})[system.split("@", 1)[1]]]
     extra += ["--keep-runs"] if keep else []
     proc = subprocess.Popen([sys.executable, __file__, "--child", system, "--steps", str(steps), *extra], stdout=subprocess.PIPE, text=True)
     peak: list = [0, {}]
@@ -188,16 +206,44 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override for grm's pipeline (repeatable), e.g. --set schedule.stream_prompts=8")
     ap.add_argument("--keep-runs", action="store_true", help="keep grm's run directories (checkpoints, samples)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each system, interleaved (a, b, a, b, ...)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--checkout", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, args.child.removeprefix("grm-"), args.set, args.keep_runs)
+        mode = args.child.split("@", 1)[0].removeprefix("grm-")
+        res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, mode, args.set, args.keep_runs, args.checkout)
         print(json.dumps(res), flush=True)
         return 0
-    results = {}
-    for system in args.systems.split(","):
-        results[system] = measure(system, args.steps, args.set, args.keep_runs)
-        print(json.dumps(results[system]), flush=True)
+    import platform
+
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), platform.processor())
+    flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("Flags")), [])
+    print(json.dumps({"cpu": model, "avx512": sorted(f for f in flags if f.startswith("avx512")), "cores": os.cpu_count()}), flush=True)
+    systems = args.systems.split(",")
+    # grm-MODE@REV: grm as of git revision REV (e.g. grm-async@HEAD~3 beside grm-async): before/after in one invocation
+    checkouts = {rev: worktree(rev) for rev in {s.split("@", 1)[1] for s in systems if "@" in s}}
+    runs: dict[str, list[dict]] = {s: [] for s in systems}
+    for _ in range(args.repeats):
+        for system in systems:
+            res = measure(system, args.steps, args.set, args.keep_runs, checkouts)
+            runs[system].append(res)
+            print(json.dumps(res), flush=True)
+    results = {s: min(rs, key=lambda r: r["median_step_s"]) if len(rs) == 1 else
+               {**rs[0], "median_step_s": round(statistics.median(r["median_step_s"] for r in rs), 2),
+                "completions_per_s": round(statistics.median(r["completions_per_s"] for r in rs), 4),
+                "peak_rss_gb": max(r["peak_rss_gb"] for r in rs),
+                "median_step_s_runs": [r["median_step_s"] for r in rs]} for s, rs in runs.items()}
+    for s, rs in runs.items():
+        if len(rs) > 1:
+            print(json.dumps({"system": s, "median_step_s_over_repeats": results[s]["median_step_s"],
+                              "runs": results[s]["median_step_s_runs"]}), flush=True)
+    for s in systems:
+        if "@" in s and s.split("@", 1)[0] in results:
+            now = s.split("@", 1)[0]
+            print(json.dumps({"ratio": f"{now}/{s} step time",
+                              "value": round(results[now]["median_step_s"] / results[s]["median_step_s"], 3)}), flush=True)
     if "trl" in results:
         for k, r in results.items():
             if k != "trl":

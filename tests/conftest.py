@@ -13,10 +13,33 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_grm(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real `grm` command line in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "grm", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "grm", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test-fast` selects by marker (-m "not slow"): a test under tests/integration or
+    tests/serving (real models, Ray, DeepSpeed, servers) that forgot the marker would run there."""
+    unmarked = []
+    for item in items:
+        try:
+            area = item.path.relative_to(ROOT / "tests").parts[0]
+        except ValueError:
+            continue
+        if area in ("integration", "serving") and item.get_closest_marker("slow") is None:
+            unmarked.append(item.nodeid)
+    if unmarked:
+        raise pytest.UsageError(
+            "mark these pytest.mark.slow (pytestmark = pytest.mark.slow in the module):\n  " + "\n  ".join(unmarked)
+        )

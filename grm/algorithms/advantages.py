@@ -89,3 +89,12 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float = 1.0, la
         adv[:, t] = torch.where(on, last, torch.zeros_like(last))
     returns = torch.where(m, adv + values, torch.zeros_like(adv))
     return adv, returns
+
+
+def whiten(x: Tensor, mask: Tensor, eps: float = 1e-6) -> Tensor:
+    """``(x - mean) / (std + eps)`` over the positions where ``mask`` is set, 0 elsewhere
+    (``x, mask: [B, T]``); all zeros when nothing is masked in."""
+    m = mask > 0
+    if not m.any():
+        return torch.zeros_like(x)
+    return torch.where(m, (x - x[m].mean()) / (x[m].std() + eps), torch.zeros_like(x))

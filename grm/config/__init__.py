@@ -64,18 +64,13 @@ def _ref(ref: str | Path, base_dir: Path | None, kind: str) -> Path:
 
 def validate_tree(path: str | Path, overrides: Iterable[str] = ()) -> list[tuple[Path, BaseModel]]:
     """Validate a file and every spec it references (a pipeline's policy and judges)."""
+    from grm.config.resolve import load_pipeline
+
     path = _ref(str(path), None, "pipelines") if str(path).startswith("builtin:") else Path(path)
-    spec = load(path, overrides)
-    out: list[tuple[Path, BaseModel]] = [(path, spec)]
-    if isinstance(spec, PipelineSpec):
-        out.append((_ref(spec.policy.spec, path.parent, "policy"), load_policy(spec.policy.spec, path.parent, spec.policy.overrides)))
-        for j in spec.judges:
-            jpath = _judge_path(j.spec, path.parent, j.overrides)
-            judge = load_judge(j.spec, path.parent, overrides=j.overrides)
-            out.append((jpath, judge))
-            if judge.mode != "rule" and j.pool is None:
-                raise ConfigError(f"{path}: judges: '{judge.name}' runs a model and needs a pool")
-    return out
+    if detect_kind(load_yaml(path).data) != "pipeline":
+        return [(path, load(path, overrides))]
+    p = load_pipeline(path, overrides)
+    return [(path, p.spec), (_ref(p.spec.policy.spec, path.parent, "policy"), p.policy), *((j.path, j.spec) for j in p.judges)]
 
 
 __all__ = [

@@ -16,6 +16,10 @@ SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines":
 
 _PKG = Path(__file__).resolve().parents[1]
 
+BUILTIN_DATA_SETS = ("arith-pairs", "arith-prompts")
+"""Names of ``grm.data.builtin``'s generated sets (``builtin:NAME`` as a data source). Listed here so
+that validating a config never imports the data package; a unit test keeps the two in step."""
+
 DEFAULT_JUDGES: dict[str, dict[str, str]] = {
     "pairwise": {"*": "pairwise-logprob", "qwen2.5-coder-1.5b-instruct": "pairwise-rules-logprob"},
     "pointwise": {"*": "helpfulness-pointwise-logprob", "qwen2.5-coder-1.5b-instruct": "pointwise-logprob"},

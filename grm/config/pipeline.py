@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grm.config.base import Strict, check_file
+from grm.config.paths import BUILTIN_DATA_SETS
 
 
 class PoolSpec(Strict):
@@ -79,8 +80,9 @@ class KLSpec(Strict):
     """Subtract the KL from the reward (PPO style) instead of adding it to the loss."""
 
 
-class AlgorithmSpec(Strict):
-    type: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo"] = "grpo"
+class _AlgorithmCommon(Strict):
+    """Fields every algorithm shares: batch sizes, the clipped policy loss, KL, filtering."""
+
     group_size: int = Field(4, ge=1)
     """Responses sampled per prompt (global)."""
     prompts_per_step: int = Field(8, ge=1)
@@ -89,6 +91,8 @@ class AlgorithmSpec(Strict):
     clip_low: float = Field(0.2, ge=0)
     clip_high: float = Field(0.2, ge=0)
     """PPO ratio clip range [1 - clip_low, 1 + clip_high] (clip-higher: clip_high > clip_low)."""
+    dual_clip: float | None = Field(None, gt=1)
+    """Dual-clip PPO: the loss of a negative-advantage token is capped at -A x dual_clip (> 1); None: off."""
     loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
     dynamic_filtering: bool = False
     """Drop groups whose rewards have no variance and refill from the next prompts (DAPO)."""
@@ -96,18 +100,75 @@ class AlgorithmSpec(Strict):
     """Truncated importance-sampling cap for stale samples (async); None disables TIS."""
     overlong_penalty: float = Field(0.0, ge=0)
     """Subtracted from the reward of responses cut by max_new_tokens (finish_reason length)."""
-    gamma: float = Field(1.0, ge=0, le=1)
-    """(ppo) discount for GAE."""
-    lam: float = Field(0.95, ge=0, le=1)
-    """(ppo) GAE lambda."""
-    value_clip: float | None = 0.2
-    """(ppo) value-loss clip range; None disables clipping."""
+    epochs: int = Field(1, ge=1)
+    """Optimizer passes over each step's batch. Above 1 (or with mini_batches > 1), old log-probs
+    are computed once before the first pass and the ratio clip binds."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per pass: the step's batch is split into this many mini-batches."""
+
+    def _check_groups(self, kind: str) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"{kind} needs group_size >= 2 (advantages are relative within a group)")
+
+
+class GRPOSpec(_AlgorithmCommon):
+    """GRPO: advantage = (reward - group mean) / group std."""
+
+    type: Literal["grpo"] = "grpo"
 
     @model_validator(mode="after")
-    def _groups(self) -> "AlgorithmSpec":
-        if self.type in ("grpo", "dr_grpo", "rloo") and self.group_size < 2:
-            raise ValueError(f"{self.type} needs group_size >= 2 (advantages are relative within a group)")
+    def _groups(self) -> "GRPOSpec":
+        self._check_groups(self.type)
         return self
+
+
+class DrGRPOSpec(_AlgorithmCommon):
+    """Dr. GRPO: advantage = reward - group mean (no division by the std)."""
+
+    type: Literal["dr_grpo"] = "dr_grpo"
+
+    @model_validator(mode="after")
+    def _groups(self) -> "DrGRPOSpec":
+        self._check_groups(self.type)
+        return self
+
+
+class RLOOSpec(_AlgorithmCommon):
+    """REINFORCE leave-one-out: advantage = reward - mean of the group's other rewards."""
+
+    type: Literal["rloo"] = "rloo"
+
+    @model_validator(mode="after")
+    def _groups(self) -> "RLOOSpec":
+        self._check_groups(self.type)
+        return self
+
+
+class ReinforcePPSpec(_AlgorithmCommon):
+    """REINFORCE++(-baseline): group mean subtracted, then whitened over the batch."""
+
+    type: Literal["reinforce_pp"] = "reinforce_pp"
+
+
+class PPOSpec(_AlgorithmCommon):
+    """PPO with a critic (a value head on the policy's transformer, trained beside the policy in the
+    policy's actor) and GAE over response tokens."""
+
+    type: Literal["ppo"] = "ppo"
+    gamma: float = Field(1.0, ge=0, le=1)
+    """Discount for GAE."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """GAE lambda."""
+    value_clip: float | None = 0.2
+    """Value-loss clip range; None disables clipping."""
+    critic_lr: float = Field(1e-5, gt=0)
+    """Critic learning rate."""
+
+
+AlgorithmSpec = Annotated[
+    Union[GRPOSpec, DrGRPOSpec, RLOOSpec, ReinforcePPSpec, PPOSpec], Field(discriminator="type")
+]
+"""The RL algorithm, chosen by ``type`` (default grpo); PPO-only fields exist only on ``ppo``."""
 
 
 class RolloutSpec(Strict):
@@ -136,8 +197,6 @@ class TrainSpec(Strict):
     warmup_steps: int = Field(0, ge=0)
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """LR after warmup: constant, or linear/cosine decay to 0 over ``steps``."""
-    critic_lr: float = Field(1e-5, gt=0)
-    """(ppo) critic learning rate."""
     micro_batch_size: int = Field(4, ge=1)
     """Sequences per forward/backward on one rank; gradients accumulate to the global batch."""
     max_grad_norm: float = Field(1.0, gt=0)
@@ -181,11 +240,9 @@ class PipelineSpec(Strict):
     policy: PolicyRole
     reference: RoleSpec | None = None
     """Frozen reference model placement (needed when kl.coef > 0)."""
-    critic: RoleSpec | None = None
-    """Critic placement (PPO only)."""
     judges: list[JudgeRole] = Field(min_length=1)
     data: DataSpec
-    algorithm: AlgorithmSpec = AlgorithmSpec()
+    algorithm: AlgorithmSpec = GRPOSpec()
     rollout: RolloutSpec = RolloutSpec()
     train: TrainSpec = TrainSpec()
     schedule: ScheduleSpec = ScheduleSpec()
@@ -194,14 +251,20 @@ class PipelineSpec(Strict):
     out_dir: str | None = None
     """Run directory; default runs/NAME-TIMESTAMP under the current directory."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algorithm(cls, data: Any) -> Any:
+        # ``type`` picks the variant; a pipeline that names none gets grpo, as before.
+        if isinstance(data, dict) and isinstance(data.get("algorithm"), dict) and "type" not in data["algorithm"]:
+            data = {**data, "algorithm": {"type": "grpo", **data["algorithm"]}}
+        return data
+
     @field_validator("data")
     @classmethod
     def _data_exists(cls, v: DataSpec, info: ValidationInfo) -> DataSpec:
         if v.prompts.startswith("builtin:"):
-            from grm.data.builtin import SETS
-
-            if v.prompts.removeprefix("builtin:") not in SETS:
-                raise ValueError(f"unknown builtin data set '{v.prompts}'; known: {', '.join(SETS)}")
+            if v.prompts.removeprefix("builtin:") not in BUILTIN_DATA_SETS:
+                raise ValueError(f"unknown builtin data set '{v.prompts}'; known: {', '.join(BUILTIN_DATA_SETS)}")
         else:
             check_file(v.prompts, info, "pipelines")
         return v
@@ -211,23 +274,20 @@ class PipelineSpec(Strict):
         roles = {"policy": self.policy.pool}
         if self.reference:
             roles["reference"] = self.reference.pool
-        if self.critic:
-            roles["critic"] = self.critic.pool
         for i, j in enumerate(self.judges):
             if j.pool:
                 roles[f"judges[{i}]"] = j.pool
         for role, pool in roles.items():
             if pool not in self.pools:
                 raise ValueError(f"{role}.pool '{pool}' is not a declared pool (pools: {', '.join(self.pools)})")
-        batch = self.algorithm.prompts_per_step * self.algorithm.group_size
-        per_rank = self.train.micro_batch_size * self.train.backend.ranks
-        if batch % per_rank:
+        a = self.algorithm
+        batch = a.prompts_per_step * a.group_size
+        per_step = self.train.micro_batch_size * self.train.backend.ranks * a.mini_batches
+        if batch % per_step:
             raise ValueError(
                 f"batch of prompts_per_step x group_size = {batch} sequences is not divisible by "
-                f"micro_batch_size x ranks = {per_rank}"
+                f"micro_batch_size x ranks x algorithm.mini_batches = {per_step}"
             )
-        if self.algorithm.type == "ppo" and self.critic is None:
-            raise ValueError("algorithm ppo needs a critic: {pool: ...}")
         if self.algorithm.kl.coef > 0 and self.reference is None:
             raise ValueError("kl.coef > 0 needs a reference: {pool: ...}")
         return self

@@ -62,6 +62,15 @@ class PromptStream:
     def state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "index": self.index}
 
+    def state_before(self, n: int) -> dict[str, Any]:
+        """The state ``n`` prompts back (prompts taken but never trained on are taken again after a
+        resume), stepping back across epoch boundaries."""
+        epoch, index = self.epoch, self.index - n
+        while index < 0 and epoch > 0:
+            epoch -= 1
+            index += len(self.prompts)
+        return {"epoch": epoch, "index": max(0, index)}
+
     def restore(self, state: dict[str, Any]) -> None:
         self.epoch, self.index = state["epoch"], state["index"]
         self._order = self._make_order()

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
-Verdict = str | None  # "1", "2", "tie" or None (masked)
+from grm.judges.types import Verdict
+
+T = TypeVar("T")
 
 
-def accuracy(verdicts: Sequence[Verdict], labels: Sequence[int]) -> float:
+def accuracy(verdicts: Sequence[Verdict | None], labels: Sequence[int]) -> float:
     if not labels:
         return float("nan")
     return sum(v == str(lab) for v, lab in zip(verdicts, labels)) / len(labels)
 
 
-def positional_agreement(order1: Sequence[Verdict], order2: Sequence[Verdict]) -> float:
+def positional_agreement(order1: Sequence[Verdict | None], order2: Sequence[Verdict | None]) -> float:
     """Share of pairs whose winner is the same output in both presentation orders (ties and
     masked judgments do not agree)."""
     if not order1:
@@ -29,7 +31,7 @@ def positional_agreement(order1: Sequence[Verdict], order2: Sequence[Verdict]) -
     return sum(a is not None and a == b and a != "tie" for a, b in zip(order1, order2)) / len(order1)
 
 
-def rate(values: Sequence[object], predicate: Callable[[object], bool]) -> float:
+def rate(values: Sequence[T], predicate: Callable[[T], bool]) -> float:
     return sum(1 for v in values if predicate(v)) / len(values) if values else float("nan")
 
 
@@ -63,7 +65,7 @@ def correlations(pred: Sequence[float], human: Sequence[float]) -> dict[str, flo
             "pearson": float(stats.pearsonr(pred, human).statistic)}
 
 
-def cohen_kappa(a: Sequence[Verdict], b: Sequence[Verdict]) -> float:
+def cohen_kappa(a: Sequence[Verdict | None], b: Sequence[Verdict | None]) -> float:
     """Cohen's kappa between two judges' categorical outputs (masked treated as its own category)."""
     n = len(a)
     if n == 0:
@@ -76,11 +78,11 @@ def cohen_kappa(a: Sequence[Verdict], b: Sequence[Verdict]) -> float:
     return (po - pe) / (1 - pe)
 
 
-def majority_vote(rows: Sequence[Sequence[Verdict]]) -> list[Verdict]:
+def majority_vote(rows: Sequence[Sequence[Verdict | None]]) -> list[Verdict | None]:
     """Per item, the verdict most judges gave (masked judges abstain); a split is a tie."""
-    out: list[Verdict] = []
+    out: list[Verdict | None] = []
     for votes in zip(*rows):
-        counts: dict[str, int] = {}
+        counts: dict[Verdict, int] = {}
         for v in votes:
             if v is not None:
                 counts[v] = counts.get(v, 0) + 1

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from grm.evaluation import metrics as M
+from grm.judges.types import Verdict
 
 
 def raw_scores(lines: list[dict[str, Any]]) -> list[float]:
@@ -23,7 +24,7 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"items": len(lines)}
     samples = sum(r["samples_total"] for r in lines)
     out["parse_failure_rate"] = sum(r["parse_failures"] for r in lines) / samples if samples else 0.0
-    out["masked_rate"] = M.rate(lines, lambda r: r["masked"])  # type: ignore[index]
+    out["masked_rate"] = M.rate(lines, lambda r: r["masked"])
     out["tokens"] = sum(r["tokens"] for r in lines)
     secs = sum(r["seconds"] for r in lines)
     out["judge_seconds"] = secs
@@ -70,7 +71,7 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def length_bias(lengths: Sequence[Sequence[int]], labels: Sequence[int], verdicts: Sequence[M.Verdict]) -> dict[str, Any]:
+def length_bias(lengths: Sequence[Sequence[int]], labels: Sequence[int], verdicts: Sequence[Verdict | None]) -> dict[str, Any]:
     """How much a judge's verdicts, and the human labels, follow response length (in characters).
 
     A judge that mostly picks the longer response earns a reward that RL will game by padding;

@@ -9,8 +9,9 @@ from typing import Any
 
 from grm.config import JudgeSpec, load_judge
 from grm.evaluation.report import write_outputs
-from grm.evaluation.runner import EvalError, outcome, read_results
-from grm.judges.runtime import Judge
+from grm.evaluation.runner import EvalError, both_orders, outcome, read_results
+from grm.judges.base import Judge
+from grm.judges.runtime import build_judge
 
 
 def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dic
     judges: dict[str, Judge] = {}
     for j in record["judges"]:
         spec = JudgeSpec.model_validate(j["spec"], context={"base_dir": Path(j["base_dir"])})
-        judges[j["name"]] = Judge(spec, j["base_dir"])
+        judges[j["name"]] = build_judge(spec, j["base_dir"])
     if judge_ref:
         new_spec = load_judge(judge_ref)
         path = Path(judge_ref)
@@ -32,9 +33,7 @@ def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dic
             raise EvalError(f"--judge names '{new_spec.name}', which is not among the recorded judges ({', '.join(judges)})")
         if new_spec.mode != judges[target].spec.mode:
             raise EvalError(f"--judge is {new_spec.mode} but '{target}' was {judges[target].spec.mode}; the raw outputs do not fit")
-        if new_spec.mode == "pairwise":
-            new_spec = new_spec.model_copy(update={"position": new_spec.position.model_copy(update={"swap": True})})
-        judges[target] = Judge(new_spec, path.parent if path.exists() else None)
+        judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
     lines = read_results(out / "results.jsonl")
     if not lines:
         raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")

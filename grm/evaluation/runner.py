@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from grm.base import GrmError
+from grm.config.judge import JudgeSpec
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.sources import load_rows
 from grm.judges.aggregate import verdict_of
+from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
-from grm.judges.runtime import Judge
+from grm.judges.runtime import build_judge, load
 from grm.judges.types import Sample
 
 
@@ -39,16 +41,20 @@ class EvalConfig:
     batch_size: int = 16
 
 
-def load_judges(refs: Sequence[str], overrides: Sequence[str]) -> list[Judge]:
-    from grm.judges.runtime import load
+def both_orders(spec: JudgeSpec) -> JudgeSpec:
+    """``spec`` with swap forced on if it is pairwise: evaluation always shows both orders so
+    per-order accuracy and positional agreement are measured."""
+    if spec.mode != "pairwise" or spec.position.swap:
+        return spec
+    return spec.model_copy(update={"position": spec.position.model_copy(update={"swap": True})})
 
+
+def load_judges(refs: Sequence[str], overrides: Sequence[str]) -> list[Judge]:
     judges = []
     for ref in refs:
         j = load(ref, overrides=overrides)
-        if j.spec.mode == "pairwise" and not j.spec.position.swap:
-            # Evaluation always shows both orders so per-order accuracy and agreement are measured.
-            j = Judge(j.spec.model_copy(update={"position": j.spec.position.model_copy(update={"swap": True})}), j.base_dir)
-        judges.append(j)
+        spec = both_orders(j.spec)
+        judges.append(j if spec is j.spec else build_judge(spec, j.base_dir))
     names = [j.name for j in judges]
     if len(set(names)) != len(names):
         raise EvalError(f"two judges share a name ({', '.join(names)}); give each a distinct name")

@@ -9,8 +9,8 @@ import statistics
 from collections import Counter
 from typing import Literal, Sequence
 
-Verdict = Literal["1", "2", "tie"]
-"""Pairwise outcome in terms of the item's own responses: response 1 wins, response 2 wins, tie."""
+from grm.config.judge import AggregateSpec
+from grm.judges.types import SampleRecord, Verdict
 
 
 def mean(values: Sequence[float | None]) -> float | None:
@@ -51,6 +51,26 @@ def mean_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
     return [sum(col) / len(col) for col in zip(*ok)]
 
 
+def median_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
+    """Element-wise median of per-response score lists (listwise), skipping failed samples."""
+    ok = [x for x in lists if x is not None]
+    if not ok:
+        return None
+    return [float(statistics.median(col)) for col in zip(*ok)]
+
+
+def total_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
+    """Element-wise sum of per-response score lists (listwise), skipping failed samples."""
+    ok = [x for x in lists if x is not None]
+    if not ok:
+        return None
+    return [float(sum(col)) for col in zip(*ok)]
+
+
+LIST_AGGREGATORS = {"mean": mean_lists, "median": median_lists, "sum": total_lists}
+"""Listwise counterparts of ``AGGREGATORS`` (``meta`` selects samples, then means)."""
+
+
 def top_k_mean(values: Sequence[float | None], ratings: Sequence[float | None], k: int) -> float | None:
     """DeepSeek-GRM meta-RM guided voting: mean of the k valid samples with the highest rating.
 
@@ -62,6 +82,23 @@ def top_k_mean(values: Sequence[float | None], ratings: Sequence[float | None], 
     pairs.sort(key=lambda p: -p[0])
     chosen = [v for _, v in pairs[:k]]
     return sum(chosen) / len(chosen)
+
+
+def final_attempts(records: Sequence[SampleRecord]) -> list[SampleRecord]:
+    """The record that counts for each sample slot: its last attempt (earlier failures stay on record)."""
+    last: dict[int, SampleRecord] = {}
+    for r in records:
+        if r.index not in last or r.attempt >= last[r.index].attempt:
+            last[r.index] = r
+    return [last[k] for k in sorted(last)]
+
+
+def vote(spec: AggregateSpec, records: Sequence[SampleRecord]) -> float | None:
+    """One number from the scalar samples of a view (pointwise scores or pairwise margins)."""
+    values = [r.parsed if isinstance(r.parsed, (int, float)) else None for r in records]
+    if spec.type == "meta":
+        return top_k_mean(values, [r.meta_rating for r in records], spec.top_k)
+    return AGGREGATORS[spec.type](values)
 
 
 def verdict_of(margin: float | None) -> Verdict | None:

@@ -77,7 +77,7 @@ class RegexScore:
             return fail(f"several different scores {found}")
         v = found[0] if self.spec.take == "first" else found[-1]
         if not _in_range(v, self.spec.range):
-            return fail(f"score {v:g} outside range {list(self.spec.range)}")
+            return fail(f"score {v:g} outside range {list(self.spec.range or ())}")
         return ParsedScore(v)
 
 
@@ -107,15 +107,16 @@ class BoxedScores:
         if inner is None:
             return fail("no \\boxed{...}")
         parts = [p.strip() for p in inner.replace(";", ",").split(",") if p.strip()]
-        values = [_to_float(p) for p in parts]
-        if not values or any(v is None for v in values):
+        parsed = [_to_float(p) for p in parts]
+        values = [v for v in parsed if v is not None]
+        if not values or len(values) != len(parsed):
             return fail(f"\\boxed{{{inner}}} is not a list of numbers")
         if self.expected is not None and len(values) != self.expected:
             return fail(f"expected {self.expected} scores, found {len(values)}")
-        bad = [v for v in values if not _in_range(v, self.spec.range)]  # type: ignore[arg-type]
+        bad = [v for v in values if not _in_range(v, self.spec.range)]
         if bad:
             return fail(f"scores {bad} outside range {list(self.spec.range or ())}")
-        return ParsedScore(values if self.expected != 1 else values[0])  # type: ignore[arg-type]
+        return ParsedScore(values if self.expected != 1 else values[0])
 
 
 class JsonScore:
@@ -137,15 +138,16 @@ class JsonScore:
             else:
                 return fail(f"JSON has no field {self.spec.field!r}")
         if isinstance(cur, list):
-            vals = [_to_float(str(x)) if not isinstance(x, bool) else None for x in cur]
-            if not vals or any(v is None or not _in_range(v, self.spec.range) for v in vals):
+            parsed = [_to_float(str(x)) if not isinstance(x, bool) else None for x in cur]
+            vals = [v for v in parsed if v is not None and _in_range(v, self.spec.range)]
+            if not vals or len(vals) != len(parsed):
                 return fail(f"field {self.spec.field!r} is not a list of in-range numbers: {cur!r}")
-            return ParsedScore(vals)  # type: ignore[arg-type]
+            return ParsedScore(vals)
         v = None if isinstance(cur, bool) else _to_float(str(cur))
         if v is None:
             return fail(f"field {self.spec.field!r} is not a number: {cur!r}")
         if not _in_range(v, self.spec.range):
-            return fail(f"score {v:g} outside range {list(self.spec.range)}")
+            return fail(f"score {v:g} outside range {list(self.spec.range or ())}")
         return ParsedScore(v)
 
 
@@ -179,7 +181,7 @@ class VerdictChoice:
         present = {k: p for k, p in pos.items() if p != -1}
         if not present:
             return fail(f"no verdict token ({', '.join(self.tokens.values())})")
-        return ParsedScore(max(present, key=present.get))  # type: ignore[arg-type]
+        return ParsedScore(max(present, key=lambda k: present[k]))
 
 
 class TargetCall:
@@ -239,22 +241,22 @@ def expected_value(logprobs: Sequence[float], values: Sequence[float]) -> float:
     return sum(wi * v for wi, v in zip(w, values)) / sum(w)
 
 
+PARSERS: dict[str, Callable[[Any, int | None], Parser]] = {
+    "regex": lambda spec, expected: RegexScore(spec),
+    "boxed": BoxedScores,
+    "json": lambda spec, expected: JsonScore(spec),
+    "verdict": lambda spec, expected: VerdictChoice(spec),
+    "target": lambda spec, expected: TargetCall(spec),
+}
+"""The registry of text parsers by ``type:``, each built from ``(spec, expected)``; only the boxed
+parser reads a list of known length. ``logprob`` is absent: it reads token probabilities, not text."""
+
+
 def build_parser(spec: ParserSpec, *, expected: int | None = None) -> Parser:
     """A text parser for ``spec``; ``expected`` is the number of scores a listwise output holds."""
-    if isinstance(spec, RegexParser):
-        return RegexScore(spec)
-    if isinstance(spec, BoxedParser):
-        return BoxedScores(spec, expected)
-    if isinstance(spec, JsonParser):
-        return JsonScore(spec)
-    if isinstance(spec, VerdictParser):
-        return VerdictChoice(spec)
-    if isinstance(spec, TargetParser):
-        return TargetCall(spec)
-    if isinstance(spec, LogprobParser):
+    if spec.type == "logprob":
         raise JudgeError("the logprob parser reads token probabilities, not text; the judge runtime drives it")
-    raise JudgeError(f"unknown parser {spec!r}")  # pragma: no cover
-
-
-PARSERS = {"regex": RegexScore, "boxed": BoxedScores, "json": JsonScore, "verdict": VerdictChoice, "target": TargetCall}
-"""The registry of text parsers by ``type:`` (logprob is driven by the runtime)."""
+    make = PARSERS.get(spec.type)
+    if make is None:
+        raise JudgeError(f"unknown parser {spec!r}")  # pragma: no cover
+    return make(spec, expected)

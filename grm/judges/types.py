@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import Value
+
+Verdict = Literal["1", "2", "tie"]
+"""Pairwise outcome in terms of the item's own responses: response 1 wins, response 2 wins, tie."""
 
 
 @dataclass
@@ -95,7 +98,7 @@ class JudgeResult:
     """listwise: aggregated raw score per response (original order)."""
     rewards: list[float] | None = None
     """listwise: normalised scores per response."""
-    verdict: str | None = None
+    verdict: Verdict | None = None
     """pairwise: '1', '2' or 'tie'."""
     margin: float | None = None
     """pairwise: preference for response 1 (summed over orders with swap)."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from grm.orchestrator.types import Group
 
-def combine_rewards(per_judge: dict[str, list[Any]], weights: dict[str, float], required: dict[str, bool],
+
+def combine_rewards(per_judge: dict[str, Sequence[Any]], weights: dict[str, float], required: dict[str, bool],
                     finish_reasons: Sequence[str], overlong_penalty: float = 0.0) -> tuple[list[float], dict[str, Any]]:
     """Weighted sum of each judge's normalised reward in [0, 1].
 
@@ -37,3 +39,14 @@ def combine_rewards(per_judge: dict[str, list[Any]], weights: dict[str, float], 
         rewards.append(value)
     stats = {"masked": sum(math.isnan(r) for r in rewards), "masked_by_judge": masked_by}
     return rewards, stats
+
+
+def reward_groups(groups: Sequence[Group], weights: dict[str, float], required: dict[str, bool],
+                  overlong_penalty: float = 0.0) -> dict[str, Any]:
+    """Set ``rewards`` on every judged group; returns the step's stats (masked, masked_by_judge)."""
+    masked_by = {name: 0 for name in weights}
+    for g in groups:
+        g.rewards, stats = combine_rewards(g.judged, weights, required, [r.finish_reason for r in g.rollouts], overlong_penalty)
+        for k, v in stats["masked_by_judge"].items():
+            masked_by[k] += v
+    return {"masked": sum(math.isnan(x) for g in groups for x in g.rewards), "masked_by_judge": masked_by}

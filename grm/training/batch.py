@@ -29,6 +29,8 @@ class TrainBatch:
     fields: dict[str, Tensor] = field(default_factory=dict)
     """Extra tensors: [B, L-1] token-level (old_logprobs, ref_logprobs, behaviour_logprobs, values,
     returns) or [B] sequence-level (advantages)."""
+    ids: tuple[str, ...] = ()
+    """Stable id of each row's sample (from rollout to loss row), when the caller gave them."""
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -37,11 +39,12 @@ class TrainBatch:
         return self.fields[key]
 
     def with_fields(self, **extra: Tensor) -> "TrainBatch":
-        return TrainBatch(self.input_ids, self.attention_mask, self.loss_mask, {**self.fields, **extra})
+        return TrainBatch(self.input_ids, self.attention_mask, self.loss_mask, {**self.fields, **extra}, self.ids)
 
     def select(self, idx: slice | Tensor) -> "TrainBatch":
+        ids = self.ids[idx] if isinstance(idx, slice) else tuple(self.ids[int(i)] for i in idx) if self.ids else ()
         return TrainBatch(self.input_ids[idx], self.attention_mask[idx], self.loss_mask[idx],
-                          {k: v[idx] for k, v in self.fields.items()})
+                          {k: v[idx] for k, v in self.fields.items()}, ids)
 
     def micro_batches(self, size: int) -> list["TrainBatch"]:
         """Split into consecutive micro-batches of ``size`` sequences, each trimmed to its longest row."""
@@ -64,22 +67,22 @@ class TrainBatch:
         if width >= self.input_ids.shape[1]:
             return self
         tok = {k: (v[:, : width - 1] if v.dim() == 2 else v) for k, v in self.fields.items()}
-        return TrainBatch(self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, : width - 1], tok)
+        return TrainBatch(self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, : width - 1], tok, self.ids)
 
     @classmethod
     def from_sequences(cls, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
-                       **token_values: Sequence[Sequence[float]] | Tensor) -> "TrainBatch":
+                       ids: Sequence[str] = (), **token_values: Sequence[Sequence[float]] | Tensor) -> "TrainBatch":
         """Build a batch from token id lists. ``token_values`` given as per-completion lists (one
         value per completion token, e.g. behaviour log-probs) are placed at their target positions;
         tensors are taken as they are (``[B]`` sequence-level or ``[B, L-1]``)."""
         B = len(prompts)
         L = max(len(p) + len(c) for p, c in zip(prompts, completions))
-        ids = torch.full((B, L), pad_id, dtype=torch.long)
+        tokens = torch.full((B, L), pad_id, dtype=torch.long)
         attn = torch.zeros((B, L), dtype=torch.long)
         loss_mask = torch.zeros((B, L - 1), dtype=torch.float32)
         for b, (p, c) in enumerate(zip(prompts, completions)):
             n = len(p) + len(c)
-            ids[b, :n] = torch.tensor(list(p) + list(c), dtype=torch.long)
+            tokens[b, :n] = torch.tensor(list(p) + list(c), dtype=torch.long)
             attn[b, :n] = 1
             loss_mask[b, len(p) - 1: n - 1] = 1
         fields: dict[str, Tensor] = {}
@@ -91,7 +94,7 @@ class TrainBatch:
             for b, (p, v) in enumerate(zip(prompts, vals)):
                 t[b, len(p) - 1: len(p) - 1 + len(v)] = torch.tensor(list(v), dtype=torch.float32)
             fields[name] = t
-        return cls(ids, attn, loss_mask, fields)
+        return cls(tokens, attn, loss_mask, fields, tuple(ids))
 
 
 def first_target(loss_mask: Tensor) -> int:

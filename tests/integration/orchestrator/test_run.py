@@ -61,18 +61,36 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert all(math.isfinite(m["kl"]) and m["kl"] >= 0 for m in ms)   # reference log-probs arrived from the judge actor
 
 
-def test_sync_resume_matches_uninterrupted(tmp_path):
-    common = ["schedule.mode=sync", "train.backend.type=torch", "checkpoint.every=0"]
+@pytest.mark.timeout(2800)  # three `grm run`s in a row, each allowed 900 s
+def test_sigterm_mid_step_then_resume_matches_uninterrupted(tmp_path):
+    """SIGTERM (a scheduler's preemption) during step 2 checkpoints after step 1; the resumed run
+    trains step 2 on step 2's prompts and ends where the uninterrupted run ends."""
+    common = ["schedule.mode=sync", "train.backend.type=torch", "checkpoint.every=0", "train.steps=3"]
     straight = tmp_path / "straight"
-    grm_run(straight, "train.steps=3", *common)
+    grm_run(straight, *common)
     part = tmp_path / "part"
-    grm_run(part, "train.steps=2", *common)
-    assert (part / "checkpoints" / "step-2" / "COMPLETE").exists()
-    r = grm_run(part, "train.steps=3", *common, resume=part)
+    args = [sys.executable, "-m", "grm", "run", "builtin:quickstart", f"out_dir={part}", *SMALL, *common]
+    p = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and not ((part / "metrics.jsonl").exists() and (part / "metrics.jsonl").read_text().strip()):
+        time.sleep(0.2)
+    time.sleep(1.0)                                    # step 2 is under way
+    p.send_signal(signal.SIGTERM)
+    log, _ = p.communicate(timeout=600)
+    assert p.returncode == 130, log[-4000:]
+    assert "writing a checkpoint at step 1" in log and "SIGTERM received" not in log, log[-3000:]
+    assert (part / "checkpoints" / "step-1" / "COMPLETE").exists()
+    r = grm_run(part, *common, resume=part)
     assert "resuming" in r.stdout + r.stderr
     a, b = metrics(straight), metrics(part)
     assert [m["step"] for m in b] == [1, 2, 3]
     assert all(m["staleness_max"] == 0 for m in a)      # sync mode is strictly on-policy
+
+    def prompts(out):
+        rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+        return [(s["step"], s["prompt_id"]) for s in rows]
+
+    assert prompts(part) == prompts(straight)           # no prompt skipped or repeated
     for key in ("reward_mean", "loss", "kl", "response_len_mean"):
         assert b[2][key] == pytest.approx(a[2][key], rel=1e-3, abs=1e-5), key
 

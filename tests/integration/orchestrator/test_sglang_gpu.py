@@ -21,6 +21,7 @@ def _has_gpu() -> bool:
 
 
 @pytest.mark.skipif(not _has_gpu() or importlib.util.find_spec("sglang") is None, reason="needs a CUDA GPU and sglang")
+@pytest.mark.timeout(2000)  # the `grm run` below is allowed 1800 s
 def test_quickstart_two_steps_on_sglang(tmp_path):
     out = tmp_path / "run"
     r = run_grm("run", "builtin:quickstart", f"out_dir={out}", "train.steps=2", "pools.train.gpus=1",

@@ -1,4 +1,4 @@
-"""Pools -> Ray placement groups; roles -> actors placed in their pool's group."""
+"""Placement: pools -> Ray placement groups; roles -> actors placed in their pool's group."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 
 from grm.base import GrmError
 from grm.config.pipeline import PipelineSpec, PoolSpec
+from grm.config.resolve import LoadedPipeline
+from grm.judges.types import Sample
 
 
 class PlacementError(GrmError):
@@ -111,3 +113,83 @@ def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 6
                                  " other pools or jobs may hold the resources")
         pools[name] = Pool(name, spec, pg, roles[name])
     return pools
+
+
+# --------------------------------------------------------------------------- roles -> actors
+
+
+@dataclass
+class JudgeHandle:
+    """A judge as the scheduler sees it, wherever it runs: an actor on its pool (model judges) or
+    this process (rule verifiers without a pool). ``submit`` returns a Ray ref or the results."""
+
+    name: str
+    weight: float
+    required: bool
+    actor: Any = None
+    local: Any = None
+
+    def submit(self, groups: list[list[Sample]]) -> Any:
+        if self.local is not None:
+            return self.local.score_groups(groups)
+        return self.actor.score_groups.remote(groups)
+
+
+@dataclass
+class Roles:
+    """Every placed role: the policy actor, the reference (its own actor, hosted in a judge's
+    actor, colocated in the policy's, or none) and the judges."""
+
+    pools: dict[str, Pool]
+    policy: Any
+    reference: Any
+    judges: list[JudgeHandle]
+
+    def placement(self) -> dict[str, dict[str, Any]]:
+        """Node, pid, resources and pool of every role, reported from inside its actor."""
+        import ray
+
+        refs = {"policy": self.policy.where.remote()}
+        if self.reference is not None:
+            refs["reference"] = self.reference.where.remote()
+        refs.update({f"judge:{j.name}": j.actor.where.remote() for j in self.judges if j.actor is not None})
+        info = {k: ray.get(v) for k, v in refs.items()}
+        for k, v in info.items():
+            v["pool"] = next(p.name for p in self.pools.values() if k in p.roles)
+        return info
+
+
+def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> Roles:
+    """Start (or join) Ray, reserve every pool and start each role's actor in its pool."""
+    from grm.judges import build_judge
+    from grm.orchestrator.actors import JudgeActor, PolicyActor, ReferenceActor
+
+    cfg = loaded.spec
+    start_ray(address, cfg.pools)
+    pools = create_pools(cfg, [j.name for j in loaded.judges])
+    remote_ref = cfg.reference is not None and cfg.reference.pool != cfg.policy.pool
+    pp = pools[cfg.policy.pool]
+    policy = PolicyActor.options(**pp.options("policy")).remote(cfg, loaded.policy, algorithm, pp.threads,
+                                                                cfg.reference is not None and not remote_ref)
+    ref_args = (loaded.policy.model, cfg.train.micro_batch_size)
+    # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
+    host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule"
+                 and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
+    reference = None
+    if remote_ref and host is None:
+        rp = pools[cfg.reference.pool]  # type: ignore[union-attr]
+        reference = ReferenceActor.options(**rp.options("reference")).remote(*ref_args, rp.threads)
+    judges = []
+    for j in loaded.judges:
+        handle = JudgeHandle(j.name, j.role.weight, j.role.required)
+        if j.role.pool is None:
+            handle.local = build_judge(j.spec, j.path.parent)
+        else:
+            jp = pools[j.role.pool]
+            handle.actor = JudgeActor.options(max_restarts=cfg.faults.judge_restarts, max_task_retries=2,
+                                              **jp.options(f"judge:{j.name}")).remote(
+                j.spec, str(j.path.parent), jp.threads, ref_args if j is host else None)
+            if j is host:
+                reference = handle.actor
+        judges.append(handle)
+    return Roles(pools, policy, reference, judges)

@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import ray
 
-
-@dataclass
-class Rollout:
-    """One sampled response and what the rollout engine knew about it."""
-
-    prompt_id: str
-    prompt: str
-    reference: str | None
-    group: int
-    prompt_ids: list[int]
-    token_ids: list[int]
-    text: str
-    logprobs: list[float]
-    finish_reason: str
-    version: int
+from grm.orchestrator.types import Group, GroupResults, Rollout
 
 
 def _threads(n: int) -> None:
@@ -44,16 +29,17 @@ def where() -> dict[str, Any]:
 class PolicyActor:
     """Trainer, rollout engine and (when colocated) reference and critic of the policy."""
 
-    def __init__(self, cfg: Any, policy: Any, threads: int, with_reference: bool) -> None:
+    def __init__(self, cfg: Any, policy: Any, algorithm: Any, threads: int, with_reference: bool) -> None:
         _threads(threads)
         import torch
 
         from grm.engines import build_engine
-        from grm.engines.hf import load_model
+        from grm.models.loading import load_model
         from grm.training.models import ReferenceModel, ValueModel, value_forward
 
         self.cfg = cfg
         self.policy = policy
+        self.algorithm = algorithm
         torch.manual_seed(cfg.seed)
         t = cfg.train
         train_model, self.tok = load_model(policy.model, "fp32")
@@ -65,15 +51,17 @@ class PolicyActor:
         if policy.engine.type == "hf":
             own["model_obj"] = train_model if self.shared else load_model(policy.model, policy.engine.dtype)[0]
         self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own)
-        batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size
+        # one optimizer step per mini-batch: the trainers are built for the mini-batch size
+        batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size // algorithm.mini_batches
         common = dict(lr=t.lr, micro_batch_size=t.micro_batch_size, max_grad_norm=t.max_grad_norm,
-                      warmup_steps=t.warmup_steps, total_steps=t.steps, schedule=t.lr_schedule)
+                      warmup_steps=t.warmup_steps * algorithm.steps_per_batch, total_steps=t.steps * algorithm.steps_per_batch,
+                      schedule=t.lr_schedule)
         self.trainer = self._trainer(train_model, batch, common, entropy=True)
         self.reference = ReferenceModel(policy.model, dtype="fp32", micro_batch_size=t.micro_batch_size) if with_reference else None
         self.critic = None
-        if cfg.algorithm.type == "ppo":
+        if algorithm.needs_critic:
             critic = ValueModel.from_pretrained(policy.model, "fp32")
-            self.critic = self._trainer(critic, batch, {**common, "lr": t.critic_lr}, forward=value_forward)
+            self.critic = self._trainer(critic, batch, {**common, "lr": cfg.algorithm.critic_lr}, forward=value_forward)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
 
     def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> Any:
@@ -91,8 +79,9 @@ class PolicyActor:
         return where()
 
     # ------------------------------------------------------------- rollout
-    def rollout(self, prompts: Sequence[Any], first_group: int, n: int, seed: int) -> tuple[list[Rollout], float]:
-        """``n`` responses per prompt with the current weights; returns (rollouts, seconds)."""
+    def rollout(self, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int) -> tuple[list[Group], float]:
+        """``n`` responses per prompt with the current weights, as one group per prompt keyed by
+        ``keys``; returns (groups, seconds)."""
         from grm.engines.base import GenerationRequest, SamplingParams
 
         t0 = time.perf_counter()
@@ -104,13 +93,15 @@ class PolicyActor:
         sp = SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                             stop=tuple(self.policy.generation.stop), seed=seed)
         gens = self.engine.generate(msgs, sp)
-        out = []
+        groups = [Group(key, []) for key in keys]
+        encoded = [self.engine.encode(m) for m in msgs]
         for g in gens:
-            p = prompts[g.request_index]
-            out.append(Rollout(prompt_id=p.id, prompt=p.text, reference=p.reference, group=first_group + g.request_index,
-                               prompt_ids=self.engine.encode(msgs[g.request_index]), token_ids=g.token_ids, text=g.text,
-                               logprobs=g.logprobs, finish_reason=g.finish_reason, version=g.version))
-        return out, time.perf_counter() - t0
+            grp = groups[g.request_index]
+            grp.rollouts.append(Rollout(
+                id=f"{grp.key}/{len(grp.rollouts)}", prompt=prompts[g.request_index], group=grp.key,
+                prompt_ids=encoded[g.request_index], token_ids=g.token_ids, text=g.text, logprobs=g.logprobs,
+                finish_reason=g.finish_reason, version=g.version))
+        return groups, time.perf_counter() - t0
 
     # ------------------------------------------------------------- reference, values
     def prepare(self, rollouts: Sequence[Rollout]) -> tuple[Any, float]:
@@ -120,12 +111,12 @@ class PolicyActor:
 
         t0 = time.perf_counter()
         batch = TrainBatch.from_sequences([r.prompt_ids for r in rollouts], [r.token_ids or [self.pad_id] for r in rollouts],
-                                          pad_id=self.pad_id, behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts])
-        # The trainer takes one optimizer step per batch, so the policy that scores the batch in
-        # training is the one that would compute old log-probs here: the loss uses its detached
-        # log-probs instead (one forward saved). Only KL-in-reward needs them before training.
-        kl = self.cfg.algorithm.kl
-        fields = {"old_logprobs": self.trainer.logprobs(batch)} if kl.in_reward and kl.coef > 0 else {}
+                                          pad_id=self.pad_id, ids=[r.id for r in rollouts],
+                                          behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts])
+        # With one optimizer step per batch the policy that scores the batch in training is the one
+        # that would compute old log-probs here: the loss uses its detached log-probs instead (one
+        # forward saved). Several steps per batch, or KL in the reward, need them now.
+        fields = {"old_logprobs": self.trainer.logprobs(batch)} if self.algorithm.needs_old_logprobs else {}
         if self.reference is not None:
             fields["ref_logprobs"] = self.reference.logprobs(batch)
         if self.critic is not None:
@@ -134,45 +125,28 @@ class PolicyActor:
 
     # ------------------------------------------------------------- train, sync
     def train(self, batch: Any) -> dict[str, float]:
-        from grm.algorithms import kl_penalty, masked_mean, ppo_policy_loss, value_loss
-
-        a = self.cfg.algorithm
-        kl_in_loss = a.kl.coef > 0 and not a.kl.in_reward
-        stale = "stale" in batch.fields and bool(batch["stale"].any())
-
-        def policy_loss(logprobs: Any, mb: Any, entropy: Any) -> tuple[Any, dict[str, float]]:
-            loss, m = ppo_policy_loss(
-                logprobs, mb["old_logprobs"] if "old_logprobs" in mb.fields else logprobs.detach(), mb["advantages"], mb.loss_mask, clip_low=a.clip_low, clip_high=a.clip_high,
-                aggregation=a.loss_aggregation,
-                behaviour_logprobs=mb["behaviour_logprobs"] if stale and a.tis_cap else None, tis_cap=a.tis_cap)
-            if kl_in_loss:
-                kl = masked_mean(kl_penalty(logprobs, mb["ref_logprobs"], a.kl.estimator), mb.loss_mask)
-                loss = loss + a.kl.coef * kl
-                m["kl"] = float(kl.detach())
-            if entropy is not None:
-                m["entropy"] = float(masked_mean(entropy, mb.loss_mask))
-            return loss, m
+        """Every optimizer step of one batch (policy, then critic); the engine's version advances by one."""
+        from grm.orchestrator.policy_update import train_on_batch
 
         t0 = time.perf_counter()
-        metrics = self.trainer.step(batch, policy_loss)
-        if self.critic is not None:
-            def critic_loss(values: Any, mb: Any, _: Any) -> tuple[Any, dict[str, float]]:
-                return value_loss(values, mb["old_values"], mb["returns"], mb.loss_mask, clip=a.value_clip)
-
-            metrics.update({f"critic_{k}": v for k, v in self.critic.step(batch, critic_loss).items()})
+        metrics = train_on_batch(self.trainer, self.critic, self.algorithm, batch)
         metrics["train_seconds"] = time.perf_counter() - t0
         if self.shared:
-            self.engine.version = self.trainer.step_count  # the engine already holds the new weights
+            self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
         return metrics
+
+    def version_of_trainer(self) -> int:
+        """Policy version = batches trained (a batch may take several optimizer steps)."""
+        return self.trainer.step_count // self.algorithm.steps_per_batch
 
     def sync(self) -> float:
         """Push trainer weights into the rollout engine (in process); the engine's version advances."""
         from grm.training.sync import push_weights
 
         if self.shared:
-            self.engine.version = self.trainer.step_count
+            self.engine.version = self.version_of_trainer()
             return 0.0
-        return push_weights(self.engine, self.trainer.state_dict(), self.trainer.step_count)
+        return push_weights(self.engine, self.trainer.state_dict(), self.version_of_trainer())
 
     def version(self) -> int:
         return self.engine.version
@@ -190,9 +164,9 @@ class PolicyActor:
         return self.engine.version
 
     def export(self, path: str) -> float:
-        from grm.training.sync import save_weights
+        from grm.models.weights import save_weights
 
-        return save_weights(self.trainer.state_dict(), path, self.trainer.step_count)
+        return save_weights(self.trainer.state_dict(), path, self.version_of_trainer())
 
 
 class _HostsReference:
@@ -235,16 +209,18 @@ class JudgeActor(_HostsReference):
 
     def __init__(self, spec: Any, base_dir: str, threads: int, reference: tuple[str, int] | None = None) -> None:
         _threads(threads)
-        from grm.judges.runtime import Judge
+        from grm.judges import build_judge
 
-        self.judge = Judge(spec, base_dir)
+        self.judge = build_judge(spec, base_dir)
         if spec.mode != "rule":
             _ = self.judge.engine  # load the model now, not inside the first timed call
         if reference is not None:
             self._load_reference(*reference)
 
-    def score(self, samples: Sequence[Any]) -> list[Any]:
-        return self.judge.score_batch(samples)
+    def score_groups(self, groups: Sequence[Sequence[Any]]) -> GroupResults:
+        """Per group of one prompt's responses, one result per response (the judge's mode decides
+        how: one call per response, one listwise call per group, ...)."""
+        return self.judge.score_groups(groups)
 
     def pid(self) -> int:
         return os.getpid()

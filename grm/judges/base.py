@@ -1,0 +1,130 @@
+"""The ``Judge`` protocol every judge mode implements, and the small pieces all modes share.
+
+A judge is built by ``grm.judges.runtime.build_judge`` (or ``load``), which picks the class for
+``spec.mode``; callers only ever see this protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from grm.config.judge import JudgeSpec
+from grm.engines.base import GenerationEngine
+from grm.judges.templates import Template
+from grm.judges.types import JudgeResult, Sample
+
+
+class Judge(Protocol):
+    """Scores samples with one judge spec (a generative reward model or a rule verifier)."""
+
+    spec: JudgeSpec
+    base_dir: Path
+    """Directory the spec's relative paths (templates, meta judge) resolve against."""
+    spec_hash: str
+    """First 16 hex digits of the spec's sha256: identifies the judge in results and resumes."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def engine(self) -> GenerationEngine:
+        """The judge model's engine, loaded on first use (a rule verifier has none and raises)."""
+        ...
+
+    def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
+        """One result per sample, in order, with as few engine calls as the mode allows."""
+        ...
+
+    def score(self, sample: Sample) -> JudgeResult: ...
+
+    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+        """One result per response of each group, in group order.
+
+        A group holds the pointwise samples (``response`` set) of one prompt's responses. Pointwise
+        and rule judges score each alone; a listwise judge sees each group as one list. None marks a
+        response the judge returned nothing for.
+        """
+        ...
+
+    def render(self, sample: Sample) -> list[dict[str, Any]]:
+        """Every prompt the judge would send for ``sample`` (none for a rule verifier)."""
+        ...
+
+    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
+        """Re-parse and re-aggregate a stored result (``JudgeResult.to_dict()``) without generating."""
+        ...
+
+    def provenance(self) -> dict[str, Any]: ...
+
+    def normalize(self, x: float | None) -> float | None:
+        """A raw score mapped onto [0, 1] for rewards (unchanged when the judge has no range)."""
+        ...
+
+    def score_range(self) -> tuple[float, float] | None: ...
+
+
+def hash_spec(spec: JudgeSpec) -> str:
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
+
+
+def provenance(spec: JudgeSpec, spec_hash: str, template: Template | None = None, principles: Template | None = None,
+               engine: GenerationEngine | None = None) -> dict[str, Any]:
+    """What produced a result: spec and template hashes, model, seed and the engine's weights version."""
+    return {
+        "judge": spec.name, "spec_sha256": spec_hash, "mode": spec.mode,
+        "template_sha256": template.sha256 if template else None,
+        "principles_template_sha256": principles.sha256 if principles else None,
+        "model": spec.model, "seed": spec.sampling.seed,
+        "engine_version": getattr(engine, "version", None) if engine else None,
+    }
+
+
+def score_range(spec: JudgeSpec) -> tuple[float, float] | None:
+    if spec.normalize:
+        return (spec.normalize.low, spec.normalize.high)
+    rng: tuple[float, float] | None = getattr(spec.parser, "range", None)
+    if rng is not None and spec.aggregate.type == "sum":
+        return (rng[0] * spec.sampling.n, rng[1] * spec.sampling.n)
+    return (rng[0], rng[1]) if rng is not None else None
+
+
+def rescale(spec: JudgeSpec, x: float) -> float:
+    """``x`` mapped from the judge's score range onto [0, 1], clipped (unchanged without a range)."""
+    rng = score_range(spec)
+    if rng is None:
+        return x
+    lo, hi = rng
+    return min(1.0, max(0.0, (x - lo) / (hi - lo)))
+
+
+def normalize(spec: JudgeSpec, x: float | None) -> float | None:
+    return None if x is None else rescale(spec, x)
+
+
+def check_samples(spec: JudgeSpec, samples: Sequence[Sample]) -> None:
+    """Refuse the batch before any compute if one sample does not fit the mode."""
+    for k, s in enumerate(samples):
+        s.check_for(spec.mode, spec.reference, where=f"item {s.id if s.id is not None else k}")
+
+
+def spread_seconds(results: list[JudgeResult], t0: float) -> list[JudgeResult]:
+    """Give every result an equal share of the batch's wall time since ``t0``."""
+    elapsed = time.perf_counter() - t0
+    for r in results:
+        r.seconds = elapsed / len(results)
+    return results
+
+
+def score_alone(judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+    """``score_groups`` for judges that score each response on its own: all groups in one batch."""
+    flat = [s for g in groups for s in g]
+    results = judge.score_batch(flat) if flat else []  # an empty step must not load the judge model
+    out: list[list[JudgeResult | None]] = []
+    k = 0
+    for g in groups:
+        out.append([r for r in results[k:k + len(g)]])
+        k += len(g)
+    return out

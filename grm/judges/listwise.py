@@ -1,0 +1,131 @@
+"""Listwise judges: all responses to a prompt in one critique, one score per response.
+
+With ``position.shuffle`` every critique sees the responses in its own order (seeded by the item),
+and its scores are mapped back to the original order before they vote.
+"""
+
+from __future__ import annotations
+
+import random
+from copy import copy
+from pathlib import Path
+from typing import Any, Sequence
+
+from grm.config.judge import JudgeSpec
+from grm.engines.base import GenerationEngine
+from grm.judges import base
+from grm.judges.aggregate import LIST_AGGREGATORS, final_attempts, mean_lists
+from grm.judges.errors import JudgeError
+from grm.judges.parsers import ParsedScore
+from grm.judges.sampler import CritiqueSampler, View
+from grm.judges.types import JudgeResult, Sample
+
+
+def as_list(group: Sequence[Sample]) -> Sample:
+    """One listwise sample for the pointwise samples of one prompt's responses, in group order."""
+    first = group[0]
+    responses = [s.response for s in group if s.response is not None]
+    if len(responses) != len(group):
+        raise JudgeError(f"group of item {first.id}: every sample of a group needs 'response'")
+    return Sample(prompt=first.prompt, messages=first.messages, responses=responses, reference=first.reference,
+                  metadata=first.metadata, id=None if first.id is None else f"{first.id}/group")
+
+
+def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
+    """Per-response results from one listwise result: copies carrying response k's score and reward."""
+    if result is None:
+        return [None] * size
+    out: list[JudgeResult | None] = []
+    for k in range(size):
+        one = copy(result)
+        one.score = result.scores[k] if result.scores else None
+        one.reward = result.rewards[k] if result.rewards else None
+        out.append(one)
+    return out
+
+
+class ListwiseJudge:
+    """Judges ``Sample.responses`` (two or more) at once; ``scores``/``rewards`` in their order."""
+
+    def __init__(self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> None:
+        self.spec = spec
+        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
+        self.sampler = CritiqueSampler(spec, self.base_dir, engine)
+        self.spec_hash = self.sampler.spec_hash
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def engine(self) -> GenerationEngine:
+        return self.sampler.engine
+
+    # ------------------------------------------------------------------ what the sampler asks of the mode
+    def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
+        k, n = len(sample.responses or []), self.spec.sampling.n
+        if not self.spec.position.shuffle:
+            return [(list(range(k)), n)]
+        out = []
+        for j in range(n):
+            perm = list(range(k))
+            random.Random(f"{self.spec.sampling.seed}:{key}:{j}").shuffle(perm)
+            out.append((perm, 1))
+        return out
+
+    def parse(self, order: list[int], text: str) -> ParsedScore:
+        return self.sampler.parser(expected=len(order))(text)
+
+    def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:
+        # JudgeSpec refuses this combination when it loads; reaching it means a spec built around validation
+        raise JudgeError("the logprob parser scores one response (pointwise) or A vs B (pairwise)")
+
+    def combine(self, views: list[View], n_responses: int) -> JudgeResult:
+        """Every sample's scores mapped back to the original response order, then voted per response."""
+        per_sample: list[list[float] | None] = []
+        ratings: list[float] = []  # meta ratings; an unrated critique ranks last
+        for v in views:
+            for r in final_attempts(v.records):
+                if isinstance(r.parsed, list):
+                    back = [0.0] * n_responses
+                    for pos, orig in enumerate(v.order):
+                        back[orig] = r.parsed[pos]
+                    per_sample.append(back)
+                else:
+                    per_sample.append(None)
+                ratings.append(r.meta_rating if r.meta_rating is not None else float("-inf"))
+        a = self.spec.aggregate
+        if a.type == "meta":
+            keep = sorted((i for i, p in enumerate(per_sample) if p is not None), key=lambda i: -ratings[i])[: a.top_k]
+            per_sample = [per_sample[i] for i in keep]
+        scores = LIST_AGGREGATORS.get(a.type, mean_lists)(per_sample)
+        rewards = [base.rescale(self.spec, x) for x in scores] if scores else None
+        return JudgeResult(judge=self.spec.name, scores=scores, rewards=rewards)
+
+    # ------------------------------------------------------------------ the Judge protocol
+    def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
+        return self.sampler.score_batch(samples, self)
+
+    def score(self, sample: Sample) -> JudgeResult:
+        return self.score_batch([sample])[0]
+
+    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+        """Each group judged as one list (one listwise sample per non-empty group, one batch)."""
+        lists = [as_list(g) for g in groups if g]
+        results = iter(self.score_batch(lists) if lists else [])
+        return [ungroup(next(results), len(g)) if g else [] for g in groups]
+
+    def render(self, sample: Sample) -> list[dict[str, Any]]:
+        return self.sampler.render(sample, self)
+
+    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
+        return self.sampler.rescore(stored, n_responses, self)
+
+    def provenance(self) -> dict[str, Any]:
+        return self.sampler.provenance()
+
+    def normalize(self, x: float | None) -> float | None:
+        return base.normalize(self.spec, x)
+
+    def score_range(self) -> tuple[float, float] | None:
+        return base.score_range(self.spec)

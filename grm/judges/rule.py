@@ -1,0 +1,76 @@
+"""Rule judges: deterministic verifiers (``grm.judges.verifiers``) behind the judge interface.
+
+No model and no critique: one record per sample holding the verifier's explanation. A missing
+reference is a failure (masked), a wrong answer is a score of 0.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from grm.config.judge import JudgeSpec
+from grm.engines.base import GenerationEngine
+from grm.judges import base
+from grm.judges.errors import JudgeError
+from grm.judges.types import JudgeResult, Sample, SampleRecord
+from grm.judges.verifiers import check
+
+
+class RuleJudge:
+    """Scores ``Sample.response`` with ``spec.rule``."""
+
+    def __init__(self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> None:
+        if spec.rule is None:
+            raise JudgeError(f"judge '{spec.name}': mode 'rule' needs a rule")
+        self.spec = spec
+        self.rule = spec.rule
+        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
+        self.spec_hash = base.hash_spec(spec)
+        self._engine = engine  # judges nothing; named in provenance as for every judge
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def engine(self) -> GenerationEngine:
+        raise JudgeError(f"judge '{self.spec.name}' is a rule verifier; it has no model engine")
+
+    def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
+        t0 = time.perf_counter()
+        base.check_samples(self.spec, samples)
+        return base.spread_seconds([self._verify(s) for s in samples], t0)
+
+    def _verify(self, s: Sample) -> JudgeResult:
+        score, why = check(self.rule, s.response or "", s.reference)
+        return JudgeResult(
+            judge=self.spec.name, score=score, reward=score,
+            samples=[SampleRecord(view=0, order=[0], index=0, attempt=0, text=why, parsed=score,
+                                  error=None if score is not None else why, tokens=0)],
+            parse_failures=int(score is None), provenance=self.provenance(),
+            error=None if score is not None else why,
+        )
+
+    def score(self, sample: Sample) -> JudgeResult:
+        return self.score_batch([sample])[0]
+
+    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+        return base.score_alone(self, groups)
+
+    def render(self, sample: Sample) -> list[dict[str, Any]]:
+        sample.check_for(self.spec.mode, self.spec.reference)
+        return []
+
+    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
+        raise JudgeError("rule verifiers keep no raw output to rescore; re-run them instead")
+
+    def provenance(self) -> dict[str, Any]:
+        return base.provenance(self.spec, self.spec_hash, engine=self._engine)
+
+    def normalize(self, x: float | None) -> float | None:
+        return base.normalize(self.spec, x)
+
+    def score_range(self) -> tuple[float, float] | None:
+        return base.score_range(self.spec)

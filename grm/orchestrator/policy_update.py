@@ -1,0 +1,73 @@
+"""From judged groups to trained weights, Ray-free: advantages by sample id, then one training step's
+optimizer steps over the batch: ``epochs`` passes of ``mini_batches``
+optimizer steps for the policy (loss from the algorithm), then the same for the critic (PPO).
+
+Old log-probs, when the algorithm needs them, were computed once before the first step (in the
+policy's prepare pass), so after the first optimizer step the ratio moves away from 1 and the clip
+binds; with one step per batch the loss uses the detached current log-probs and ratio = 1.
+"""
+
+from __future__ import annotations
+
+from grm.algorithms import Algorithm
+from grm.orchestrator.types import Group
+from grm.training import TrainBatch, TrainerBackend
+from grm.training.core import mean_metrics
+
+
+def mini_batches(batch: TrainBatch, n: int) -> list[TrainBatch]:
+    """``batch`` cut into ``n`` consecutive mini-batches of equal size (divisibility is checked
+    when the pipeline loads)."""
+    size = len(batch) // n
+    return [batch.select(slice(i * size, (i + 1) * size)) for i in range(n)]
+
+
+def train_on_batch(trainer: TrainerBackend, critic: TrainerBackend | None, algorithm: Algorithm,
+                   batch: TrainBatch) -> dict[str, float]:
+    """All optimizer steps of one batch; returns metrics averaged over the steps (critic's prefixed
+    ``critic_``) and ``optimizer_steps``."""
+    stale = "stale" in batch.fields and bool(batch["stale"].any())
+    policy_loss = algorithm.loss.loss_fn(stale)
+    rows: list[dict[str, float]] = []
+    for _ in range(algorithm.epochs):
+        for mb in mini_batches(batch, algorithm.mini_batches):
+            rows.append(trainer.step(mb, policy_loss))
+    metrics = mean_metrics(rows)
+    critic_loss = algorithm.critic_loss_fn()
+    if critic is not None and critic_loss is not None:
+        crows = [critic.step(mb, critic_loss) for _ in range(algorithm.epochs)
+                 for mb in mini_batches(batch, algorithm.mini_batches)]
+        metrics.update({f"critic_{k}": v for k, v in mean_metrics(crows).items()})
+    metrics["optimizer_steps"] = float(len(rows))
+    return metrics
+
+
+
+def with_advantages(algorithm: Algorithm, batch: TrainBatch, groups: list[Group], version: int) -> tuple[TrainBatch, dict[str, float]]:
+    """The batch with ``advantages`` (+ ``returns`` for PPO), ``stale`` and ``valid`` per row, each
+    row's reward and group found by its sample id. The KL in the reward uses the trainer's old
+    log-probs; for the logged KL (KL in the loss) the rollout engine's log-probs stand in."""
+    import torch
+
+    reward_of = {r.id: x for g in groups for r, x in zip(g.rollouts, g.rewards)}
+    group_of = {r.id: i for i, g in enumerate(groups) for r in g.rollouts}
+    version_of = {r.id: r.version for g in groups for r in g.rollouts}
+    rewards = torch.tensor([reward_of[i] for i in batch.ids], dtype=torch.float32)
+    group_ids = torch.tensor([group_of[i] for i in batch.ids])
+    current = batch["old_logprobs"] if "old_logprobs" in batch.fields else batch["behaviour_logprobs"]
+    kl = algorithm.loss.token_kl(current, batch["ref_logprobs"], batch.loss_mask) if algorithm.loss.kl_coef > 0 else None
+    out = algorithm.advantages(rewards, group_ids, batch.loss_mask, kl, batch.fields.get("old_values"))
+    fields = {"advantages": out.advantages, "valid": (~torch.isnan(rewards)).float(),
+              "stale": torch.tensor([version_of[i] < version for i in batch.ids], dtype=torch.float32)}
+    if out.returns is not None:
+        fields["returns"] = out.returns
+    return batch.with_fields(**fields), out.stats
+
+
+def row_advantages(batch: TrainBatch) -> dict[str, float]:
+    """Sample id -> its advantage (token-level advantages: the mean over its response tokens)."""
+    adv, mask = batch["advantages"], batch.loss_mask
+    if adv.dim() == 1:
+        return {i: float(a) for i, a in zip(batch.ids, adv)}
+    per_row = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return {i: float(a) for i, a in zip(batch.ids, per_row)}

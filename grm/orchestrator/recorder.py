@@ -1,0 +1,219 @@
+"""The recorder: the run directory (resolved config, metrics.jsonl, samples.jsonl, TensorBoard,
+report, checkpoints) and what goes into it each step (metrics, sample rows, the console line)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grm.base import append_jsonl, atomic_dir, atomic_write_text, read_jsonl, rewrite_jsonl
+from grm.config.pipeline import PipelineSpec
+from grm.data.prompts import PromptStream
+from grm.orchestrator.errors import RunError
+from grm.orchestrator.types import Group, StepWork, rollouts_of
+
+
+class Recorder:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ckpt_root = path / "checkpoints"
+        self._tb: Any = None
+
+    @classmethod
+    def create(cls, cfg: PipelineSpec, resume: str | None) -> "Recorder":
+        if resume:
+            path = Path(resume)
+            if not (path / "config.resolved.yaml").exists():
+                raise RunError(f"{path}: not a run directory (no config.resolved.yaml)")
+        else:
+            path = Path(cfg.out_dir) if cfg.out_dir else Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            if (path / "metrics.jsonl").exists():
+                raise RunError(f"{path} already holds a run; use --resume {path} or another out_dir")
+        path.mkdir(parents=True, exist_ok=True)
+        rd = cls(path)
+        atomic_write_text(path / "config.resolved.yaml", yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+        return rd
+
+    # --------------------------------------------------------------- logs
+    def write_placement(self, info: dict[str, Any]) -> None:
+        """placement.json: node, pid, resources and pool of every role."""
+        atomic_write_text(self.path / "placement.json", json.dumps(info, indent=2, default=str))
+
+    def log_step(self, metrics: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        append_jsonl(self.path / "samples.jsonl", samples)
+        append_jsonl(self.path / "metrics.jsonl", [metrics])
+        tb = self.tensorboard()
+        if tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    tb.add_scalar(k, v, metrics["step"])
+            tb.flush()
+
+    def tensorboard(self) -> Any:
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is in the [train] extra
+                self._tb = False
+                return None
+            self._tb = SummaryWriter(str(self.path / "tensorboard"))
+        return self._tb or None
+
+    def truncate_after(self, step: int) -> None:
+        """Drop log lines of steps after ``step`` (they are redone on resume)."""
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            f = self.path / name
+            if f.exists():
+                rewrite_jsonl(f, [row for row in read_jsonl(f) if row["step"] <= step])
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path / "metrics.jsonl", repair=False)
+
+    def write_report(self) -> Path:
+        """report.md with a reward curve and phase timings (PNG) from metrics.jsonl."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ms = self.metrics()
+        steps = [m["step"] for m in ms]
+        reward_keys = ["reward_mean"] + sorted(k for k in (ms[0] if ms else {}) if k.startswith("reward/"))
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+        for k in reward_keys:
+            ax1.plot(steps, [m.get(k) if m.get(k) is not None else float("nan") for m in ms], marker="o", label=k)
+        ax1.set_xlabel("step")
+        ax1.set_title("rewards")
+        ax1.legend(fontsize=7)
+        phases = ["seconds_rollout", "seconds_judging", "seconds_reference", "seconds_training", "seconds_sync"]
+        bottom = [0.0] * len(ms)
+        for k in phases:
+            vals = [m.get(k) or 0.0 for m in ms]
+            ax2.bar(steps, vals, bottom=bottom, label=k.removeprefix("seconds_"))
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax2.plot(steps, [m["seconds_step"] for m in ms], "k--", label="step wall")
+        ax2.set_xlabel("step")
+        ax2.set_title("seconds per phase (judging overlaps in async)")
+        ax2.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(self.path / "curves.png", dpi=100)
+        plt.close(fig)
+        cols = ["step", "reward_mean", "kl", "entropy", "masked", "response_len_mean", "seconds_step", "judge_share"]
+        lines = [f"# Run report: {self.path.name}", "", "![curves](curves.png)", "",
+                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for m in ms:
+            lines.append("| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |")
+        lines += ["", "Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
+        (self.path / "report.md").write_text("\n".join(lines))
+        return self.path / "report.md"
+
+    # --------------------------------------------------------------- checkpoints
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.ckpt_root / f"step-{step}"
+
+    def latest_checkpoint(self) -> Path | None:
+        done = [p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()]
+        return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
+
+    def prune(self, keep: int) -> None:
+        done = sorted((p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()),
+                      key=lambda p: int(p.name.split("-")[1]))
+        for p in done[:-keep]:
+            shutil.rmtree(p, ignore_errors=True)
+
+    def checkpoint(self, step: int, policy: Any, stream: PromptStream, untrained_prompts: int, keep: int) -> None:
+        """``checkpoints/step-N``: the policy's state and where the prompt stream stands, the prompts
+        taken for steps not yet trained given back. Written atomically; older ones pruned."""
+        import ray
+
+        with atomic_dir(self.checkpoint_dir(step)) as tmp:
+            ray.get(policy.save.remote(str(tmp)))
+            state = {"step": step, "stream": stream.state_before(untrained_prompts)}
+            (tmp / "driver.json").write_text(json.dumps(state))
+        self.prune(keep)
+
+    def resume_state(self, policy: Any) -> dict[str, Any]:
+        """Load the latest complete checkpoint into ``policy``, drop log lines of later steps;
+        returns its driver state (step, stream)."""
+        import ray
+
+        ckpt = self.latest_checkpoint()
+        if ckpt is None:
+            raise RunError(f"{self.path}: no complete checkpoint to resume from")
+        state = json.loads((ckpt / "driver.json").read_text())
+        ray.get(policy.load.remote(str(ckpt)))
+        self.truncate_after(state["step"])
+        print(f"resuming {self.path} from {ckpt.name}", flush=True)
+        return state
+
+    def close(self) -> None:
+        if self._tb:
+            self._tb.close()
+
+
+
+# --------------------------------------------------------------------------- what a step records
+
+
+def step_metrics(step: int, work: StepWork, groups: list[Group], reward_stats: dict[str, Any], extra: dict[str, float],
+                 train: dict[str, float], ref_s: float, sync_s: float, step_s: float, version: int) -> dict[str, Any]:
+    """One metrics.jsonl line: rewards (overall and per judge), masking, lengths, staleness, seconds
+    per phase and the judges' share of the step, advantage and trainer statistics."""
+    rollouts = rollouts_of(groups)
+    rewards = [x for g in groups for x in g.rewards]
+    valid = [x for x in rewards if not math.isnan(x)]
+    mean = sum(valid) / len(valid) if valid else float("nan")
+    train_s = train.get("train_seconds", 0.0)
+    judging = work.judge_window_s
+    m: dict[str, Any] = {
+        "step": step + 1, "policy_version": version,
+        "reward_mean": mean, "reward_std": (sum((x - mean) ** 2 for x in valid) / len(valid)) ** 0.5 if valid else float("nan"),
+        "masked": reward_stats["masked"], "masked_by_judge": reward_stats["masked_by_judge"],
+        "response_len_mean": sum(len(r.token_ids) for r in rollouts) / len(rollouts),
+        "truncated_frac": sum(r.finish_reason == "length" for r in rollouts) / len(rollouts),
+        "staleness_max": max(version - r.version for r in rollouts),
+        "seconds_step": step_s, "seconds_rollout": work.rollout_s, "seconds_judging": judging,
+        "seconds_reference": ref_s, "seconds_training": train_s, "seconds_sync": sync_s,
+        "seconds_idle": max(0.0, step_s - (work.rollout_s + ref_s + train_s + sync_s)),
+        "judge_share": judging / step_s if step_s else 0.0,
+        **{f"seconds_judge/{k}": v for k, v in work.judge_s.items()},
+        **extra,
+        **{k: v for k, v in train.items() if k != "train_seconds"},
+    }
+    for name in groups[0].judged if groups else ():
+        res = [x for g in groups for x in g.judged[name]]
+        vals = [x.reward for x in res if x is not None and x.reward is not None]
+        m[f"reward/{name}"] = sum(vals) / len(vals) if vals else float("nan")
+        m[f"parse_failures/{name}"] = sum(x.parse_failures for x in res if x is not None)
+    return m
+
+
+def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) -> list[dict[str, Any]]:
+    """samples.jsonl lines: every response with each judge's critiques, parses, score and reward,
+    its combined reward and advantage (looked up by the sample's id)."""
+    rows = []
+    for g in groups:
+        for k, r in enumerate(g.rollouts):
+            judges = {}
+            for name, res in g.judged.items():
+                x = res[k]
+                judges[name] = None if x is None else {"score": x.score, "reward": x.reward, "masked": x.masked,
+                                                       "critiques": [s.text for s in x.samples], "parsed": [s.parsed for s in x.samples]}
+            rows.append({"step": step + 1, "id": r.id, "prompt_id": r.prompt.id, "group": g.key, "prompt": r.prompt.text,
+                         "response": r.text, "finish_reason": r.finish_reason, "policy_version": r.version,
+                         "reward": g.rewards[k], "advantage": advantages[r.id], "judges": judges})
+    return rows
+
+
+def console_line(m: dict[str, Any], steps: int) -> str:
+    return (f"[bold]step {m['step']}/{steps}[/] reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} "
+            f"masked {m['masked']} kl {m.get('kl', 0.0):.4f} len {m['response_len_mean']:.1f} | "
+            f"rollout {m['seconds_rollout']:.1f}s judging {m['seconds_judging']:.1f}s ref {m['seconds_reference']:.1f}s "
+            f"train {m['seconds_training']:.1f}s sync {m['seconds_sync']:.2f}s step {m['seconds_step']:.1f}s "
+            f"ETA {m['seconds_step'] * (steps - m['step']) / 60:.1f} min")

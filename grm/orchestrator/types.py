@@ -1,0 +1,134 @@
+"""The orchestrator's own data, Ray-free: a rollout, a prompt's group of rollouts with what the judges
+made of it, and the work submitted for one step.
+
+Identity, not position: every rollout carries ``id`` = ``<group key>/<k>`` from the moment it is
+sampled to its row in the training batch (``TrainBatch.ids``), and judge results and rewards live
+on the group that owns the rollouts, so filtering and refilling move whole groups, never indices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+from grm.data.prompts import Prompt
+from grm.judges.types import JudgeResult, Sample
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+
+@dataclass
+class Rollout:
+    """One sampled response and what the rollout engine knew about it."""
+
+    id: str
+    """``<group key>/<k>``: stable from rollout to loss row."""
+    prompt: Prompt
+    group: str
+    """Key of the prompt's group within the run (``s<step>r<round>g<i>``)."""
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    """Rollout engine's log-prob of each sampled token (behaviour policy)."""
+    finish_reason: str
+    version: int
+    """Policy weights version that sampled it."""
+
+    def sample(self) -> Sample:
+        """What a judge scores for this rollout."""
+        return Sample(prompt=self.prompt.text, response=self.text, reference=self.prompt.reference, id=self.id)
+
+
+@dataclass
+class Group:
+    """One prompt's responses and, once judged, each judge's per-response results and the rewards."""
+
+    key: str
+    rollouts: list[Rollout]
+    judged: dict[str, list[JudgeResult | None]] = field(default_factory=dict)
+    """judge name -> one result per rollout, in rollout order (None: masked by a timeout)."""
+    rewards: list[float] = field(default_factory=list)
+    """Combined reward per rollout; NaN when masked."""
+
+    @property
+    def informative(self) -> bool:
+        """Its valid rewards differ, so group-relative advantages are not all zero."""
+        return len({r for r in self.rewards if not math.isnan(r)}) > 1
+
+    def samples(self) -> list[Sample]:
+        return [r.sample() for r in self.rollouts]
+
+
+def group_rollouts(rollouts: list[Rollout]) -> list[Group]:
+    """Rollouts -> groups by key, in first-seen order."""
+    out: dict[str, Group] = {}
+    for r in rollouts:
+        out.setdefault(r.group, Group(r.group, [])).rollouts.append(r)
+    return list(out.values())
+
+
+GroupResults = list[list[Union[JudgeResult, None]]]
+"""A judge's answer for a list of groups: per group, one result per rollout."""
+
+
+@dataclass
+class JudgeCall:
+    """One judge's call over one rollout chunk: pending (a Ray ref), or done."""
+
+    judge: str
+    chunk: int
+    submitted_at: float
+    pending: ObjectRef | None = None
+    results: GroupResults | None = None
+    retried: bool = False
+
+
+@dataclass
+class StepWork:
+    """Everything submitted for one step, filled in as results land."""
+
+    step: int
+    prompts: list[Prompt]
+    chunks: list[ObjectRef]
+    """Rollout refs, one per chunk of prompts."""
+    landed: dict[int, list[Group]] = field(default_factory=dict)
+    calls: dict[tuple[int, str], JudgeCall] = field(default_factory=dict)
+    extra_prompts: int = 0
+    """Prompts taken from the stream for refill rounds (dynamic filtering)."""
+    rollout_s: float = 0.0
+    judge_s: dict[str, float] = field(default_factory=dict)
+    first_judge_start: float | None = None
+    last_judge_end: float = 0.0
+    prepared: ObjectRef | None = None
+    """The policy's batch pass (old log-probs, colocated reference, critic values)."""
+    reference: ObjectRef | None = None
+    """The remote reference's pass over the prepared batch."""
+
+    @property
+    def complete(self) -> bool:
+        return len(self.landed) == len(self.chunks) and all(c.pending is None for c in self.calls.values())
+
+    def groups(self) -> list[Group]:
+        """Landed groups in chunk order, each with every judge's results attached."""
+        out = []
+        for c in sorted(self.landed):
+            for name in dict.fromkeys(n for (cc, n) in self.calls if cc == c):   # judges in pipeline order
+                results = self.calls[(c, name)].results
+                assert results is not None, "groups() before the judges finished"
+                for g, res in zip(self.landed[c], results):
+                    g.judged[name] = res
+            out += self.landed[c]
+        return out
+
+    @property
+    def judge_window_s(self) -> float:
+        if self.first_judge_start is None or not self.last_judge_end:
+            return 0.0
+        return self.last_judge_end - self.first_judge_start
+
+
+def rollouts_of(groups: list[Group]) -> list[Rollout]:
+    return [r for g in groups for r in g.rollouts]

@@ -1,0 +1,46 @@
+"""Dynamic filtering keeps whole groups by identity; rewards are set per group."""
+
+import math
+
+from grm.judges.types import JudgeResult
+from grm.orchestrator.filtering import refill, same_groups
+from grm.orchestrator.rewards import reward_groups
+from grm.orchestrator.types import Group, Rollout
+from tests.unit.orchestrator.fakes import prompts
+
+
+def group(key: str, rewards: list[float | None]) -> Group:
+    p = prompts(1)[0]
+    rs = [Rollout(id=f"{key}/{k}", prompt=p, group=key, prompt_ids=[1], token_ids=[2], text="x", logprobs=[0.0],
+                  finish_reason="stop", version=0) for k in range(len(rewards))]
+    g = Group(key, rs, judged={"j": [JudgeResult(judge="j", score=r, reward=r) if r is not None else JudgeResult(judge="j")
+                                     for r in rewards]})
+    reward_groups([g], {"j": 1.0}, {"j": True})
+    return g
+
+
+def test_rewards_mask_a_required_judge_failure():
+    g = group("a", [1.0, None])
+    assert g.rewards[0] == 1.0 and math.isnan(g.rewards[1])
+    assert reward_groups([g], {"j": 1.0}, {"j": True}) == {"masked": 1, "masked_by_judge": {"j": 1}}
+
+
+def test_refill_fetches_until_enough_informative_groups():
+    flat, good = group("flat", [1.0, 1.0]), group("good", [0.0, 1.0])
+    rounds = []
+
+    def more(r):
+        rounds.append(r)
+        return [group(f"new{r}", [0.0, 1.0])]
+
+    kept, stats = refill([flat, good], want=2, more=more)
+    assert rounds == [1] and [g.key for g in kept] == ["good", "new1"]   # order of arrival, the flat group dropped
+    assert stats == {"groups_kept_informative": 2, "refill_rounds": 1}
+    assert not same_groups(kept, [flat, good]) and same_groups(kept, list(kept))
+
+
+def test_refill_tops_up_with_flat_groups_after_the_last_round():
+    kept, stats = refill([group("a", [1.0, 1.0]), group("b", [0.0, 0.0])], want=2,
+                         more=lambda r: [group(f"n{r}", [float("nan"), 1.0])], rounds=2)
+    assert len(kept) == 2 and stats["refill_rounds"] == 2 and stats["groups_kept_informative"] == 0
+    assert [g.key for g in kept] == ["a", "b"]
