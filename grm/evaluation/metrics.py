@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from grm.judges.types import Verdict
 
@@ -20,7 +21,7 @@ T = TypeVar("T")
 def accuracy(verdicts: Sequence[Verdict | None], labels: Sequence[int]) -> float:
     if not labels:
         return float("nan")
-    return sum(v == str(lab) for v, lab in zip(verdicts, labels)) / len(labels)
+    return sum(v == str(lab) for v, lab in zip(verdicts, labels, strict=True)) / len(labels)
 
 
 def positional_agreement(order1: Sequence[Verdict | None], order2: Sequence[Verdict | None]) -> float:
@@ -28,7 +29,7 @@ def positional_agreement(order1: Sequence[Verdict | None], order2: Sequence[Verd
     masked judgments do not agree)."""
     if not order1:
         return float("nan")
-    return sum(a is not None and a == b and a != "tie" for a, b in zip(order1, order2)) / len(order1)
+    return sum(a is not None and a == b and a != "tie" for a, b in zip(order1, order2, strict=True)) / len(order1)
 
 
 def rate(values: Sequence[T], predicate: Callable[[T], bool]) -> float:
@@ -71,7 +72,7 @@ def cohen_kappa(a: Sequence[Verdict | None], b: Sequence[Verdict | None]) -> flo
     if n == 0:
         return float("nan")
     cats = sorted({str(x) for x in list(a) + list(b)})
-    po = sum(str(x) == str(y) for x, y in zip(a, b)) / n
+    po = sum(str(x) == str(y) for x, y in zip(a, b, strict=True)) / n
     pe = sum((sum(str(x) == c for x in a) / n) * (sum(str(y) == c for y in b) / n) for c in cats)
     if pe == 1:
         return 1.0 if po == 1 else float("nan")
@@ -81,7 +82,7 @@ def cohen_kappa(a: Sequence[Verdict | None], b: Sequence[Verdict | None]) -> flo
 def majority_vote(rows: Sequence[Sequence[Verdict | None]]) -> list[Verdict | None]:
     """Per item, the verdict most judges gave (masked judges abstain); a split is a tie."""
     out: list[Verdict | None] = []
-    for votes in zip(*rows):
+    for votes in zip(*rows, strict=True):
         counts: dict[Verdict, int] = {}
         for v in votes:
             if v is not None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from grm.evaluation import metrics as M
 from grm.judges.types import Verdict

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from grm.base import GrmError
 from grm.config.judge import JudgeSpec
@@ -208,7 +209,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
                 except JudgeError as e:
                     raise EvalError(f"judge '{judge.name}': {e}") from None
                 lines, k = [], 0
-                for it, ss in zip(chunk, per_item):
+                for it, ss in zip(chunk, per_item, strict=True):
                     lines.append(summarize(judge, it, res[k:k + len(ss)]))
                     k += len(ss)
                 _append(results_path, lines)

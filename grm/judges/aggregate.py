@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from grm.config.judge import AggregateSpec
 from grm.judges.types import SampleRecord, Verdict
@@ -48,7 +49,7 @@ def mean_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
     ok = [x for x in lists if x is not None]
     if not ok:
         return None
-    return [sum(col) / len(col) for col in zip(*ok)]
+    return [sum(col) / len(col) for col in zip(*ok, strict=True)]
 
 
 def median_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
@@ -56,7 +57,7 @@ def median_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
     ok = [x for x in lists if x is not None]
     if not ok:
         return None
-    return [float(statistics.median(col)) for col in zip(*ok)]
+    return [float(statistics.median(col)) for col in zip(*ok, strict=True)]
 
 
 def total_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
@@ -64,7 +65,7 @@ def total_lists(lists: Sequence[Sequence[float] | None]) -> list[float] | None:
     ok = [x for x in lists if x is not None]
     if not ok:
         return None
-    return [float(sum(col)) for col in zip(*ok)]
+    return [float(sum(col)) for col in zip(*ok, strict=True)]
 
 
 LIST_AGGREGATORS = {"mean": mean_lists, "median": median_lists, "sum": total_lists}
@@ -76,7 +77,7 @@ def top_k_mean(values: Sequence[float | None], ratings: Sequence[float | None], 
 
     Samples the meta judge could not rate rank last but still count if fewer than k are rated.
     """
-    pairs = [(r if r is not None else float("-inf"), v) for v, r in zip(values, ratings) if v is not None]
+    pairs = [(r if r is not None else float("-inf"), v) for v, r in zip(values, ratings, strict=True) if v is not None]
     if not pairs:
         return None
     pairs.sort(key=lambda p: -p[0])

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from grm.config.judge import JudgeSpec
 from grm.engines.base import GenerationEngine

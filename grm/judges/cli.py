@@ -86,7 +86,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
         return 0
-    for s, r in zip(samples, results):
+    for s, r in zip(samples, results, strict=True):
         table = Table(title=f"{judge.name} on {s.id or 'sample'}", show_lines=True)
         for col in ("view", "order", "#", "try", "critique", "parsed", "tokens"):
             table.add_column(col, overflow="fold")

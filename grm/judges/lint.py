@@ -61,7 +61,7 @@ def _same(got: object, want: object) -> bool:
     if isinstance(want, (int, float)) and isinstance(got, (int, float)):
         return abs(float(got) - float(want)) < 1e-9
     if isinstance(want, list) and isinstance(got, list):
-        return len(want) == len(got) and all(_same(a, b) for a, b in zip(got, want))
+        return len(want) == len(got) and all(_same(a, b) for a, b in zip(got, want, strict=True))
     return got == want
 
 

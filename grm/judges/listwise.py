@@ -7,9 +7,10 @@ and its scores are mapped back to the original order before they vote.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from copy import copy
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from grm.config.judge import JudgeSpec
 from grm.engines.base import GenerationEngine

@@ -6,8 +6,9 @@ parser: the log-odds of A over B); margins of the swapped order are mapped back 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from grm.config.judge import JudgeSpec
 from grm.engines.base import GenerationEngine

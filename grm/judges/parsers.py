@@ -11,15 +11,14 @@ import importlib
 import json
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, Union
+from typing import Any, Protocol
 
-from grm.config.judge import (
-    BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser,
-)
+from grm.config.judge import BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser
 from grm.judges.errors import JudgeError
 
-Value = Union[float, list[float], str, None]
+Value = float | list[float] | str | None
 
 
 @dataclass(frozen=True)
@@ -238,7 +237,7 @@ def expected_value(logprobs: Sequence[float], values: Sequence[float]) -> float:
     """Probability-weighted mean of ``values`` renormalised over the candidates."""
     m = max(logprobs)
     w = [math.exp(lp - m) for lp in logprobs]
-    return sum(wi * v for wi, v in zip(w, values)) / sum(w)
+    return sum(wi * v for wi, v in zip(w, values, strict=True)) / sum(w)
 
 
 PARSERS: dict[str, Callable[[Any, int | None], Parser]] = {

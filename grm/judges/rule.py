@@ -7,8 +7,9 @@ reference is a failure (masked), a wrong answer is a score of 0.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from grm.config.judge import JudgeSpec
 from grm.engines.base import GenerationEngine

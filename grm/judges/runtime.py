@@ -7,8 +7,8 @@ verifier. Every class implements the ``Judge`` protocol (``grm.judges.base``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from grm.config.judge import JudgeSpec
 from grm.config.paths import resolve_judge

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from grm.config.judge import JudgeSampling, JudgeSpec, LogprobParser
 from grm.config.paths import resolve_path
@@ -161,7 +162,7 @@ class CritiqueSampler:
 
     def views(self, samples: Sequence[Sample], principles: Sequence[str | None], mode: Mode) -> list[View]:
         out = []
-        for i, (s, p) in enumerate(zip(samples, principles)):
+        for i, (s, p) in enumerate(zip(samples, principles, strict=True)):
             key = s.id or hashlib.sha256(f"{s.prompt}\x00{s.response}\x00{s.responses}".encode()).hexdigest()[:12]
             for v, (order, n) in enumerate(mode.orders(s, key)):
                 user = self.template.render(**self._variables(s, order, p))
@@ -266,7 +267,7 @@ class CritiqueSampler:
                                               seed=seed))
             sp = sampling_params(s, n=1).replace(temperature=max(s.temperature, self.spec.on_failure.retry_temperature))
             gens = self.engine.generate(reqs, sp)
-            for (v, index), g in zip(failed, gens):
+            for (v, index), g in zip(failed, gens, strict=True):
                 tokens[v.item] += g.n_tokens
                 v.records.append(self._record(v, index, attempt, g, mode))
 
@@ -287,8 +288,8 @@ class CritiqueSampler:
             else:
                 requests.append(GenerationRequest(text=(base.text or "") + r.text + prefix))
         scored = self.engine.score_continuations(requests, [cands] * len(requests))
-        for (_, r), lps in zip(slots, scored):
-            r.candidate_logprobs = dict(zip(cands, lps))
+        for (_, r), lps in zip(slots, scored, strict=True):
+            r.candidate_logprobs = dict(zip(cands, lps, strict=True))
             r.parsed = mode.from_logprobs(lps, values)
             r.error = None
 
@@ -310,7 +311,7 @@ class CritiqueSampler:
                                 critique=(self.spec.prefill or "") + r.text, metadata=s.metadata))
         if not metas:
             return
-        for (v, r), res in zip(slots, self._meta.score_batch(metas)):
+        for (v, r), res in zip(slots, self._meta.score_batch(metas), strict=True):
             r.meta_rating = res.score
             tokens[v.item] += res.tokens
 

@@ -31,7 +31,7 @@ class Sample:
     id: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "sample") -> "Sample":
+    def from_dict(cls, data: dict[str, Any], where: str = "sample") -> Sample:
         if not isinstance(data, dict):
             raise JudgeError(f"{where}: expected a JSON object with prompt/response(s), found {type(data).__name__}")
         unknown = set(data) - set(cls.__dataclass_fields__)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+
 from grm.config.judge import RuleSpec
 from grm.judges.parsers import last_boxed
 

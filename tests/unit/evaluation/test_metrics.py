@@ -43,7 +43,7 @@ def test_length_bias_hand_computed():
     # e: 2 longer, human 2, judge None (masked) -> longer preferred, judge wrong, not counted as a pick
     lines = [line("j", "a", 1, "1", "1", "1"), line("j", "b", 1, "2", "2", "2"), line("j", "c", 2, "2", "2", "2"),
              line("j", "d", 1, "1", "1", "1"), line("j", "e", 2, None, None, None)]
-    for ln, lengths in zip(lines, ([90, 10], [10, 90], [90, 10], [50, 50], [10, 90])):
+    for ln, lengths in zip(lines, ([90, 10], [10, 90], [90, 10], [50, 50], [10, 90]), strict=True):
         ln["lengths"] = lengths
     lb = compute(lines, ["j"])["judges"]["j"]["pairs"]["length"]
     assert lb["n"] == 4

@@ -39,7 +39,7 @@ class ScriptedEngine:
 
     def score_continuations(self, requests, continuations):
         self.score_calls += 1
-        return [self.continuation_logprobs(self.text_of(r), c) for r, c in zip(requests, continuations)]
+        return [self.continuation_logprobs(self.text_of(r), c) for r, c in zip(requests, continuations, strict=True)]
 
     def update_weights(self, state_dict, version):  # pragma: no cover
         self.version = version

@@ -2,10 +2,9 @@
 
 import pytest
 
-from grm.config.judge import BoxedParser, JsonParser, RegexParser, TargetParser, VerdictParser
+from grm.config.judge import BoxedParser, JsonParser, LogprobParser, RegexParser, TargetParser, VerdictParser
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import ParsedScore, build_parser, expected_value, logprob_candidates
-from grm.config.judge import LogprobParser
 
 SCORE = RegexParser(pattern=r"Score:\s*\**\s*(\d+(?:\.\d+)?)", range=(1, 10))
 

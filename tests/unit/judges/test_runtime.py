@@ -154,8 +154,8 @@ def test_provenance_and_sample_validation(tmp_path):
 
 
 def test_rule_verifiers():
-    from grm.judges.verifiers import check, final_number
     from grm.config.judge import RuleSpec
+    from grm.judges.verifiers import check, final_number
 
     num = RuleSpec(type="numeric-answer")
     assert final_number("so 12 * 3 = 36. The answer is 36.") == 36
