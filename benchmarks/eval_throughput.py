@@ -7,7 +7,8 @@ throughput on the first --naive-items pairs, the speed-up, and its bound: the sa
 prefill alone (one forward each, no generation), which batching cannot remove, so the speed-up
 cannot exceed naive time / prefill time.
 
-    python benchmarks/eval_throughput.py [--judge builtin:pairwise-preference] [--limit 200] [--naive-items 8] [on_failure.retries=0]
+    python benchmarks/eval_throughput.py [--judge builtin:pairwise-preference] [--limit 200] [--naive-items 8]
+        [on_failure.retries=0]
 
 The naive loop never retries; pass ``on_failure.retries=0`` for equal work (one generation per
 prompt in both systems), or leave the judge's retries on to see what they cost.
@@ -42,10 +43,9 @@ def main() -> int:
 
     import torch
 
-    from grm.evaluation.runner import EvalConfig, load_judges, run
     from grm.data.items import default_map, to_items
     from grm.data.sources import load_rows
-    from grm.evaluation.runner import samples_for
+    from grm.evaluation.runner import EvalConfig, load_judges, run, samples_for
 
     out = Path(args.out or tempfile.mkdtemp(prefix="grm-eval-bench-"))
     t0 = time.perf_counter()
@@ -54,12 +54,25 @@ def main() -> int:
     name, jm = next(iter(m["judges"].items()))
     p = jm.get("pairs", {})
     grm_rate = jm["judgments_per_s"]  # judge seconds recorded per batch: also right for a resumed run
-    print(json.dumps({"system": "grm-eval", "judge": name, "pairs": jm["items"], "wall_s": round(wall, 1),
-                      "pairs_per_s": round(grm_rate, 4), "accuracy_order1": p.get("accuracy_order1"),
-                      "accuracy_order2": p.get("accuracy_order2"), "accuracy_average": p.get("accuracy_average"),
-                      "accuracy_swap_combined": p.get("accuracy_swap_combined"),
-                      "positional_agreement": p.get("positional_agreement"), "parse_failure_rate": jm["parse_failure_rate"],
-                      "out": str(out)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "system": "grm-eval",
+                "judge": name,
+                "pairs": jm["items"],
+                "wall_s": round(wall, 1),
+                "pairs_per_s": round(grm_rate, 4),
+                "accuracy_order1": p.get("accuracy_order1"),
+                "accuracy_order2": p.get("accuracy_order2"),
+                "accuracy_average": p.get("accuracy_average"),
+                "accuracy_swap_combined": p.get("accuracy_swap_combined"),
+                "positional_agreement": p.get("positional_agreement"),
+                "parse_failure_rate": jm["parse_failure_rate"],
+                "out": str(out),
+            }
+        ),
+        flush=True,
+    )
 
     # naive: the same rendered prompts, one model.generate call per prompt and order
     judge = load_judges([args.judge], args.overrides)[0]
@@ -75,14 +88,28 @@ def main() -> int:
                 ids = torch.tensor([eng.encode(v["request"])])
                 for _ in range(v["n"]):
                     with torch.inference_mode():
-                        eng.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=sp.max_new_tokens,
-                                           do_sample=sp.temperature > 0, temperature=sp.temperature or None,
-                                           pad_token_id=eng.pad_id)
+                        eng.model.generate(
+                            ids,
+                            attention_mask=torch.ones_like(ids),
+                            max_new_tokens=sp.max_new_tokens,
+                            do_sample=sp.temperature > 0,
+                            temperature=sp.temperature or None,
+                            pad_token_id=eng.pad_id,
+                        )
                     n_gen += 1
     naive_wall = time.perf_counter() - t0
     naive_rate = args.naive_items / naive_wall
-    print(json.dumps({"system": "naive-generate-loop", "pairs": args.naive_items, "generations": n_gen,
-                      "wall_s": round(naive_wall, 1), "pairs_per_s": round(naive_rate, 4)}))
+    print(
+        json.dumps(
+            {
+                "system": "naive-generate-loop",
+                "pairs": args.naive_items,
+                "generations": n_gen,
+                "wall_s": round(naive_wall, 1),
+                "pairs_per_s": round(naive_rate, 4),
+            }
+        )
+    )
     print(json.dumps({"speedup": round(grm_rate / naive_rate, 2)}))
 
     # the bound: the prompts' prefill (one forward each) is work batching does not remove (grm
@@ -97,8 +124,16 @@ def main() -> int:
                 with torch.inference_mode():
                     eng.model(ids, use_cache=False, logits_to_keep=1)
     prefill = time.perf_counter() - t0
-    print(json.dumps({"naive_prefill_s": round(prefill, 1), "prompt_tokens": n_tok, "prefill_share_of_naive": round(prefill / naive_wall, 3),
-                      "speedup_bound_decode_free": round(naive_wall / prefill, 2)}))
+    print(
+        json.dumps(
+            {
+                "naive_prefill_s": round(prefill, 1),
+                "prompt_tokens": n_tok,
+                "prefill_share_of_naive": round(prefill / naive_wall, 3),
+                "speedup_bound_decode_free": round(naive_wall / prefill, 2),
+            }
+        )
+    )
     return 0
 
 

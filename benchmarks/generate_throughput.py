@@ -34,8 +34,12 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     topics = ["the sea", "prime numbers", "a bicycle", "coffee", "the moon", "rain", "chess", "bread"]
-    requests = [GenerationRequest(messages=[{"role": "user", "content": f"Write a short paragraph about {topics[i % len(topics)]} (#{i})."}])
-                for i in range(args.prompts)]
+    requests = [
+        GenerationRequest(
+            messages=[{"role": "user", "content": f"Write a short paragraph about {topics[i % len(topics)]} (#{i})."}]
+        )
+        for i in range(args.prompts)
+    ]
     sp = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens)
     rows = []
     for dtype in ("fp32", "bf16"):
@@ -47,8 +51,16 @@ def main() -> None:
             gens = eng.generate(requests, sp)
             dt = time.perf_counter() - t0
             n_tok = sum(len(g.token_ids) for g in gens)
-            rows.append({"system": "grm-hf", "dtype": dtype, "batch": bs, "tokens": n_tok, "seconds": round(dt, 2),
-                         "tokens_per_s": round(n_tok / dt, 1)})
+            rows.append(
+                {
+                    "system": "grm-hf",
+                    "dtype": dtype,
+                    "batch": bs,
+                    "tokens": n_tok,
+                    "seconds": round(dt, 2),
+                    "tokens_per_s": round(n_tok / dt, 1),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
         # naive: one model.generate per prompt, as a first script would do it
         eng = HFEngine(args.model, dtype=dtype, model_obj=model, tokenizer=tok)
@@ -57,18 +69,36 @@ def main() -> None:
         t0 = time.perf_counter()
         n_tok = 0
         for x in ids:
-            out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=args.new_tokens, do_sample=False,
-                                 pad_token_id=eng.pad_id)
+            out = model.generate(
+                x, attention_mask=torch.ones_like(x), max_new_tokens=args.new_tokens, do_sample=False, pad_token_id=eng.pad_id
+            )
             n_tok += out.shape[1] - x.shape[1]
         dt = time.perf_counter() - t0
-        rows.append({"system": "naive-generate-loop", "dtype": dtype, "batch": 1, "tokens": n_tok,
-                     "seconds": round(dt, 2), "tokens_per_s": round(n_tok / dt, 1)})
+        rows.append(
+            {
+                "system": "naive-generate-loop",
+                "dtype": dtype,
+                "batch": 1,
+                "tokens": n_tok,
+                "seconds": round(dt, 2),
+                "tokens_per_s": round(n_tok / dt, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     for dtype in ("fp32", "bf16"):
         naive = next(r for r in rows if r["system"] != "grm-hf" and r["dtype"] == dtype)["tokens_per_s"]
         best = max((r for r in rows if r["system"] == "grm-hf" and r["dtype"] == dtype), key=lambda r: r["batch"])
-        print(json.dumps({"summary": dtype, "grm_batch": best["batch"], "grm_tokens_per_s": best["tokens_per_s"],
-                          "naive_tokens_per_s": naive, "speedup": round(best["tokens_per_s"] / naive, 2)}))
+        print(
+            json.dumps(
+                {
+                    "summary": dtype,
+                    "grm_batch": best["batch"],
+                    "grm_tokens_per_s": best["tokens_per_s"],
+                    "naive_tokens_per_s": naive,
+                    "speedup": round(best["tokens_per_s"] / naive, 2),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -40,14 +40,25 @@ def main() -> None:
         for s in samples[: args.one_by_one]:
             judge.score(s)
         single = (time.perf_counter() - t0) / args.one_by_one
-        print(json.dumps({
-            "judge": judge.name, "parser": judge.spec.parser.type, "items": len(samples), "n": judge.spec.sampling.n,
-            "sample_parse_failure_rate_first_try": round(sum(s.error is not None for s in first_try) / len(first_try), 3),
-            "sample_parse_failure_rate_all_attempts": round(sum(r.parse_failures for r in res) / sum(len(r.samples) for r in res), 3),
-            "masked_items": sum(r.masked for r in res),
-            "seconds_per_item_batched": round(batched, 2), "seconds_per_item_one_by_one": round(single, 2),
-            "speedup": round(single / batched, 2),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "judge": judge.name,
+                    "parser": judge.spec.parser.type,
+                    "items": len(samples),
+                    "n": judge.spec.sampling.n,
+                    "sample_parse_failure_rate_first_try": round(sum(s.error is not None for s in first_try) / len(first_try), 3),
+                    "sample_parse_failure_rate_all_attempts": round(
+                        sum(r.parse_failures for r in res) / sum(len(r.samples) for r in res), 3
+                    ),
+                    "masked_items": sum(r.masked for r in res),
+                    "seconds_per_item_batched": round(batched, 2),
+                    "seconds_per_item_one_by_one": round(single, 2),
+                    "speedup": round(single / batched, 2),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -68,32 +68,47 @@ def main() -> int:
             tag = f"{judge.replace('builtin:', '')}@{model or 'default'}@{name}"
             out = Path(args.out) / tag
             print(f"== {tag}", file=sys.stderr, flush=True)
-            m = run(EvalConfig(judges=[judge], data=str(data), out=out, limit=args.limit, overrides=overrides,
-                               batch_size=args.batch_size))
+            m = run(
+                EvalConfig(
+                    judges=[judge], data=str(data), out=out, limit=args.limit, overrides=overrides, batch_size=args.batch_size
+                )
+            )
             jm = next(iter(m["judges"].values()))
             p = jm.get("pairs") or {}
-            row = {"judge": judge.replace("builtin:", ""), "model": model or "default", "set": name, "n": p.get("n"),
-                   "acc_order1": p.get("accuracy_order1"), "acc_order2": p.get("accuracy_order2"),
-                   "acc_average": p.get("accuracy_average"), "acc_average_ci95": p.get("accuracy_average_ci95"),
-                   "acc_swap_combined": p.get("accuracy_swap_combined"),
-                   "acc_swap_combined_ci95": p.get("accuracy_swap_combined_ci95"),
-                   "positional_agreement": p.get("positional_agreement"), "parse_failure_rate": jm["parse_failure_rate"],
-                   "picks_longer": (p.get("length") or {}).get("judge_longer_preferred"),
-                   "acc_shorter_preferred": (p.get("length") or {}).get("accuracy_shorter_preferred"),
-                   "acc_shorter_preferred_ci95": (p.get("length") or {}).get("accuracy_shorter_preferred_ci95"),
-                   "seconds_per_pair": 1 / jm["judgments_per_s"] if jm.get("judgments_per_s") else None}
+            row = {
+                "judge": judge.replace("builtin:", ""),
+                "model": model or "default",
+                "set": name,
+                "n": p.get("n"),
+                "acc_order1": p.get("accuracy_order1"),
+                "acc_order2": p.get("accuracy_order2"),
+                "acc_average": p.get("accuracy_average"),
+                "acc_average_ci95": p.get("accuracy_average_ci95"),
+                "acc_swap_combined": p.get("accuracy_swap_combined"),
+                "acc_swap_combined_ci95": p.get("accuracy_swap_combined_ci95"),
+                "positional_agreement": p.get("positional_agreement"),
+                "parse_failure_rate": jm["parse_failure_rate"],
+                "picks_longer": (p.get("length") or {}).get("judge_longer_preferred"),
+                "acc_shorter_preferred": (p.get("length") or {}).get("accuracy_shorter_preferred"),
+                "acc_shorter_preferred_ci95": (p.get("length") or {}).get("accuracy_shorter_preferred_ci95"),
+                "seconds_per_pair": 1 / jm["judgments_per_s"] if jm.get("judgments_per_s") else None,
+            }
             print(json.dumps(row), flush=True)
             rows.append(row)
 
-    print("\n| judge | model | set | n | acc order 1 | acc order 2 | acc avg [95% CI] | swap-combined [95% CI] "
-          "| positional agreement | picks longer | acc, shorter preferred [95% CI] | parse failures | s/pair |")
+    print(
+        "\n| judge | model | set | n | acc order 1 | acc order 2 | acc avg [95% CI] | swap-combined [95% CI] "
+        "| positional agreement | picks longer | acc, shorter preferred [95% CI] | parse failures | s/pair |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['judge']} | {r['model']} | {r['set']} | {r['n']} | {_pct(r['acc_order1'])} | {_pct(r['acc_order2'])} "
-              f"| {_pct(r['acc_average'])}{_ci(r['acc_average_ci95'])} | {_pct(r['acc_swap_combined'])}{_ci(r['acc_swap_combined_ci95'])} "
-              f"| {_pct(r['positional_agreement'])} | {_pct(r['picks_longer'])} "
-              f"| {_pct(r['acc_shorter_preferred'])}{_ci(r['acc_shorter_preferred_ci95'])} | {_pct(r['parse_failure_rate'])} "
-              f"| {_num(r['seconds_per_pair'])} |")
+        print(
+            f"| {r['judge']} | {r['model']} | {r['set']} | {r['n']} | {_pct(r['acc_order1'])} | {_pct(r['acc_order2'])} "
+            f"| {_pct(r['acc_average'])}{_ci(r['acc_average_ci95'])} | {_pct(r['acc_swap_combined'])}{_ci(r['acc_swap_combined_ci95'])} "  # noqa: E501
+            f"| {_pct(r['positional_agreement'])} | {_pct(r['picks_longer'])} "
+            f"| {_pct(r['acc_shorter_preferred'])}{_ci(r['acc_shorter_preferred_ci95'])} | {_pct(r['parse_failure_rate'])} "
+            f"| {_num(r['seconds_per_pair'])} |"
+        )
     return 0
 
 
@@ -110,10 +125,24 @@ def _length_baseline(name: str, path: Path, limit: int | None) -> dict:
     labels = [it.label for it in pairs]
     acc = accuracy(verdicts, labels)
     ci = list(bootstrap_ci(lambda k: accuracy([verdicts[i] for i in k], [labels[i] for i in k]), len(pairs)))
-    row = {"judge": "(longer output wins)", "model": "-", "set": name, "n": len(pairs), "acc_order1": acc, "acc_order2": acc,
-           "acc_average": acc, "acc_average_ci95": ci, "acc_swap_combined": acc, "acc_swap_combined_ci95": ci,
-           "positional_agreement": 1.0, "parse_failure_rate": 0.0, "picks_longer": 1.0, "acc_shorter_preferred": 0.0,
-           "acc_shorter_preferred_ci95": None, "seconds_per_pair": None}
+    row = {
+        "judge": "(longer output wins)",
+        "model": "-",
+        "set": name,
+        "n": len(pairs),
+        "acc_order1": acc,
+        "acc_order2": acc,
+        "acc_average": acc,
+        "acc_average_ci95": ci,
+        "acc_swap_combined": acc,
+        "acc_swap_combined_ci95": ci,
+        "positional_agreement": 1.0,
+        "parse_failure_rate": 0.0,
+        "picks_longer": 1.0,
+        "acc_shorter_preferred": 0.0,
+        "acc_shorter_preferred_ci95": None,
+        "seconds_per_pair": None,
+    }
     print(json.dumps(row), flush=True)
     return row
 

@@ -23,8 +23,17 @@ def main() -> int:
     ap.add_argument("overrides", nargs="*", help="e.g. train.lr=1e-5 schedule.mode=sync")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="grm-curve-")) / "run"
-    cmd = [sys.executable, "-m", "grm", "run", args.pipeline, f"train.steps={args.steps}", f"out_dir={out}",
-           "checkpoint.every=0", *args.overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grm",
+        "run",
+        args.pipeline,
+        f"train.steps={args.steps}",
+        f"out_dir={out}",
+        "checkpoint.every=0",
+        *args.overrides,
+    ]
     print("running:", " ".join(cmd), flush=True)
     r = subprocess.run(cmd)
     if r.returncode != 0:
@@ -34,9 +43,26 @@ def main() -> int:
     for k in keys:
         first = [m[k] for m in ms[:5] if m.get(k) is not None]
         last = [m[k] for m in ms[-5:] if m.get(k) is not None]
-        print(json.dumps({"metric": k, "first5_mean": round(statistics.mean(first), 4), "first5_std": round(statistics.pstdev(first), 4),
-                          "last5_mean": round(statistics.mean(last), 4), "last5_std": round(statistics.pstdev(last), 4)}))
-    phases = ["seconds_step", "seconds_rollout", "seconds_judging", "seconds_reference", "seconds_training", "seconds_sync", "seconds_idle"]
+        print(
+            json.dumps(
+                {
+                    "metric": k,
+                    "first5_mean": round(statistics.mean(first), 4),
+                    "first5_std": round(statistics.pstdev(first), 4),
+                    "last5_mean": round(statistics.mean(last), 4),
+                    "last5_std": round(statistics.pstdev(last), 4),
+                }
+            )
+        )
+    phases = [
+        "seconds_step",
+        "seconds_rollout",
+        "seconds_judging",
+        "seconds_reference",
+        "seconds_training",
+        "seconds_sync",
+        "seconds_idle",
+    ]
     print(json.dumps({k: round(statistics.median(m[k] for m in ms[1:] or ms), 2) for k in phases} | {"run_dir": str(out)}))
     return 0
 

@@ -63,7 +63,7 @@ def run_trl(steps: int) -> dict:
     def judge_reward(prompts, completions, **_):
         t0 = time.perf_counter()
         texts = []
-        for p, c in zip(prompts, completions):
+        for p, c in zip(prompts, completions, strict=False):
             s = Sample(prompt=p[-1]["content"], response=c[0]["content"] if isinstance(c, list) else c)
             (stage,) = [st for st in judge.render(s) if st["stage"] == "judge"]
             texts.append(jtok.apply_chat_template(stage["request"].messages, tokenize=False, continue_final_message=True))
@@ -71,7 +71,7 @@ def run_trl(steps: int) -> dict:
         with torch.inference_mode():
             out = jmodel.generate(**enc, max_new_tokens=64, do_sample=True, temperature=0.7, pad_token_id=jtok.pad_token_id)
         rewards = []
-        for row in jtok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True):
+        for row in jtok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True):
             m = pattern.search(row)
             v = float(m.group(1)) if m else None
             ok = v is not None and 1 <= v <= 10
@@ -91,24 +91,53 @@ def run_trl(steps: int) -> dict:
             step_s.append(time.perf_counter() - self.t0)
 
     rows = [{"prompt": [{"role": "user", "content": r["prompt"]}]} for r in arith_prompts()[:64]]
-    cfg = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-peer-"), use_cpu=True, bf16=False, fp16=False,
-                     per_device_train_batch_size=PROMPTS, gradient_accumulation_steps=GROUP, steps_per_generation=GROUP,
-                     num_generations=GROUP, max_completion_length=NEW_TOKENS, temperature=1.0, beta=BETA,
-                     learning_rate=LR, max_steps=steps + 1, logging_steps=1, save_strategy="no", report_to="none",
-                     seed=0, dataloader_num_workers=0)
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-peer-"),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=PROMPTS,
+        gradient_accumulation_steps=GROUP,
+        steps_per_generation=GROUP,
+        num_generations=GROUP,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        beta=BETA,
+        learning_rate=LR,
+        max_steps=steps + 1,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
+    )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(path)
-    trainer = GRPOTrainer(model=model, reward_funcs=[judge_reward], args=cfg, train_dataset=Dataset.from_list(rows),
-                          processing_class=tok, callbacks=[Timer()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[judge_reward],
+        args=cfg,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        callbacks=[Timer()],
+    )
     trainer.train()
     measured = step_s[1:]
     judge_s = stats["judge_seconds"][1:]
     med = statistics.median(measured)
-    return {"system": "trl", "threads": torch.get_num_threads(), "steps": len(measured), "step_seconds": [round(s, 1) for s in measured],
-            "median_step_s": round(med, 2), "completions_per_s": round(PROMPTS * GROUP / med, 4),
-            "phases": {"judging": round(statistics.median(judge_s), 2) if judge_s else None,
-                       "everything_else": round(med - statistics.median(judge_s), 2) if judge_s else None},
-            "judge_parse_rate": round(stats["parsed"] / max(1, stats["judged"]), 3)}
+    return {
+        "system": "trl",
+        "threads": torch.get_num_threads(),
+        "steps": len(measured),
+        "step_seconds": [round(s, 1) for s in measured],
+        "median_step_s": round(med, 2),
+        "completions_per_s": round(PROMPTS * GROUP / med, 4),
+        "phases": {
+            "judging": round(statistics.median(judge_s), 2) if judge_s else None,
+            "everything_else": round(med - statistics.median(judge_s), 2) if judge_s else None,
+        },
+        "judge_parse_rate": round(stats["parsed"] / max(1, stats["judged"]), 3),
+    }
 
 
 # ----------------------------------------------------------------------------- grm child
@@ -116,8 +145,17 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
     """``checkout``: run the grm package of another checkout (a git worktree of an older commit)
     on the same pipeline file, so before/after compare in one invocation."""
     out = Path(tempfile.mkdtemp(prefix=f"grm-peer-{mode}-")) / "run"
-    cmd = [sys.executable, "-m", "grm", "run", str(PIPELINE), f"train.steps={steps + 1}", f"schedule.mode={mode}", f"out_dir={out}",
-           *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grm",
+        "run",
+        str(PIPELINE),
+        f"train.steps={steps + 1}",
+        f"schedule.mode={mode}",
+        f"out_dir={out}",
+        *overrides,
+    ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     if checkout:
         env["PYTHONPATH"] = checkout + os.pathsep + env.get("PYTHONPATH", "")
@@ -128,14 +166,24 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines() if x.strip()]
     scores = [((s.get("judges") or {}).get("helpfulness-pointwise") or {}).get("score") for s in samples]
     med = statistics.median(m["seconds_step"] for m in ms)
-    phases = {k.removeprefix("seconds_"): round(statistics.median(m[k] for m in ms), 2)
-              for k in ms[0] if k.startswith("seconds_") and k != "seconds_step"}
+    phases = {
+        k.removeprefix("seconds_"): round(statistics.median(m[k] for m in ms), 2)
+        for k in ms[0]
+        if k.startswith("seconds_") and k != "seconds_step"
+    }
     if not keep:  # checkpoints are ~1.6 GB per run
         shutil.rmtree(out.parent, ignore_errors=True)
-    return {"system": f"grm-{mode}" + (f"@{checkout}" if checkout else ""), "steps": len(ms), "step_seconds": [round(m["seconds_step"], 1) for m in ms],
-            "median_step_s": round(med, 2), "completions_per_s": round(PROMPTS * GROUP / med, 4), "phases": phases,
-            "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3), "run_dir": str(out.parent) if keep else None,
-            "overrides": overrides}
+    return {
+        "system": f"grm-{mode}" + (f"@{checkout}" if checkout else ""),
+        "steps": len(ms),
+        "step_seconds": [round(m["seconds_step"], 1) for m in ms],
+        "median_step_s": round(med, 2),
+        "completions_per_s": round(PROMPTS * GROUP / med, 4),
+        "phases": phases,
+        "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3),
+        "run_dir": str(out.parent) if keep else None,
+        "overrides": overrides,
+    }
 
 
 # ----------------------------------------------------------------------------- parent
@@ -173,7 +221,9 @@ def measure(system: str, steps: int, overrides: list[str], keep: bool = False, c
     if "@" in system:
         extra += ["--checkout", (checkouts or {})[system.split("@", 1)[1]]]
     extra += ["--keep-runs"] if keep else []
-    proc = subprocess.Popen([sys.executable, __file__, "--child", system, "--steps", str(steps), *extra], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", system, "--steps", str(steps), *extra], stdout=subprocess.PIPE, text=True
+    )
     peak: list = [0, {}]
     stop = threading.Event()
 
@@ -203,8 +253,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3, help="measured steps per system (after one warm-up step)")
     ap.add_argument("--systems", default="trl,grm-async,grm-sync")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override for grm's pipeline (repeatable), e.g. --set schedule.stream_prompts=8")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for grm's pipeline (repeatable), e.g. --set schedule.stream_prompts=8",
+    )
     ap.add_argument("--keep-runs", action="store_true", help="keep grm's run directories (checkpoints, samples)")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each system, interleaved (a, b, a, b, ...)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -220,7 +275,10 @@ def main() -> int:
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), platform.processor())
     flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("Flags")), [])
-    print(json.dumps({"cpu": model, "avx512": sorted(f for f in flags if f.startswith("avx512")), "cores": os.cpu_count()}), flush=True)
+    print(
+        json.dumps({"cpu": model, "avx512": sorted(f for f in flags if f.startswith("avx512")), "cores": os.cpu_count()}),
+        flush=True,
+    )
     systems = args.systems.split(",")
     # grm-MODE@REV: grm as of git revision REV (e.g. grm-async@HEAD~3 beside grm-async): before/after in one invocation
     checkouts = {rev: worktree(rev) for rev in {s.split("@", 1)[1] for s in systems if "@" in s}}
@@ -230,28 +288,63 @@ def main() -> int:
             res = measure(system, args.steps, args.set, args.keep_runs, checkouts)
             runs[system].append(res)
             print(json.dumps(res), flush=True)
-    results = {s: min(rs, key=lambda r: r["median_step_s"]) if len(rs) == 1 else
-               {**rs[0], "median_step_s": round(statistics.median(r["median_step_s"] for r in rs), 2),
-                "completions_per_s": round(statistics.median(r["completions_per_s"] for r in rs), 4),
-                "peak_rss_gb": max(r["peak_rss_gb"] for r in rs),
-                "median_step_s_runs": [r["median_step_s"] for r in rs]} for s, rs in runs.items()}
+    results = {
+        s: min(rs, key=lambda r: r["median_step_s"])
+        if len(rs) == 1
+        else {
+            **rs[0],
+            "median_step_s": round(statistics.median(r["median_step_s"] for r in rs), 2),
+            "completions_per_s": round(statistics.median(r["completions_per_s"] for r in rs), 4),
+            "peak_rss_gb": max(r["peak_rss_gb"] for r in rs),
+            "median_step_s_runs": [r["median_step_s"] for r in rs],
+        }
+        for s, rs in runs.items()
+    }
     for s, rs in runs.items():
         if len(rs) > 1:
-            print(json.dumps({"system": s, "median_step_s_over_repeats": results[s]["median_step_s"],
-                              "runs": results[s]["median_step_s_runs"]}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "system": s,
+                        "median_step_s_over_repeats": results[s]["median_step_s"],
+                        "runs": results[s]["median_step_s_runs"],
+                    }
+                ),
+                flush=True,
+            )
     for s in systems:
         if "@" in s and s.split("@", 1)[0] in results:
             now = s.split("@", 1)[0]
-            print(json.dumps({"ratio": f"{now}/{s} step time",
-                              "value": round(results[now]["median_step_s"] / results[s]["median_step_s"], 3)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "ratio": f"{now}/{s} step time",
+                        "value": round(results[now]["median_step_s"] / results[s]["median_step_s"], 3),
+                    }
+                ),
+                flush=True,
+            )
     if "trl" in results:
         for k, r in results.items():
             if k != "trl":
-                print(json.dumps({"ratio": f"{k}/trl", "completions_per_s": round(r["completions_per_s"] / results["trl"]["completions_per_s"], 2),
-                                  "peak_rss": round(r["peak_rss_gb"] / results["trl"]["peak_rss_gb"], 2)}))
+                print(
+                    json.dumps(
+                        {
+                            "ratio": f"{k}/trl",
+                            "completions_per_s": round(r["completions_per_s"] / results["trl"]["completions_per_s"], 2),
+                            "peak_rss": round(r["peak_rss_gb"] / results["trl"]["peak_rss_gb"], 2),
+                        }
+                    )
+                )
     if "grm-async" in results and "grm-sync" in results:
-        print(json.dumps({"ratio": "grm sync/async step time",
-                          "value": round(results["grm-sync"]["median_step_s"] / results["grm-async"]["median_step_s"], 2)}))
+        print(
+            json.dumps(
+                {
+                    "ratio": "grm sync/async step time",
+                    "value": round(results["grm-sync"]["median_step_s"] / results["grm-async"]["median_step_s"], 2),
+                }
+            )
+        )
     return 0
 
 

@@ -38,7 +38,9 @@ def _samples(mode: str, n: int) -> tuple[list, str]:
 
         rows, source = arith_pairs(n), "builtin:arith-pairs"
     if mode == "pairwise":
-        return [Sample(prompt=r["input"], responses=[r["output_1"], r["output_2"]], id=str(k)) for k, r in enumerate(rows[:n])], source
+        return [
+            Sample(prompt=r["input"], responses=[r["output_1"], r["output_2"]], id=str(k)) for k, r in enumerate(rows[:n])
+        ], source
     out = [Sample(prompt=r["input"], response=r[f"output_{1 + j}"], id=f"{k}-{j}") for k, r in enumerate(rows) for j in range(2)]
     return out[:n], source
 
@@ -57,7 +59,7 @@ def main() -> None:
     judge = load(args.judge, overrides=args.overrides)
     engine = judge.engine
     samples, source = _samples(judge.spec.mode, args.items)
-    batches = [samples[i:i + args.batch] for i in range(0, len(samples), args.batch)]
+    batches = [samples[i : i + args.batch] for i in range(0, len(samples), args.batch)]
     judge.score_batch(samples[:1])  # warm-up: weights paged in, kernels picked
 
     def run(cached: bool) -> tuple[float, list[float]]:
@@ -80,19 +82,32 @@ def main() -> None:
             scores[cached] = sc
     engine.__dict__.pop("prompt_cache", None)
 
-    diffs = [abs(a - b) for a, b in zip(scores[False], scores[True])
-             if a is not None and b is not None and not (math.isnan(a) or math.isnan(b))]
+    diffs = [
+        abs(a - b)
+        for a, b in zip(scores[False], scores[True], strict=False)
+        if a is not None and b is not None and not (math.isnan(a) or math.isnan(b))
+    ]
     off, on = statistics.median(seconds[False]), statistics.median(seconds[True])
-    print(json.dumps({
-        "judge": judge.name, "model": judge.spec.model, "items": len(samples), "source": source,
-        "batch": args.batch, "repeats": args.repeats,
-        "seconds_per_item_without_cache": round(off / len(samples), 3),
-        "seconds_per_item_with_cache": round(on / len(samples), 3),
-        "speedup": round(off / on, 3),
-        "runs_without": [round(s, 1) for s in seconds[False]], "runs_with": [round(s, 1) for s in seconds[True]],
-        "max_abs_score_difference": round(max(diffs), 6) if diffs else None,
-        "scored_items": len(diffs),
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "judge": judge.name,
+                "model": judge.spec.model,
+                "items": len(samples),
+                "source": source,
+                "batch": args.batch,
+                "repeats": args.repeats,
+                "seconds_per_item_without_cache": round(off / len(samples), 3),
+                "seconds_per_item_with_cache": round(on / len(samples), 3),
+                "speedup": round(off / on, 3),
+                "runs_without": [round(s, 1) for s in seconds[False]],
+                "runs_with": [round(s, 1) for s in seconds[True]],
+                "max_abs_score_difference": round(max(diffs), 6) if diffs else None,
+                "scored_items": len(diffs),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ cores, then counts the FLOPs of one step: policy decode, judge prefill + decode,
 and training forward + backward (3x forward), plus a separate old-log-prob forward with
 --old-logprob-forward, using the model's config. Attention FLOPs are included (4 * layers * hidden * context per token).
 
-    python benchmarks/roofline.py [--prompts 8 --group 4 --new-tokens 48 --prompt-tokens 40 --judge-prompt-tokens 330 --judge-new-tokens 64]
+    python benchmarks/roofline.py
+        [--prompts 8 --group 4 --new-tokens 48 --prompt-tokens 40 --judge-prompt-tokens 330 --judge-new-tokens 64]
                                   [--measured grm-async=80.9,trl=73.9]
 """
 
@@ -55,8 +56,11 @@ def main() -> int:
     ap.add_argument("--judge-prompt-tokens", type=int, default=330, help="mean judge prompt length")
     ap.add_argument("--judge-new-tokens", type=int, default=64)
     ap.add_argument("--judge-samples", type=int, default=1)
-    ap.add_argument("--old-logprob-forward", action="store_true",
-                    help="count a separate old-log-prob forward (neither grm nor TRL runs one when the trainer takes one step per batch)")
+    ap.add_argument(
+        "--old-logprob-forward",
+        action="store_true",
+        help="count a separate old-log-prob forward (neither grm nor TRL runs one when the trainer takes one step per batch)",
+    )
     ap.add_argument("--measured", default="", help="comma list of NAME=SECONDS_PER_STEP to state as multiples of the floor")
     args = ap.parse_args()
 
@@ -75,17 +79,28 @@ def main() -> int:
     J, JT = args.judge_prompt_tokens, args.judge_new_tokens
     seq = P + T
     phases = {
-        "rollout_decode": B * sum(forward_flops(cfg, 1, P + t, 1) for t in range(0, T, 8)) * 8 + B * forward_flops(cfg, P, P / 2, 1),
-        "judge_prefill_decode": B * args.judge_samples * (forward_flops(cfg, J, J / 2, 1) + JT * forward_flops(cfg, 1, J + JT / 2, 1)),
+        "rollout_decode": B * sum(forward_flops(cfg, 1, P + t, 1) for t in range(0, T, 8)) * 8
+        + B * forward_flops(cfg, P, P / 2, 1),
+        "judge_prefill_decode": B
+        * args.judge_samples
+        * (forward_flops(cfg, J, J / 2, 1) + JT * forward_flops(cfg, 1, J + JT / 2, 1)),
         "reference_forward": B * forward_flops(cfg, seq, seq / 2, T),
         **({"old_logprob_forward": B * forward_flops(cfg, seq, seq / 2, T)} if args.old_logprob_forward else {}),
         "training_fwd_bwd": 3 * B * forward_flops(cfg, seq, seq / 2, T),
     }
     total = sum(phases.values())
     best = max(max(r.values()) for r in rates.values())
-    print(json.dumps({"step_tflop": round(total / 1e12, 3), "phases_tflop": {k: round(v / 1e12, 3) for k, v in phases.items()},
-                      "best_rate_gflops_all_cores": best, "floor_seconds_per_step": round(total / (best * 1e9), 2),
-                      "completions_per_step": B}))
+    print(
+        json.dumps(
+            {
+                "step_tflop": round(total / 1e12, 3),
+                "phases_tflop": {k: round(v / 1e12, 3) for k, v in phases.items()},
+                "best_rate_gflops_all_cores": best,
+                "floor_seconds_per_step": round(total / (best * 1e9), 2),
+                "completions_per_step": B,
+            }
+        )
+    )
     floor = total / (best * 1e9)
     for item in filter(None, args.measured.split(",")):
         name, _, secs = item.partition("=")

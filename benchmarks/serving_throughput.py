@@ -38,8 +38,23 @@ def main() -> int:
 
     from grm.evaluation.runner import EvalConfig, run
 
-    launch = [sys.executable, "-m", "llama_cpp.server", "--model", "{gguf}", "--host", "127.0.0.1", "--port", "{port}",
-              "--n_threads", str(args.threads), "--n_ctx", "4096", "--logits_all", "true"]
+    launch = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        "{gguf}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--n_threads",
+        str(args.threads),
+        "--n_ctx",
+        "4096",
+        "--logits_all",
+        "true",
+    ]
     engines = {
         "hf": [f"engine={{type: hf, threads: {args.threads}}}"],
         "openai+llama.cpp": ["engine=" + json.dumps({"type": "openai", "launch": launch, "concurrency": args.concurrency})],
@@ -50,9 +65,20 @@ def main() -> int:
         m = run(EvalConfig(judges=[args.judge], data=args.data, out=out, limit=args.limit, overrides=overrides))
         wall = time.perf_counter() - t0
         jm = next(iter(m["judges"].values()))
-        print(json.dumps({"engine": name, "judge": args.judge, "items": jm["items"], "wall_s_incl_startup": round(wall, 1),
-                          "judgments_per_s": round(jm["judgments_per_s"], 3), "parse_failure_rate": jm["parse_failure_rate"],
-                          "tokens": jm["tokens"]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "engine": name,
+                    "judge": args.judge,
+                    "items": jm["items"],
+                    "wall_s_incl_startup": round(wall, 1),
+                    "judgments_per_s": round(jm["judgments_per_s"], 3),
+                    "parse_failure_rate": jm["parse_failure_rate"],
+                    "tokens": jm["tokens"],
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

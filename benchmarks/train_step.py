@@ -32,9 +32,9 @@ def main() -> None:
     from grm.algorithms import ppo_policy_loss
     from grm.engines.hf import HFEngine
     from grm.models.loading import load_model
+    from grm.models.weights import save_weights
     from grm.training import TrainBatch
     from grm.training.deepspeed_backend import DeepSpeedTrainer
-    from grm.models.weights import save_weights
     from grm.training.sync import push_weights
 
     torch.set_num_threads(args.threads)
@@ -49,8 +49,9 @@ def main() -> None:
 
     for dtype in args.dtypes.split(","):
         model, tok = load_model("smollm2-135m-instruct", dtype)
-        trainer = DeepSpeedTrainer(model, lr=1e-6, micro_batch_size=args.micro_batch, global_batch_size=32,
-                                   zero_stage=2, dtype=dtype)
+        trainer = DeepSpeedTrainer(
+            model, lr=1e-6, micro_batch_size=args.micro_batch, global_batch_size=32, zero_stage=2, dtype=dtype
+        )
         t0 = time.perf_counter()
         old = trainer.logprobs(batch)
         logprob_s = time.perf_counter() - t0
@@ -61,12 +62,27 @@ def main() -> None:
             t0 = time.perf_counter()
             trainer.step(b, loss_fn)
             times.append(time.perf_counter() - t0)
-        print(json.dumps({"what": "train_step", "dtype": dtype, "zero_stage": 2, "sequences": 32, "tokens_per_seq": 176,
-                          "micro_batch": args.micro_batch, "threads": args.threads,
-                          "median_step_s": round(statistics.median(times), 2), "steps_s": [round(t, 2) for t in times],
-                          "logprobs_pass_s": round(logprob_s, 2),
-                          "train_tokens_per_s": round(32 * 176 / statistics.median(times), 1)}), flush=True)
-        engine = HFEngine("smollm2-135m-instruct", dtype=dtype, model_obj=load_model("smollm2-135m-instruct", dtype)[0], tokenizer=tok)
+        print(
+            json.dumps(
+                {
+                    "what": "train_step",
+                    "dtype": dtype,
+                    "zero_stage": 2,
+                    "sequences": 32,
+                    "tokens_per_seq": 176,
+                    "micro_batch": args.micro_batch,
+                    "threads": args.threads,
+                    "median_step_s": round(statistics.median(times), 2),
+                    "steps_s": [round(t, 2) for t in times],
+                    "logprobs_pass_s": round(logprob_s, 2),
+                    "train_tokens_per_s": round(32 * 176 / statistics.median(times), 1),
+                }
+            ),
+            flush=True,
+        )
+        engine = HFEngine(
+            "smollm2-135m-instruct", dtype=dtype, model_obj=load_model("smollm2-135m-instruct", dtype)[0], tokenizer=tok
+        )
         t0 = time.perf_counter()
         sd = trainer.state_dict()
         gather_s = time.perf_counter() - t0
@@ -75,8 +91,18 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as d:
             disk_s = save_weights(sd, os.path.join(d, "w"), version=1)
-        print(json.dumps({"what": "weight_sync", "dtype": dtype, "state_dict_s": round(gather_s, 2),
-                          "in_process_push_s": round(push_s, 2), "safetensors_write_s": round(disk_s, 2)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "what": "weight_sync",
+                    "dtype": dtype,
+                    "state_dict_s": round(gather_s, 2),
+                    "in_process_push_s": round(push_s, 2),
+                    "safetensors_write_s": round(disk_s, 2),
+                }
+            ),
+            flush=True,
+        )
         del trainer, engine, model
 
 

@@ -11,9 +11,10 @@ import math
 import os
 import shutil
 import socket
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 
 class GrmError(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from grm.base import GrmError
 
@@ -80,8 +80,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _err("interrupted; a checkpoint was written; continue with --resume RUN_DIR")
         return 130
-    print(f"run directory: {out}\n  report: {out}/report.md (curves.png)\n  metrics: {out}/metrics.jsonl\n  samples: {out}/samples.jsonl\n"
-          f"  tensorboard: tensorboard --logdir {out}/tensorboard\n  checkpoints: {out}/checkpoints/")
+    print(
+        f"run directory: {out}\n  report: {out}/report.md (curves.png)\n  metrics: {out}/metrics.jsonl\n  samples: {out}/samples.jsonl\n"  # noqa: E501
+        f"  tensorboard: tensorboard --logdir {out}/tensorboard\n  checkpoints: {out}/checkpoints/"
+    )
     return 0
 
 
@@ -93,9 +95,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from grm.evaluation.runner import EvalConfig, run
 
-    cfg = EvalConfig(judges=[j for j in args.judges.split(",") if j], data=args.data, out=Path(args.out), limit=args.limit,
-                     mapping=args.map, overrides=args.overrides, force=args.force, skip_bad_rows=args.skip_bad_rows,
-                     batch_size=args.batch_size)
+    cfg = EvalConfig(
+        judges=[j for j in args.judges.split(",") if j],
+        data=args.data,
+        out=Path(args.out),
+        limit=args.limit,
+        mapping=args.map,
+        overrides=args.overrides,
+        force=args.force,
+        skip_bad_rows=args.skip_bad_rows,
+        batch_size=args.batch_size,
+    )
     run(cfg)
     print(f"wrote {cfg.out}/results.jsonl, metrics.json, report.md")
     return 0
@@ -134,8 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="check pipeline/judge/policy YAMLs (and what they reference)")
     v.add_argument("files", nargs="+", metavar="FILE.yaml")
-    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                   help="override a field before validating (repeatable; single file only)")
+    v.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a field before validating (repeatable; single file only)",
+    )
     v.set_defaults(func=cmd_validate)
 
     m = sub.add_parser("models", help="builtin model store")
@@ -159,19 +175,32 @@ def build_parser() -> argparse.ArgumentParser:
     jl = jsub.add_parser("lint", help="check templates and parsers (undefined variables, examples)")
     jl.add_argument("files", nargs="+", metavar="JUDGE.yaml|TEMPLATE.j2")
     for sp in (jr, jt):
-        sp.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE",
-                        help="override judge fields, e.g. sampling.n=5 (anywhere on the line)")
+        sp.add_argument(
+            "overrides",
+            nargs="*",
+            metavar="KEY.PATH=VALUE",
+            help="override judge fields, e.g. sampling.n=5 (anywhere on the line)",
+        )
     for sp in (jr, jt, jl):
         sp.set_defaults(func=cmd_judge)
 
     e = sub.add_parser("eval", help="judge a data set with one or more judges (resumable; report + metrics)")
     e.add_argument("judges", metavar="JUDGE[,JUDGE2...]", help="judge specs (paths or builtin:NAME), comma separated")
-    e.add_argument("--data", required=True, metavar="SOURCE",
-                   help=".json/.jsonl/.csv/.parquet file, a saved datasets directory, or builtin:arith-pairs")
+    e.add_argument(
+        "--data",
+        required=True,
+        metavar="SOURCE",
+        help=".json/.jsonl/.csv/.parquet file, a saved datasets directory, or builtin:arith-pairs",
+    )
     e.add_argument("--out", required=True, metavar="DIR", help="output directory; re-running with it resumes")
     e.add_argument("--limit", type=int, metavar="N", help="first N items only")
-    e.add_argument("--map", action="append", default=[], metavar="FIELD=COLUMN",
-                   help="map a column onto prompt, response, response_a, response_b, label, human_score, reference, id")
+    e.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="FIELD=COLUMN",
+        help="map a column onto prompt, response, response_a, response_b, label, human_score, reference, id",
+    )
     e.add_argument("--force", action="store_true", help="resume even if the recorded judges/data differ")
     e.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) rows that fail validation")
     e.add_argument("--batch-size", type=int, default=16, metavar="N", help="items judged per batch (and per fsync)")

@@ -3,15 +3,46 @@ built from them. Imports torch; imports nothing else from grm."""
 
 from grm.algorithms.advantages import gae, grpo_advantages, reinforce_pp_advantages, rloo_advantages, whiten
 from grm.algorithms.algorithm import (
-    ALGORITHMS, PPO, RLOO, Advantages, Algorithm, GroupRelative, PolicyLoss, ReinforcePP, build_algorithm,
+    ALGORITHMS,
+    PPO,
+    RLOO,
+    Advantages,
+    Algorithm,
+    GroupRelative,
+    PolicyLoss,
+    ReinforcePP,
+    build_algorithm,
     sequence_reward_on_last_token,
 )
 from grm.algorithms.losses import (
-    aggregate_loss, entropy_from_logits, kl_penalty, masked_mean, ppo_policy_loss, value_loss,
+    aggregate_loss,
+    entropy_from_logits,
+    kl_penalty,
+    masked_mean,
+    ppo_policy_loss,
+    value_loss,
 )
 
 __all__ = [
-    "ALGORITHMS", "PPO", "RLOO", "Advantages", "Algorithm", "GroupRelative", "PolicyLoss", "ReinforcePP",
-    "aggregate_loss", "build_algorithm", "entropy_from_logits", "gae", "grpo_advantages", "kl_penalty", "masked_mean",
-    "ppo_policy_loss", "reinforce_pp_advantages", "rloo_advantages", "sequence_reward_on_last_token", "value_loss", "whiten",
+    "ALGORITHMS",
+    "PPO",
+    "RLOO",
+    "Advantages",
+    "Algorithm",
+    "GroupRelative",
+    "PolicyLoss",
+    "ReinforcePP",
+    "aggregate_loss",
+    "build_algorithm",
+    "entropy_from_logits",
+    "gae",
+    "grpo_advantages",
+    "kl_penalty",
+    "masked_mean",
+    "ppo_policy_loss",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+    "sequence_reward_on_last_token",
+    "value_loss",
+    "whiten",
 ]

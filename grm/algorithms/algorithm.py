@@ -12,8 +12,9 @@ Shapes: ``rewards [B]`` (NaN = masked), ``group_ids [B]``, ``mask [B, T]`` (resp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -75,9 +76,17 @@ class PolicyLoss:
         def loss(logprobs: Tensor, mb: Batch, entropy: Tensor | None) -> tuple[Tensor, dict[str, float]]:
             old = mb["old_logprobs"] if "old_logprobs" in mb.fields else logprobs.detach()
             total, m = ppo_policy_loss(
-                logprobs, old, mb["advantages"], mb.loss_mask, clip_low=self.clip_low, clip_high=self.clip_high,
-                dual_clip=self.dual_clip, aggregation=self.aggregation,
-                behaviour_logprobs=mb["behaviour_logprobs"] if stale and self.tis_cap else None, tis_cap=self.tis_cap)
+                logprobs,
+                old,
+                mb["advantages"],
+                mb.loss_mask,
+                clip_low=self.clip_low,
+                clip_high=self.clip_high,
+                dual_clip=self.dual_clip,
+                aggregation=self.aggregation,
+                behaviour_logprobs=mb["behaviour_logprobs"] if stale and self.tis_cap else None,
+                tis_cap=self.tis_cap,
+            )
             if self.kl_in_loss:
                 kl = masked_mean(kl_penalty(logprobs, mb["ref_logprobs"], self.kl_estimator), mb.loss_mask)  # type: ignore[arg-type]
                 total = total + self.kl_coef * kl
@@ -110,8 +119,9 @@ class Algorithm(Protocol):
         (the ratio must refer to the weights that existed before the first), or KL in the reward."""
         ...
 
-    def advantages(self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None,
-                   values: Tensor | None) -> Advantages: ...
+    def advantages(
+        self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
+    ) -> Advantages: ...
 
     def critic_loss_fn(self) -> LossFn | None: ...
 
@@ -155,7 +165,9 @@ class GroupRelative(_Steps):
     def needs_old_logprobs(self) -> bool:
         return _needs_old(self, self.loss)
 
-    def advantages(self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None) -> Advantages:
+    def advantages(
+        self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
+    ) -> Advantages:
         adv = grpo_advantages(_kl_in_reward(rewards, kl, self.loss), group_ids, scale_by_std=self.scale_by_std)
         return Advantages(adv, stats={**_kl_stat(kl, mask), "zero_advantage_frac": float((adv == 0).float().mean())})
 
@@ -172,7 +184,9 @@ class RLOO(_Steps):
     def needs_old_logprobs(self) -> bool:
         return _needs_old(self, self.loss)
 
-    def advantages(self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None) -> Advantages:
+    def advantages(
+        self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
+    ) -> Advantages:
         adv = rloo_advantages(_kl_in_reward(rewards, kl, self.loss), group_ids)
         return Advantages(adv, stats={**_kl_stat(kl, mask), "zero_advantage_frac": float((adv == 0).float().mean())})
 
@@ -189,7 +203,9 @@ class ReinforcePP(_Steps):
     def needs_old_logprobs(self) -> bool:
         return _needs_old(self, self.loss)
 
-    def advantages(self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None) -> Advantages:
+    def advantages(
+        self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
+    ) -> Advantages:
         adv = reinforce_pp_advantages(_kl_in_reward(rewards, kl, self.loss), group_ids)
         return Advantages(adv, stats={**_kl_stat(kl, mask), "zero_advantage_frac": float((adv == 0).float().mean())})
 
@@ -212,14 +228,16 @@ class PPO(_Steps):
     def needs_old_logprobs(self) -> bool:
         return _needs_old(self, self.loss)
 
-    def advantages(self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None) -> Advantages:
+    def advantages(
+        self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
+    ) -> Advantages:
         if values is None:
             raise ValueError("PPO advantages need the critic's values")
         valid = ~torch.isnan(rewards)
         tok_r = sequence_reward_on_last_token(torch.nan_to_num(rewards, nan=0.0), mask)
         if kl is not None and self.loss.kl_in_reward and self.loss.kl_coef > 0:
             tok_r = tok_r - self.loss.kl_coef * kl
-        tok_mask = mask * valid[:, None]   # a masked sample trains neither the policy nor the critic
+        tok_mask = mask * valid[:, None]  # a masked sample trains neither the policy nor the critic
         adv, ret = gae(tok_r, values, tok_mask, gamma=self.gamma, lam=self.lam)
         return Advantages(whiten(adv, tok_mask), ret, _kl_stat(kl, mask))
 

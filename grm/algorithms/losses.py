@@ -111,7 +111,9 @@ def ppo_policy_loss(
     return total, metrics
 
 
-def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, *, clip: float | None = 0.2) -> tuple[Tensor, dict[str, float]]:
+def value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, *, clip: float | None = 0.2
+) -> tuple[Tensor, dict[str, float]]:
     """Clipped value loss: ``0.5 * max((v - R)^2, (v_clip - R)^2)`` with
     ``v_clip = old + clamp(v - old, -clip, clip)``, token mean over ``mask``. ``clip=None``: plain MSE/2."""
     err = (values - returns) ** 2
@@ -125,8 +127,10 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor
         clipped = err_clip > err
     loss = 0.5 * masked_mean(per_tok, mask)
     with torch.no_grad():
-        metrics = {"vf_clip_frac": float(masked_mean(clipped.to(values.dtype), mask)),
-                   "value_mean": float(masked_mean(values, mask))}
+        metrics = {
+            "vf_clip_frac": float(masked_mean(clipped.to(values.dtype), mask)),
+            "value_mean": float(masked_mean(values, mask)),
+        }
     return loss, metrics
 
 

@@ -7,8 +7,9 @@ names the file, line and field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -74,6 +75,17 @@ def validate_tree(path: str | Path, overrides: Iterable[str] = ()) -> list[tuple
 
 
 __all__ = [
-    "ConfigError", "JudgeSpec", "Located", "PipelineSpec", "PolicySpec", "apply_overrides",
-    "detect_kind", "load", "load_judge", "load_policy", "load_yaml", "validate", "validate_tree",
+    "ConfigError",
+    "JudgeSpec",
+    "Located",
+    "PipelineSpec",
+    "PolicySpec",
+    "apply_overrides",
+    "detect_kind",
+    "load",
+    "load_judge",
+    "load_policy",
+    "load_yaml",
+    "validate",
+    "validate_tree",
 ]

@@ -4,7 +4,7 @@ handling + failure policy; or a rule verifier."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -111,7 +111,7 @@ class TargetParser(Strict):
 
 
 ParserSpec = Annotated[
-    Union[RegexParser, BoxedParser, JsonParser, VerdictParser, LogprobParser, TargetParser],
+    RegexParser | BoxedParser | JsonParser | VerdictParser | LogprobParser | TargetParser,
     Field(discriminator="type"),
 ]
 
@@ -129,7 +129,7 @@ class AggregateSpec(Strict):
     """(meta) only the k critiques the meta judge rates highest vote."""
 
     @model_validator(mode="after")
-    def _meta(self) -> "AggregateSpec":
+    def _meta(self) -> AggregateSpec:
         if self.type == "meta" and not self.meta_judge:
             raise ValueError("aggregate type 'meta' needs meta_judge: a judge spec that rates critiques")
         return self
@@ -170,7 +170,7 @@ class NormalizeSpec(Strict):
     high: float
 
     @model_validator(mode="after")
-    def _order(self) -> "NormalizeSpec":
+    def _order(self) -> NormalizeSpec:
         if self.high <= self.low:
             raise ValueError(f"high ({self.high}) must be greater than low ({self.low})")
         return self
@@ -203,7 +203,7 @@ class RuleSpec(Strict):
     """(length) responses up to this many whitespace tokens score 1, longer decay linearly to 0 at 2x."""
 
     @model_validator(mode="after")
-    def _needs(self) -> "RuleSpec":
+    def _needs(self) -> RuleSpec:
         if self.type == "regex-format" and not self.pattern:
             raise ValueError("regex-format needs pattern")
         if self.type == "length" and not self.target_tokens:
@@ -262,7 +262,7 @@ class JudgeSpec(Strict):
         return check_file(v, info, "prompts")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "JudgeSpec":
+    def _consistent(self) -> JudgeSpec:
         if self.mode == "rule":
             if self.rule is None:
                 raise ValueError("mode 'rule' needs a rule: {type: numeric-answer|exact-match|regex-format|length}")

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from grm.base import GrmError
-from pydantic import BaseModel, ValidationError
 
 Key = tuple[Any, ...]
 
@@ -93,8 +94,7 @@ def _decode(raw: bytes, path: Path) -> str:
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ConfigError(
-            f"{path}:{line}: file is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start});"
-            " save it as UTF-8"
+            f"{path}:{line}: file is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); save it as UTF-8"
         ) from None
 
 

@@ -8,8 +8,8 @@ then in the others.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 KINDS = ("policy", "judges", "prompts", "pipelines")
 SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines": ".yaml"}

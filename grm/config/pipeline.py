@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -117,7 +117,7 @@ class GRPOSpec(_AlgorithmCommon):
     type: Literal["grpo"] = "grpo"
 
     @model_validator(mode="after")
-    def _groups(self) -> "GRPOSpec":
+    def _groups(self) -> GRPOSpec:
         self._check_groups(self.type)
         return self
 
@@ -128,7 +128,7 @@ class DrGRPOSpec(_AlgorithmCommon):
     type: Literal["dr_grpo"] = "dr_grpo"
 
     @model_validator(mode="after")
-    def _groups(self) -> "DrGRPOSpec":
+    def _groups(self) -> DrGRPOSpec:
         self._check_groups(self.type)
         return self
 
@@ -139,7 +139,7 @@ class RLOOSpec(_AlgorithmCommon):
     type: Literal["rloo"] = "rloo"
 
     @model_validator(mode="after")
-    def _groups(self) -> "RLOOSpec":
+    def _groups(self) -> RLOOSpec:
         self._check_groups(self.type)
         return self
 
@@ -165,9 +165,7 @@ class PPOSpec(_AlgorithmCommon):
     """Critic learning rate."""
 
 
-AlgorithmSpec = Annotated[
-    Union[GRPOSpec, DrGRPOSpec, RLOOSpec, ReinforcePPSpec, PPOSpec], Field(discriminator="type")
-]
+AlgorithmSpec = Annotated[GRPOSpec | DrGRPOSpec | RLOOSpec | ReinforcePPSpec | PPOSpec, Field(discriminator="type")]
 """The RL algorithm, chosen by ``type`` (default grpo); PPO-only fields exist only on ``ppo``."""
 
 
@@ -270,7 +268,7 @@ class PipelineSpec(Strict):
         return v
 
     @model_validator(mode="after")
-    def _invariants(self) -> "PipelineSpec":
+    def _invariants(self) -> PipelineSpec:
         roles = {"policy": self.policy.pool}
         if self.reference:
             roles["reference"] = self.reference.pool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -55,7 +55,7 @@ class OpenAIEngineSpec(Strict):
     """Seconds the launched server has to answer ``/models``."""
 
     @model_validator(mode="after")
-    def _url_or_launch(self) -> "OpenAIEngineSpec":
+    def _url_or_launch(self) -> OpenAIEngineSpec:
         if not self.base_url and not self.launch:
             raise ValueError("engine type openai needs base_url (a running server) or launch (a command to start one)")
         return self
@@ -87,7 +87,7 @@ def _engine_type(v: Any) -> str:
 
 
 EngineSpec = Annotated[
-    Union[Annotated[HFEngineSpec, Tag("hf")], Annotated[OpenAIEngineSpec, Tag("openai")], Annotated[SGLangEngineSpec, Tag("sglang")]],
+    Annotated[HFEngineSpec, Tag("hf")] | Annotated[OpenAIEngineSpec, Tag("openai")] | Annotated[SGLangEngineSpec, Tag("sglang")],
     Discriminator(_engine_type),
 ]
 """The engine variants, chosen by ``type:`` (default ``hf``)."""
@@ -121,8 +121,9 @@ class PolicySpec(Strict):
     """Defaults for rollout sampling; the pipeline's ``rollout:`` overrides them."""
 
     @model_validator(mode="after")
-    def _trainable_engine(self) -> "PolicySpec":
+    def _trainable_engine(self) -> PolicySpec:
         if self.engine.type == "openai":
-            raise ValueError("engine type openai serves frozen models (judges); a policy needs hf or sglang, "
-                             "which take the trainer's weights")
+            raise ValueError(
+                "engine type openai serves frozen models (judges); a policy needs hf or sglang, which take the trainer's weights"
+            )
         return self

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from grm.config.judge import JudgeSpec
 from grm.config.loading import ConfigError, apply_overrides, load_yaml, validate
@@ -52,18 +52,24 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
     located = load_yaml(path)
     kind = detect_kind(located.data)
     if kind != "pipeline":
-        raise ConfigError(f"{path}: this is a {kind} spec, not a pipeline; a pipeline YAML has pools, policy, "
-                          f"judges and data (see pipelines/quickstart.yaml)")
+        raise ConfigError(
+            f"{path}: this is a {kind} spec, not a pipeline; a pipeline YAML has pools, policy, "
+            f"judges and data (see pipelines/quickstart.yaml)"
+        )
     apply_overrides(located, overrides, PipelineSpec)
     spec: PipelineSpec = validate(PipelineSpec, located)
     base = path.parent
     if not spec.data.prompts.startswith("builtin:"):
         # relative to the pipeline file, as validation checked it, whatever the working directory
-        data = spec.data.model_copy(update={"prompts": str(_resolve(spec.data.prompts, base, "pipelines", located.where(("data", "prompts"))).resolve())})
+        data = spec.data.model_copy(
+            update={"prompts": str(_resolve(spec.data.prompts, base, "pipelines", located.where(("data", "prompts"))).resolve())}
+        )
         spec = spec.model_copy(update={"data": data})
     if spec.train.backend.ranks > 1:
-        raise ConfigError(f"{located.where(('train', 'backend', 'ranks'))}: train.backend.ranks > 1: multi-rank training "
-                          "inside `grm run` is not implemented yet (the DeepSpeed backend itself runs multi-rank)")
+        raise ConfigError(
+            f"{located.where(('train', 'backend', 'ranks'))}: train.backend.ranks > 1: multi-rank training "
+            "inside `grm run` is not implemented yet (the DeepSpeed backend itself runs multi-rank)"
+        )
     policy = load_policy(spec.policy.spec, base, spec.policy.overrides)
     judges = []
     for i, role in enumerate(spec.judges):
@@ -76,11 +82,15 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
         if judge.mode != "rule" and role.pool is None:
             raise ConfigError(f"{where}: judge '{judge.name}' runs a model and needs a pool")
         if judge.mode == "pairwise":
-            raise ConfigError(f"{where}: judge '{judge.name}' is pairwise; pipelines score each response, "
-                              "use a pointwise, listwise or rule judge")
+            raise ConfigError(
+                f"{where}: judge '{judge.name}' is pairwise; pipelines score each response, "
+                "use a pointwise, listwise or rule judge"
+            )
         judges.append(LoadedJudge(role, judge, jpath))
     names = [j.name for j in judges]
     if len(set(names)) != len(names):
-        raise ConfigError(f"{located.where(('judges',))}: two judges share a name ({', '.join(names)}); rewards and "
-                          "metrics are keyed by judge name")
+        raise ConfigError(
+            f"{located.where(('judges',))}: two judges share a name ({', '.join(names)}); rewards and "
+            "metrics are keyed by judge name"
+        )
     return LoadedPipeline(path, spec, policy, tuple(judges))

@@ -9,7 +9,8 @@ alternates so a judge that always picks one position scores 50%.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SETS: dict[str, Callable[[int], list[dict[str, Any]]]] = {}
 
@@ -50,8 +51,7 @@ def arith_pairs(n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
         bad = f"{expr} = {wrong}. The answer is {wrong}."
         label = 1 if i % 2 == 0 else 2
         out1, out2 = (good, bad) if label == 1 else (bad, good)
-        rows.append({"id": f"arith-{i}", "input": q, "output_1": out1, "output_2": out2, "label": label,
-                     "reference": str(ans)})
+        rows.append({"id": f"arith-{i}", "input": q, "output_1": out1, "output_2": out2, "label": label, "reference": str(ans)})
     return rows
 
 
@@ -60,8 +60,9 @@ def arith_prompts(n: int = 256, seed: int = 0) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         q, ans, _ = _question(rng)
-        rows.append({"id": f"arith-prompt-{i}", "prompt": f"{q} Think briefly, then end with 'The answer is N.'",
-                     "reference": str(ans)})
+        rows.append(
+            {"id": f"arith-prompt-{i}", "prompt": f"{q} Think briefly, then end with 'The answer is N.'", "reference": str(ans)}
+        )
     return rows
 
 
@@ -69,7 +70,13 @@ SETS["arith-pairs"] = arith_pairs
 SETS["arith-prompts"] = arith_prompts
 
 DEFAULT_MAPS: dict[str, dict[str, str]] = {
-    "arith-pairs": {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label",
-                    "reference": "reference", "id": "id"},
+    "arith-pairs": {
+        "prompt": "input",
+        "response_a": "output_1",
+        "response_b": "output_2",
+        "label": "label",
+        "reference": "reference",
+        "id": "id",
+    },
     "arith-prompts": {"prompt": "prompt", "reference": "reference", "id": "id"},
 }

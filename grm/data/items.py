@@ -55,7 +55,9 @@ def _label(v: Any) -> int | None:
     return {"1": 1, "2": 2, "A": 1, "B": 2, "1.0": 1, "2.0": 2}.get(s)
 
 
-def to_items(rows: list[dict[str, Any]], mapping: dict[str, str], source: str, *, skip_bad_rows: bool = False) -> tuple[list[EvalItem], list[str]]:
+def to_items(
+    rows: list[dict[str, Any]], mapping: dict[str, str], source: str, *, skip_bad_rows: bool = False
+) -> tuple[list[EvalItem], list[str]]:
     """Convert rows; returns (items, problems). Without ``skip_bad_rows`` the first problem raises."""
     items: list[EvalItem] = []
     problems: list[str] = []
@@ -127,5 +129,13 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
                 raise DataError(f"{where}: human_score must be a number, found {score!r}") from None
         kind = "scored" if score is not None else "unlabelled"
     h = hashlib.sha256(json.dumps([prompt, responses, reference], ensure_ascii=False).encode()).hexdigest()[:16]
-    return EvalItem(id=str(rid) if rid is not None else f"row-{index}", kind=kind, prompt=prompt, responses=responses,
-                    label=label, human_score=score if kind != "pair" else None, reference=reference, input_hash=h)  # type: ignore[possibly-undefined]
+    return EvalItem(
+        id=str(rid) if rid is not None else f"row-{index}",
+        kind=kind,
+        prompt=prompt,
+        responses=responses,
+        label=label,
+        human_score=score if kind != "pair" else None,
+        reference=reference,
+        input_hash=h,
+    )  # type: ignore[possibly-undefined]

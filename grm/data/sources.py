@@ -36,7 +36,9 @@ def load_rows(source: str) -> list[dict[str, Any]]:
         else:
             kinds = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
             if path.suffix not in kinds:
-                raise DataError(f"{path}: unsupported data file type '{path.suffix}'; use .json, .jsonl, .csv, .parquet or a saved datasets dir")
+                raise DataError(
+                    f"{path}: unsupported data file type '{path.suffix}'; use .json, .jsonl, .csv, .parquet or a saved datasets dir"  # noqa: E501
+                )
             if path.stat().st_size == 0:
                 raise DataError(f"{path}: empty file, no rows")
             ds = datasets.load_dataset(kinds[path.suffix], data_files=str(path), split="train")

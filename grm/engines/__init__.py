@@ -51,8 +51,17 @@ def _openai(spec: Any, model: str) -> Any:
         cmd = [a.format(**subs) if "{" in a else a for a in spec.launch]
         base_url = base_url.format(port=port)
         server = ServerProcess(cmd, base_url, timeout_s=spec.launch_timeout_s)
-    eng = OpenAIEngine(base_url, spec.served_model or model, api_key=key, endpoint=spec.endpoint, tokenizer=tokenizer,
-                       concurrency=spec.concurrency, timeout_s=spec.timeout_s, max_retries=spec.max_retries,
-                       backoff_s=spec.backoff_s, top_logprobs=spec.top_logprobs)
+    eng = OpenAIEngine(
+        base_url,
+        spec.served_model or model,
+        api_key=key,
+        endpoint=spec.endpoint,
+        tokenizer=tokenizer,
+        concurrency=spec.concurrency,
+        timeout_s=spec.timeout_s,
+        max_retries=spec.max_retries,
+        backoff_s=spec.backoff_s,
+        top_logprobs=spec.top_logprobs,
+    )
     eng.server = server
     return eng

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from grm.base import GrmError
 
@@ -32,7 +33,7 @@ class SamplingParams:
     """Sample j of a request draws from a generator seeded with (seed, j): the same output
     whatever else is in the batch. None draws from torch's global generator."""
 
-    def replace(self, **kw: Any) -> "SamplingParams":
+    def replace(self, **kw: Any) -> SamplingParams:
         data = {**self.__dict__, **kw}
         if "stop" in kw and kw["stop"] is not None:
             data["stop"] = tuple(kw["stop"])
@@ -102,9 +103,10 @@ class GenerationEngine(Protocol):
         """Returns ``len(requests) * sampling.n`` generations; request i, sample j at ``i * n + j``."""
         ...
 
-    def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
+    def score_continuations(
+        self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
+    ) -> list[list[float]]:
         """Summed log-probability of each candidate continuation of each request's prompt."""
         ...
 
-    def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
-        ...
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None: ...

@@ -8,8 +8,9 @@ token, stop strings with the text cut before them, and rows dropped from the cac
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -17,6 +18,7 @@ from grm.engines.base import Generation, GenerationRequest, SamplingParams, rend
 from grm.engines.kvcache import PromptCache, prefill
 from grm.models.loading import load_model, torch_dtype
 from grm.models.weights import token_logprobs
+
 
 class HFEngine:
     """GenerationEngine over a transformers causal LM.
@@ -26,8 +28,17 @@ class HFEngine:
     ``threads`` sets torch's intra-op threads for this process (None leaves it alone).
     """
 
-    def __init__(self, model: str, *, dtype: str = "fp32", threads: int | None = None,
-                 max_batch_size: int = 32, max_batch_tokens: int = 65536, model_obj: Any = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        dtype: str = "fp32",
+        threads: int | None = None,
+        max_batch_size: int = 32,
+        max_batch_tokens: int = 65536,
+        model_obj: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.model_id = model
@@ -76,7 +87,9 @@ class HFEngine:
         out: dict[tuple[int, int], Generation] = {}
         for chunk in self._chunks(rows, [len(prompts[i]) + sampling.max_new_tokens for i, _ in rows]):
             gens = [self._row_generator(seeds[i], j, prompts[i]) for i, j in chunk]
-            for (i, j), gen in zip(chunk, self._generate_rows([prompts[i] for i, _ in chunk], chunk, gens, sampling)):
+            for (i, j), gen in zip(
+                chunk, self._generate_rows([prompts[i] for i, _ in chunk], chunk, gens, sampling), strict=False
+            ):  # noqa: E501
                 out[(i, j)] = gen
         return [out[(i, j)] for i in range(len(prompts)) for j in range(sampling.n)]
 
@@ -84,8 +97,12 @@ class HFEngine:
         """Consecutive runs of ``rows`` (sorted longest first) holding at most ``max_batch_size``
         rows and ``max_batch_tokens`` cache positions (rows x longest)."""
         chunks: list[list] = []
-        for row, size in zip(rows, sizes):
-            if chunks and len(chunks[-1][0]) < self.max_batch_size and (len(chunks[-1][0]) + 1) * chunks[-1][1] <= self.max_batch_tokens:
+        for row, size in zip(rows, sizes, strict=False):
+            if (
+                chunks
+                and len(chunks[-1][0]) < self.max_batch_size
+                and (len(chunks[-1][0]) + 1) * chunks[-1][1] <= self.max_batch_tokens
+            ):
                 chunks[-1][0].append(row)
             else:
                 chunks.append(([row], size))
@@ -102,8 +119,9 @@ class HFEngine:
         g.manual_seed(int.from_bytes(key, "little") & ((1 << 63) - 1))
         return g
 
-    def _generate_rows(self, prompts: list[list[int]], ids: list[tuple[int, int]],
-                       gens: list[torch.Generator | None], sp: SamplingParams) -> list[Generation]:
+    def _generate_rows(
+        self, prompts: list[list[int]], ids: list[tuple[int, int]], gens: list[torch.Generator | None], sp: SamplingParams
+    ) -> list[Generation]:
         B = len(prompts)
         pc = self._prompt_cache
         if pc is not None:
@@ -147,9 +165,10 @@ class HFEngine:
                 attn, next_tok = attn[keep], next_tok[keep]
                 active = [active[k] for k in live]
             attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=1)
-            pos = (attn.sum(-1, keepdim=True) - 1)
-            out = self.model(input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos,
-                             past_key_values=cache, use_cache=True)
+            pos = attn.sum(-1, keepdim=True) - 1
+            out = self.model(
+                input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
+            )
             logits = out.logits[:, -1, :].float()
 
         result = []
@@ -158,10 +177,18 @@ class HFEngine:
             if finish[b] == "stop" and sp.stop and not texts[b]:
                 cut = _first_stop(text, sp.stop)
                 text = text[:cut] if cut is not None else text
-            result.append(Generation(
-                text=text, token_ids=tokens[b], logprobs=logps[b], finish_reason=finish[b] or "length",
-                version=self.version, prompt_tokens=len(prompts[b]), request_index=ids[b][0], sample_index=ids[b][1],
-            ))
+            result.append(
+                Generation(
+                    text=text,
+                    token_ids=tokens[b],
+                    logprobs=logps[b],
+                    finish_reason=finish[b] or "length",
+                    version=self.version,
+                    prompt_tokens=len(prompts[b]),
+                    request_index=ids[b][0],
+                    sample_index=ids[b][1],
+                )
+            )
         return result
 
     @staticmethod
@@ -184,24 +211,28 @@ class HFEngine:
 
     # ----------------------------------------------------------------- scoring
     @torch.inference_mode()
-    def sequence_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]) -> list[list[float]]:
+    def sequence_logprobs(
+        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
         """Teacher-forced log-prob of each completion token given its prompt (right padded batch)."""
         out: list[list[float]] = []
         for start in range(0, len(prompt_ids), self.max_batch_size):
-            ps, cs = prompt_ids[start:start + self.max_batch_size], completion_ids[start:start + self.max_batch_size]
-            seqs = [list(p) + list(c) for p, c in zip(ps, cs)]
+            ps, cs = prompt_ids[start : start + self.max_batch_size], completion_ids[start : start + self.max_batch_size]
+            seqs = [list(p) + list(c) for p, c in zip(ps, cs, strict=False)]
             L = max(len(s) for s in seqs)
             ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long)
             attn = torch.zeros_like(ids)
             for b, s in enumerate(seqs):
-                ids[b, :len(s)] = torch.tensor(s)
-                attn[b, :len(s)] = 1
+                ids[b, : len(s)] = torch.tensor(s)
+                attn[b, : len(s)] = 1
             lp, _ = token_logprobs(self.model, ids, attn)
-            for b, (p, c) in enumerate(zip(ps, cs)):
-                out.append(lp[b, len(p) - 1:len(p) - 1 + len(c)].tolist())
+            for b, (p, c) in enumerate(zip(ps, cs, strict=False)):
+                out.append(lp[b, len(p) - 1 : len(p) - 1 + len(c)].tolist())
         return out
 
-    def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
+    def score_continuations(
+        self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
+    ) -> list[list[float]]:
         """Each prompt is run once; single-token candidates are read off its last position, and
         multi-token candidates are fed on top of the prompt's KV cache (a few tokens each)."""
         prompts = [self.encode(r) for r in requests]
@@ -210,7 +241,7 @@ class HFEngine:
         out: dict[int, list[float]] = {}
         extra = max((len(c) for conts in cont_ids for c in conts), default=1)
         for chunk in self._chunks(order, [len(prompts[i]) + extra for i in order]):
-            for i, sc in zip(chunk, self._score_chunk([prompts[i] for i in chunk], [cont_ids[i] for i in chunk])):
+            for i, sc in zip(chunk, self._score_chunk([prompts[i] for i in chunk], [cont_ids[i] for i in chunk]), strict=False):
                 out[i] = sc
         return [out[i] for i in range(len(prompts))]
 
@@ -241,8 +272,9 @@ class HFEngine:
             fmask[r, : len(c) - 1] = 1
         full_mask = torch.cat([attn[rows], fmask], dim=1)
         fpos = pos[rows, -1:] + 1 + torch.arange(T)[None, :]
-        logits = self.model(input_ids=feed, attention_mask=full_mask, position_ids=fpos, past_key_values=cache,
-                            use_cache=True).logits.float()
+        logits = self.model(
+            input_ids=feed, attention_mask=full_mask, position_ids=fpos, past_key_values=cache, use_cache=True
+        ).logits.float()
         lp = torch.log_softmax(logits, -1)
         for r, (i, k) in enumerate(multi):
             c = cont_ids[i][k]
@@ -265,4 +297,3 @@ class HFEngine:
 def _first_stop(text: str, stops: Sequence[str]) -> int | None:
     cuts = [text.find(s) for s in stops if s and s in text]
     return min(cuts) if cuts else None
-

@@ -12,7 +12,8 @@ for eight such prompts batched, so prefilling rows one at a time costs little.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -39,8 +40,8 @@ class SlabLayer(DynamicLayer):
             cap = max(2 * self._k.shape[-2], n + m)
             self._k = torch.cat([self._k, self._k.new_zeros(*self._k.shape[:2], cap - self._k.shape[-2], self._k.shape[-1])], 2)
             self._v = torch.cat([self._v, self._v.new_zeros(*self._v.shape[:2], cap - self._v.shape[-2], self._v.shape[-1])], 2)
-        self._k[:, :, n:n + m] = key_states
-        self._v[:, :, n:n + m] = value_states
+        self._k[:, :, n : n + m] = key_states
+        self._v[:, :, n : n + m] = value_states
         self.length = n + m
         self._views()
         return self.keys, self.values
@@ -112,9 +113,17 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 
 
 @torch.inference_mode()
-def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra: int,
-            max_tokens: int = 8192, min_fill: float = 1.0, min_prefix: int = 16,
-            cache: PromptCache | None = None) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+def prefill(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    pad_id: int,
+    *,
+    extra: int,
+    max_tokens: int = 8192,
+    min_fill: float = 1.0,
+    min_prefix: int = 16,
+    cache: PromptCache | None = None,
+) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
     """Run ``prompts`` through ``model`` and return (cache, last-position logits ``[B, V]``,
     attention mask ``[B, L]``), the rows left-padded to the longest prompt ``L`` and the cache
     holding room for ``extra`` more positions.
@@ -129,7 +138,7 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
     B, L = len(prompts), max(len(p) for p in prompts)
     attn = torch.zeros((B, L), dtype=torch.long)
     for b, p in enumerate(prompts):
-        attn[b, L - len(p):] = 1
+        attn[b, L - len(p) :] = 1
     copies: dict[tuple[int, ...], list[int]] = {}
     for b, p in enumerate(prompts):
         copies.setdefault(tuple(p), []).append(b)
@@ -150,12 +159,18 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
         rows = torch.tensor([b for u in group for b in copies[u]], dtype=torch.long)
         rep = torch.tensor([r for r, u in enumerate(group) for _ in copies[u]], dtype=torch.long)
         logits[rows] = last[rep]
-        for (sk, sv), layer in zip(slabs, out.past_key_values.layers):
-            sk[rows, :, L - Lg:L] = layer.keys[rep]
-            sv[rows, :, L - Lg:L] = layer.values[rep]
+        for (sk, sv), layer in zip(slabs, out.past_key_values.layers, strict=False):
+            sk[rows, :, L - Lg : L] = layer.keys[rep]
+            sv[rows, :, L - Lg : L] = layer.values[rep]
         if cache is not None and cache.record:
             for r, u in enumerate(group):
-                cache.add(u, [(layer.keys[r, :, Lg - len(u):Lg], layer.values[r, :, Lg - len(u):Lg]) for layer in out.past_key_values.layers])
+                cache.add(
+                    u,
+                    [
+                        (layer.keys[r, :, Lg - len(u) : Lg], layer.values[r, :, Lg - len(u) : Lg])
+                        for layer in out.past_key_values.layers
+                    ],
+                )
 
     uniq = list(copies)
     if cache is not None and cache.entries:
@@ -168,8 +183,10 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
             past = DynamicCache()
             for i, (k, v) in enumerate(kv):
                 past.update(k[None, :, :n], v[None, :, :n], i)
-            keep([u], model(input_ids=torch.tensor([u[n:]], dtype=torch.long), past_key_values=past, use_cache=True,
-                            logits_to_keep=1))
+            keep(
+                [u],
+                model(input_ids=torch.tensor([u[n:]], dtype=torch.long), past_key_values=past, use_cache=True, logits_to_keep=1),
+            )
             cache.hits += 1
             cache.reused_tokens += n
         uniq = rest
@@ -188,8 +205,8 @@ def prefill(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, *, extra:
         ids = torch.full((len(g), Lg - P), pad_id, dtype=torch.long)
         mask = torch.zeros((len(g), Lg), dtype=torch.long)
         for r, u in enumerate(g):
-            ids[r, Lg - len(uniq[u]):] = torch.tensor(uniq[u][P:], dtype=torch.long)
-            mask[r, Lg - len(uniq[u]):] = 1
+            ids[r, Lg - len(uniq[u]) :] = torch.tensor(uniq[u][P:], dtype=torch.long)
+            mask[r, Lg - len(uniq[u]) :] = 1
         if prefix:
             past = DynamicCache()
             for i, (k, v) in enumerate(prefix):

@@ -16,14 +16,14 @@ import atexit
 import json
 import math
 import shlex
-import socket
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
 
@@ -35,12 +35,25 @@ class _Retryable(Exception):
 class OpenAIEngine:
     """GenerationEngine over ``base_url`` (ending in ``/v1``)."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, endpoint: str = "completions",
-                 tokenizer: Any = None, concurrency: int = 8, timeout_s: float = 120.0, max_retries: int = 4,
-                 backoff_s: float = 0.5, top_logprobs: int = 20) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        endpoint: str = "completions",
+        tokenizer: Any = None,
+        concurrency: int = 8,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        top_logprobs: int = 20,
+    ) -> None:
         if endpoint == "completions" and tokenizer is None:
-            raise ValueError("the completions endpoint needs the model's tokenizer to render chat prompts; "
-                             "use endpoint: chat or give a local model")
+            raise ValueError(
+                "the completions endpoint needs the model's tokenizer to render chat prompts; "
+                "use endpoint: chat or give a local model"
+            )
         self.base_url = base_url.rstrip("/")
         self.model_id = model
         self.endpoint = endpoint
@@ -88,7 +101,7 @@ class OpenAIEngine:
             if e.code == 429 or e.code >= 500:
                 raise _Retryable(f"HTTP {e.code}: {detail}") from None
             raise EngineError(f"{url}: HTTP {e.code} (not retried): {detail}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, socket.timeout) as e:
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
             raise _Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
         with self._lock:
             self.usage["requests"] += 1
@@ -101,10 +114,16 @@ class OpenAIEngine:
     def prompt_text(self, request: GenerationRequest) -> str:
         return render_prompt(self.tokenizer, request)
 
-    def _body(self, request: GenerationRequest, sp: SamplingParams, n: int, seed: int | None,
-              logprobs: int | None) -> tuple[str, dict[str, Any]]:
-        body: dict[str, Any] = {"model": self.model_id, "n": n, "temperature": sp.temperature,
-                                "top_p": sp.top_p, "max_tokens": sp.max_new_tokens}
+    def _body(
+        self, request: GenerationRequest, sp: SamplingParams, n: int, seed: int | None, logprobs: int | None
+    ) -> tuple[str, dict[str, Any]]:
+        body: dict[str, Any] = {
+            "model": self.model_id,
+            "n": n,
+            "temperature": sp.temperature,
+            "top_p": sp.top_p,
+            "max_tokens": sp.max_new_tokens,
+        }
         if sp.top_k:
             body["top_k"] = sp.top_k  # a common extension (vLLM, SGLang, llama.cpp); others ignore it
         if sp.stop:
@@ -113,8 +132,9 @@ class OpenAIEngine:
             body["seed"] = seed
         if self.endpoint == "chat":
             if request.messages is None or request.continue_final:
-                raise EngineError("endpoint: chat cannot send raw text or continue a prefilled assistant "
-                                  "message; use endpoint: completions")
+                raise EngineError(
+                    "endpoint: chat cannot send raw text or continue a prefilled assistant message; use endpoint: completions"
+                )
             body["messages"] = request.messages
             if logprobs is not None:
                 body["logprobs"], body["top_logprobs"] = True, logprobs
@@ -134,7 +154,7 @@ class OpenAIEngine:
             jobs += [(i, j, self._body(r, sampling, 1, None if seed is None else seed + j, None)) for j in range(sampling.n)]
         results = list(self._pool.map(lambda job: self._post(*job[2]), jobs))
         out = []
-        for (i, j, _), res in zip(jobs, results):
+        for (i, j, _), res in zip(jobs, results, strict=False):
             choices = res.get("choices") or []
             if not choices:
                 raise EngineError(f"{self.base_url}: response without choices for request {i}: {str(res)[:200]}")
@@ -149,11 +169,21 @@ class OpenAIEngine:
         reason = "length" if choice.get("finish_reason") == "length" else "stop"
         usage = res.get("usage") or {}
         n_tok = len(lps) if lps else None
-        return Generation(text=text, token_ids=[], logprobs=lps, finish_reason=reason, version=self.version,
-                          prompt_tokens=int(usage.get("prompt_tokens") or 0), request_index=i, sample_index=j,
-                          completion_tokens=n_tok if n_tok is not None else int(usage.get("completion_tokens") or 0))
+        return Generation(
+            text=text,
+            token_ids=[],
+            logprobs=lps,
+            finish_reason=reason,
+            version=self.version,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            request_index=i,
+            sample_index=j,
+            completion_tokens=n_tok if n_tok is not None else int(usage.get("completion_tokens") or 0),
+        )
 
-    def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
+    def score_continuations(
+        self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
+    ) -> list[list[float]]:
         """From the top-``top_logprobs`` alternatives of one generated token: a candidate is the
         best-scoring listed token equal to it (exactly, else after stripping spaces). A candidate
         that is not listed gets the lowest listed log-prob, an upper bound on its true value."""
@@ -161,11 +191,13 @@ class OpenAIEngine:
         jobs = [self._body(r, sp, 1, None, self.top_logprobs) for r in requests]
         results = list(self._pool.map(lambda job: self._post(*job), jobs))
         out = []
-        for conts, res in zip(continuations, results):
+        for conts, res in zip(continuations, results, strict=False):
             top = _first_top_logprobs((res.get("choices") or [{}])[0].get("logprobs"))
             if not top:
-                raise EngineError(f"{self.base_url}: the server returned no top log-probs; it must support "
-                                  "logprobs for the logprob parser (llama.cpp: start it with logits_all)")
+                raise EngineError(
+                    f"{self.base_url}: the server returned no top log-probs; it must support "
+                    "logprobs for the logprob parser (llama.cpp: start it with logits_all)"
+                )
             floor = min(top.values())
             row = []
             for c in conts:
@@ -206,8 +238,15 @@ class ServerProcess:
     """A server command started by the engine (``engine.launch``), health-checked on ``/models``
     before first use (``health_path``) and stopped with the process that started it."""
 
-    def __init__(self, command: Sequence[str], base_url: str, *, timeout_s: float = 300.0, log_path: str | None = None,
-                 health_path: str = "/models") -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        base_url: str,
+        *,
+        timeout_s: float = 300.0,
+        log_path: str | None = None,
+        health_path: str = "/models",
+    ) -> None:
         self.command, self.base_url, self.health_path = list(command), base_url.rstrip("/"), health_path
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -218,13 +257,14 @@ class ServerProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise EngineError(f"server command exited with code {self.proc.returncode} before it was ready: "
-                                  f"{shlex.join(self.command)}")
+                raise EngineError(
+                    f"server command exited with code {self.proc.returncode} before it was ready: {shlex.join(self.command)}"
+                )
             try:
                 with urllib.request.urlopen(self.base_url + self.health_path, timeout=2) as r:
                     if r.status == 200:
                         return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout):
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.5)
         self.stop()

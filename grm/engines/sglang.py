@@ -20,9 +20,10 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from grm.base import free_port
 from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
@@ -46,7 +47,7 @@ def sampling_payload(sp: SamplingParams, seed: int | None) -> dict[str, Any]:
 def generate_payload(prompts: Sequence[Sequence[int]], sp: SamplingParams, seeds: Sequence[int | None]) -> dict[str, Any]:
     """One batched ``/generate`` body: row ``i * n + j`` is sample j of prompt i, seeded ``seed + j``."""
     ids, params = [], []
-    for p, seed in zip(prompts, seeds):
+    for p, seed in zip(prompts, seeds, strict=False):
         for j in range(sp.n):
             ids.append(list(p))
             params.append(sampling_payload(sp, None if seed is None else seed + j))
@@ -65,16 +66,26 @@ def parse_generation(item: dict[str, Any], *, version: int, request_index: int, 
     kind = finish.get("type") if isinstance(finish, dict) else finish
     if kind == "abort":
         raise EngineError(f"sglang aborted request {request_index}: {finish.get('message', '')}")
-    return Generation(text=item.get("text", ""), token_ids=list(ids), logprobs=[float(t[0]) for t in lps],
-                      finish_reason="length" if kind == "length" else "stop", version=version,
-                      prompt_tokens=int(meta.get("prompt_tokens") or 0), request_index=request_index,
-                      sample_index=sample_index)
+    return Generation(
+        text=item.get("text", ""),
+        token_ids=list(ids),
+        logprobs=[float(t[0]) for t in lps],
+        finish_reason="length" if kind == "length" else "stop",
+        version=version,
+        prompt_tokens=int(meta.get("prompt_tokens") or 0),
+        request_index=request_index,
+        sample_index=sample_index,
+    )
 
 
 def continuation_payload(prompt: Sequence[int], cont: Sequence[int]) -> dict[str, Any]:
     """Teacher-force ``cont`` after ``prompt``: log-probs of the input from the candidate's first token."""
-    return {"input_ids": list(prompt) + list(cont), "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
-            "return_logprob": True, "logprob_start_len": len(prompt)}
+    return {
+        "input_ids": list(prompt) + list(cont),
+        "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+        "return_logprob": True,
+        "logprob_start_len": len(prompt),
+    }
 
 
 def parse_continuation(item: dict[str, Any], n_cont: int) -> float:
@@ -86,17 +97,40 @@ def parse_continuation(item: dict[str, Any], n_cont: int) -> float:
 
 
 def launch_command(model_path: str, port: int, spec: Any) -> list[str]:
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--host", "127.0.0.1",
-           "--port", str(port), "--tp-size", str(spec.tp), "--dtype", spec.dtype,
-           "--mem-fraction-static", str(spec.mem_fraction_static)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tp-size",
+        str(spec.tp),
+        "--dtype",
+        spec.dtype,
+        "--mem-fraction-static",
+        str(spec.mem_fraction_static),
+    ]
     return cmd + list(spec.extra_args)
 
 
 class SGLangEngine:
     """GenerationEngine over one or more SGLang servers (requests split across them)."""
 
-    def __init__(self, urls: Sequence[str], model: str, tokenizer: Any, *, concurrency: int = 64,
-                 timeout_s: float = 600.0, tp: int = 1, post: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        model: str,
+        tokenizer: Any,
+        *,
+        concurrency: int = 64,
+        timeout_s: float = 600.0,
+        tp: int = 1,
+        post: Callable[[str, dict[str, Any]], Any] | None = None,
+    ) -> None:
         if not urls:
             raise ValueError("SGLangEngine needs at least one server URL")
         from grm.engines.openai_api import OpenAIEngine
@@ -115,7 +149,7 @@ class SGLangEngine:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, spec: Any, model: str, *, tokenizer: Any = None, **_: Any) -> "SGLangEngine":
+    def from_spec(cls, spec: Any, model: str, *, tokenizer: Any = None, **_: Any) -> SGLangEngine:
         from grm.models import resolve_model
 
         path = resolve_model(model)
@@ -131,8 +165,9 @@ class SGLangEngine:
             for _ in range(spec.replicas):
                 port = free_port()
                 url = f"http://127.0.0.1:{port}"
-                servers.append(ServerProcess(launch_command(path, port, spec), url, timeout_s=spec.launch_timeout_s,
-                                             health_path="/health"))
+                servers.append(
+                    ServerProcess(launch_command(path, port, spec), url, timeout_s=spec.launch_timeout_s, health_path="/health")
+                )
                 urls.append(url)
         eng = cls(urls, model, tokenizer, concurrency=spec.concurrency, timeout_s=spec.timeout_s, tp=spec.tp)
         eng.servers = servers
@@ -146,7 +181,7 @@ class SGLangEngine:
 
     def _each_server(self, path: str, body: dict[str, Any] | None = None) -> list[Any]:
         outs = list(self._pool.map(lambda u: self._post(u, path, body or {}), self.urls))
-        for u, o in zip(self.urls, outs):
+        for u, o in zip(self.urls, outs, strict=False):
             if isinstance(o, dict) and o.get("success") is False:
                 raise EngineError(f"{u}{path} failed: {o.get('message', o)}")
         return outs
@@ -170,7 +205,9 @@ class SGLangEngine:
             idx = shards[s]
             if not idx:
                 return []
-            out = self._post(self.urls[s], "/generate", generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx]))
+            out = self._post(
+                self.urls[s], "/generate", generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx])
+            )
             return out if isinstance(out, list) else [out]
 
         results = list(self._pool.map(run, range(k)))
@@ -183,9 +220,11 @@ class SGLangEngine:
                 gens[(i, j)] = parse_generation(item, version=version, request_index=i, sample_index=j)
         return [gens[(i, j)] for i in range(len(prompts)) for j in range(sampling.n)]
 
-    def score_continuations(self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]) -> list[list[float]]:
+    def score_continuations(
+        self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
+    ) -> list[list[float]]:
         jobs = []
-        for i, (r, conts) in enumerate(zip(requests, continuations)):
+        for i, (r, conts) in enumerate(zip(requests, continuations, strict=False)):
             p = self.encode(r)
             for k, c in enumerate(conts):
                 ids = self.tokenize(c)
@@ -193,7 +232,7 @@ class SGLangEngine:
         k = len(self.urls)
         outs = list(self._http._pool.map(lambda jb: self._post(self.urls[jb[0] % k], "/generate", jb[2]), jobs))
         scores = [[0.0] * len(c) for c in continuations]
-        for (i, kk, _, n), item in zip(jobs, outs):
+        for (i, kk, _, n), item in zip(jobs, outs, strict=False):
             scores[i][kk] = parse_continuation(item[0] if isinstance(item, list) else item, n)
         return scores
 
@@ -226,22 +265,41 @@ class SGLangEngine:
             self._each_server("/continue_generation", {})
         self.version = version
 
-    def init_weight_group(self, master_address: str, master_port: int, world_size: int,
-                          group_name: str = "weight_update_group", backend: str = "nccl") -> None:
+    def init_weight_group(
+        self,
+        master_address: str,
+        master_port: int,
+        world_size: int,
+        group_name: str = "weight_update_group",
+        backend: str = "nccl",
+    ) -> None:
         """Servers join an NCCL group with the trainer at rank 0 (ranks 1.. are the servers' GPUs)."""
         for s, url in enumerate(self.urls):
-            body = {"master_address": master_address, "master_port": master_port, "rank_offset": 1 + s * self.tp,
-                    "world_size": world_size, "group_name": group_name, "backend": backend}
+            body = {
+                "master_address": master_address,
+                "master_port": master_port,
+                "rank_offset": 1 + s * self.tp,
+                "world_size": world_size,
+                "group_name": group_name,
+                "backend": backend,
+            }
             out = self._post(url, "/init_weights_update_group", body)
             if isinstance(out, dict) and out.get("success") is False:
                 raise EngineError(f"{url}/init_weights_update_group failed: {out.get('message')}")
 
-    def announce_distributed_update(self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int,
-                                    group_name: str = "weight_update_group") -> None:
+    def announce_distributed_update(
+        self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int, group_name: str = "weight_update_group"
+    ) -> None:
         """Tell every server to receive the named tensors from the group's broadcast (the trainer
         broadcasts them concurrently, in the same order)."""
-        body = {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-                "flush_cache": True, "weight_version": str(version)}
+        body = {
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": group_name,
+            "flush_cache": True,
+            "weight_version": str(version),
+        }
         self._each_server("/update_weights_from_distributed", body)
         self.version = version
 
@@ -250,4 +308,3 @@ class SGLangEngine:
             s.stop()
         if self.sync_dir is not None:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
-

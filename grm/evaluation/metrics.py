@@ -36,7 +36,9 @@ def rate(values: Sequence[T], predicate: Callable[[T], bool]) -> float:
     return sum(1 for v in values if predicate(v)) / len(values) if values else float("nan")
 
 
-def bootstrap_ci(stat: Callable[[list[int]], float], n: int, *, reps: int = 1000, seed: int = 0, alpha: float = 0.05) -> tuple[float, float]:
+def bootstrap_ci(
+    stat: Callable[[list[int]], float], n: int, *, reps: int = 1000, seed: int = 0, alpha: float = 0.05
+) -> tuple[float, float]:
     """Percentile bootstrap interval of ``stat(indices)`` resampling ``n`` items with replacement."""
     if n < 2:
         return (float("nan"), float("nan"))
@@ -61,9 +63,11 @@ def correlations(pred: Sequence[float], human: Sequence[float]) -> dict[str, flo
 
     if len(pred) < 3 or len(set(pred)) < 2 or len(set(human)) < 2:
         return {"spearman": float("nan"), "kendall": float("nan"), "pearson": float("nan")}
-    return {"spearman": float(stats.spearmanr(pred, human).statistic),
-            "kendall": float(stats.kendalltau(pred, human).statistic),
-            "pearson": float(stats.pearsonr(pred, human).statistic)}
+    return {
+        "spearman": float(stats.spearmanr(pred, human).statistic),
+        "kendall": float(stats.kendalltau(pred, human).statistic),
+        "pearson": float(stats.pearsonr(pred, human).statistic),
+    }
 
 
 def cohen_kappa(a: Sequence[Verdict | None], b: Sequence[Verdict | None]) -> float:

@@ -16,8 +16,13 @@ from grm.judges.types import Verdict
 
 def raw_scores(lines: list[dict[str, Any]]) -> list[float]:
     """Every pointwise/listwise score in the lines (pairwise verdicts have none)."""
-    return [s for r in lines for res in r["results"] for s in ([res["score"]] if res.get("scores") is None else res["scores"])
-            if s is not None and res.get("verdict") is None]
+    return [
+        s
+        for r in lines
+        for res in r["results"]
+        for s in ([res["score"]] if res.get("scores") is None else res["scores"])
+        if s is not None and res.get("verdict") is None
+    ]
 
 
 def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
@@ -42,7 +47,10 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
         n = len(pairs)
 
         def acc_avg(idx: list[int]) -> float:
-            return (M.accuracy([o1[i] for i in idx], [labels[i] for i in idx]) + M.accuracy([o2[i] for i in idx], [labels[i] for i in idx])) / 2
+            return (
+                M.accuracy([o1[i] for i in idx], [labels[i] for i in idx])
+                + M.accuracy([o2[i] for i in idx], [labels[i] for i in idx])
+            ) / 2
 
         def acc_final(idx: list[int]) -> float:
             return M.accuracy([final[i] for i in idx], [labels[i] for i in idx])
@@ -67,7 +75,9 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
         human = [r["human_score"] for r in scored]
         corr = M.correlations(pred, human)
         for name in ("spearman", "kendall", "pearson"):
-            corr[f"{name}_ci95"] = M.bootstrap_ci(lambda idx, name=name: M.correlations([pred[i] for i in idx], [human[i] for i in idx])[name], len(pred), reps=300)
+            corr[f"{name}_ci95"] = M.bootstrap_ci(
+                lambda idx, name=name: M.correlations([pred[i] for i in idx], [human[i] for i in idx])[name], len(pred), reps=300
+            )
         out["vs_human"] = {"n": len(scored), **corr}
     return out
 
@@ -92,9 +102,13 @@ def length_bias(lengths: Sequence[Sequence[int]], labels: Sequence[int], verdict
         "n": len(idx),
         "human_longer_preferred": len(long_pref) / len(idx) if idx else float("nan"),
         "judge_longer_preferred": sum(verdicts[i] == longer[i] for i in decided) / len(decided) if decided else float("nan"),
-        "accuracy_longer_preferred": acc(long_pref), "n_longer_preferred": len(long_pref),
-        "accuracy_shorter_preferred": acc(short_pref), "n_shorter_preferred": len(short_pref),
-        "accuracy_shorter_preferred_ci95": M.bootstrap_ci(lambda k: acc([short_pref[j] for j in k]), len(short_pref)) if short_pref else None,
+        "accuracy_longer_preferred": acc(long_pref),
+        "n_longer_preferred": len(long_pref),
+        "accuracy_shorter_preferred": acc(short_pref),
+        "n_shorter_preferred": len(short_pref),
+        "accuracy_shorter_preferred_ci95": M.bootstrap_ci(lambda k: acc([short_pref[j] for j in k]), len(short_pref))
+        if short_pref
+        else None,
     }
 
 
@@ -111,13 +125,20 @@ def ensemble(by_judge: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         return {}
     verdicts = {n: {r["item_id"]: r["verdict"] for r in by_judge[n]} for n in names}
     labels = {r["item_id"]: r["label"] for r in by_judge[names[0]]}
-    out: dict[str, Any] = {"kappa": {f"{a} vs {b}": M.cohen_kappa([verdicts[a][i] for i in ids], [verdicts[b][i] for i in ids])
-                                     for a, b in combinations(names, 2)}}
+    out: dict[str, Any] = {
+        "kappa": {
+            f"{a} vs {b}": M.cohen_kappa([verdicts[a][i] for i in ids], [verdicts[b][i] for i in ids])
+            for a, b in combinations(names, 2)
+        }
+    }
     vote = M.majority_vote([[verdicts[n][i] for i in ids] for n in names])
     lab = [labels[i] for i in ids]
     if all(x is not None for x in lab):
-        out["majority_vote"] = {"n": len(ids), "accuracy": M.accuracy(vote, lab),
-                                "accuracy_ci95": M.bootstrap_ci(lambda idx: M.accuracy([vote[i] for i in idx], [lab[i] for i in idx]), len(ids))}
+        out["majority_vote"] = {
+            "n": len(ids),
+            "accuracy": M.accuracy(vote, lab),
+            "accuracy_ci95": M.bootstrap_ci(lambda idx: M.accuracy([vote[i] for i in idx], [lab[i] for i in idx]), len(ids)),
+        }
     return out
 
 
@@ -146,16 +167,23 @@ def summary_rows(m: dict[str, Any], *, ci: bool = True) -> list[dict[str, str]]:
         h = jm.get("vs_human", {})
         ln = p.get("length", {})
         avg = _fmt(p.get("accuracy_average", "")) + (f" {_fmt(p['accuracy_average_ci95'])}" if ci and p else "")
-        rows.append({
-            "judge": name, "n": str(jm["items"]),
-            "acc1": _fmt(p.get("accuracy_order1", "")), "acc2": _fmt(p.get("accuracy_order2", "")),
-            "avg" + (" [95% CI]" if ci else ""): avg, "swap": _fmt(p.get("accuracy_swap_combined", "")),
-            "agree": _fmt(p.get("positional_agreement", "")),
-            "picks longer": _fmt(ln.get("judge_longer_preferred", "")), "acc|shorter": _fmt(ln.get("accuracy_shorter_preferred", "")),
-            "spearman": _fmt(h.get("spearman", "")),
-            "fail": _fmt(jm["parse_failure_rate"]), "masked": _fmt(jm["masked_rate"]),
-            "j/s": _fmt(jm["judgments_per_s"]),
-        })
+        rows.append(
+            {
+                "judge": name,
+                "n": str(jm["items"]),
+                "acc1": _fmt(p.get("accuracy_order1", "")),
+                "acc2": _fmt(p.get("accuracy_order2", "")),
+                "avg" + (" [95% CI]" if ci else ""): avg,
+                "swap": _fmt(p.get("accuracy_swap_combined", "")),
+                "agree": _fmt(p.get("positional_agreement", "")),
+                "picks longer": _fmt(ln.get("judge_longer_preferred", "")),
+                "acc|shorter": _fmt(ln.get("accuracy_shorter_preferred", "")),
+                "spearman": _fmt(h.get("spearman", "")),
+                "fail": _fmt(jm["parse_failure_rate"]),
+                "masked": _fmt(jm["masked_rate"]),
+                "j/s": _fmt(jm["judgments_per_s"]),
+            }
+        )
     if "ensemble" in m and "majority_vote" in m["ensemble"]:
         mv = m["ensemble"]["majority_vote"]
         rows.append({"judge": "majority vote", "n": str(mv["n"]), "swap": _fmt(mv["accuracy"])})
@@ -193,7 +221,9 @@ def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> li
         pairs = [r for r in lines if r["kind"] == "pair" and r["label"] is not None]
         if pairs:
             cols = ["1", "2", "tie", "masked"]
-            mat = [[sum(1 for r in pairs if r["label"] == lab and (r["verdict"] or "masked") == c) for c in cols] for lab in (1, 2)]
+            mat = [
+                [sum(1 for r in pairs if r["label"] == lab and (r["verdict"] or "masked") == c) for c in cols] for lab in (1, 2)
+            ]
             fig, ax = plt.subplots(figsize=(4.5, 2.8))
             ax.imshow(mat, cmap="Blues")
             ax.set_xticks(range(4), [f"judge: {c}" for c in cols])
@@ -225,8 +255,15 @@ def _no_nan(x: Any) -> Any:
     return x
 
 
-def write_outputs(out: Path, results: list[dict[str, Any]], names: Sequence[str], *, extra: dict[str, Any] | None = None,
-                  console: Any = None, title: str = "Evaluation report") -> dict[str, Any]:
+def write_outputs(
+    out: Path,
+    results: list[dict[str, Any]],
+    names: Sequence[str],
+    *,
+    extra: dict[str, Any] | None = None,
+    console: Any = None,
+    title: str = "Evaluation report",
+) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
@@ -243,10 +280,14 @@ def write_outputs(out: Path, results: list[dict[str, Any]], names: Sequence[str]
     if rows:
         md += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         md += ["| " + " | ".join(r.get(c, "") for c in cols) + " |" for r in rows]
-    md += ["", "acc1/acc2: accuracy with the pair as given / swapped; avg: their mean (LLMBar, arXiv 2310.07641); "
-           "swap: the judge's own combination of both orders; agree: positional agreement (same winner in both orders). "
-           "Ties and masked judgments count as wrong. fail: share of sampled outputs the parser rejected (retries "
-           "included); masked: items with no usable judgment; j/s: judgments per second.", ""]
+    md += [
+        "",
+        "acc1/acc2: accuracy with the pair as given / swapped; avg: their mean (LLMBar, arXiv 2310.07641); "
+        "swap: the judge's own combination of both orders; agree: positional agreement (same winner in both orders). "
+        "Ties and masked judgments count as wrong. fail: share of sampled outputs the parser rejected (retries "
+        "included); masked: items with no usable judgment; j/s: judgments per second.",
+        "",
+    ]
     if "ensemble" in m:
         md += ["## Agreement between judges (Cohen's kappa)", ""]
         md += [f"- {k}: {_fmt(v)}" for k, v in m["ensemble"]["kappa"].items()] + [""]

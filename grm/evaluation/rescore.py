@@ -32,7 +32,9 @@ def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dic
         if target is None:
             raise EvalError(f"--judge names '{new_spec.name}', which is not among the recorded judges ({', '.join(judges)})")
         if new_spec.mode != judges[target].spec.mode:
-            raise EvalError(f"--judge is {new_spec.mode} but '{target}' was {judges[target].spec.mode}; the raw outputs do not fit")
+            raise EvalError(
+                f"--judge is {new_spec.mode} but '{target}' was {judges[target].spec.mode}; the raw outputs do not fit"
+            )
         judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
     lines = read_results(out / "results.jsonl")
     if not lines:
@@ -55,5 +57,11 @@ def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dic
             fh.write(json.dumps(ln, ensure_ascii=False, default=str) + "\n")
     os.replace(tmp, out / "results.rescored.jsonl")
     names = list(dict.fromkeys(ln["judge"] for ln in new_lines))
-    return write_outputs(out, new_lines, names, extra={"rescored": True, "rescored_with": judge_ref}, console=console,
-                         title="Evaluation report (rescored)")
+    return write_outputs(
+        out,
+        new_lines,
+        names,
+        extra={"rescored": True, "rescored_with": judge_ref},
+        console=console,
+        title="Evaluation report (rescored)",
+    )

@@ -79,9 +79,14 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any]) -> dict[str, Any
     """One results.jsonl line: the item's final verdict/score plus every raw judgment."""
     mode = judge.spec.mode
     line: dict[str, Any] = {
-        "judge": judge.name, "item_id": item.id, "input_hash": item.input_hash, "kind": item.kind,
-        "label": item.label, "human_score": item.human_score,
-        "tokens": sum(r.tokens for r in results), "seconds": sum(r.seconds for r in results),
+        "judge": judge.name,
+        "item_id": item.id,
+        "input_hash": item.input_hash,
+        "kind": item.kind,
+        "label": item.label,
+        "human_score": item.human_score,
+        "tokens": sum(r.tokens for r in results),
+        "seconds": sum(r.seconds for r in results),
         "parse_failures": sum(r.parse_failures for r in results),
         "samples_total": sum(len(r.samples) for r in results),
         "results": [r.to_dict() for r in results],
@@ -100,8 +105,7 @@ def outcome(mode: str, kind: str, results: list[Any]) -> dict[str, Any]:
     if mode == "pairwise":
         r = results[0]
         orders = [verdict_of(m) for m in (r.view_margins or [])]
-        return {"verdict": r.verdict, "order_verdicts": orders, "margin": r.margin, "masked": r.verdict is None,
-                "scores": None}
+        return {"verdict": r.verdict, "order_verdicts": orders, "margin": r.margin, "masked": r.verdict is None, "scores": None}
     if mode == "listwise":
         s = results[0].scores
     else:
@@ -115,9 +119,18 @@ def outcome(mode: str, kind: str, results: list[Any]) -> dict[str, Any]:
 
 def config_record(cfg: EvalConfig, judges: list[Judge], mapping: dict[str, str]) -> dict[str, Any]:
     return {
-        "data": cfg.data, "map": mapping, "limit": cfg.limit,
-        "judges": [{"name": j.name, "spec_sha256": j.spec_hash, "spec": json.loads(j.spec.model_dump_json()),
-                    "base_dir": str(j.base_dir)} for j in judges],
+        "data": cfg.data,
+        "map": mapping,
+        "limit": cfg.limit,
+        "judges": [
+            {
+                "name": j.name,
+                "spec_sha256": j.spec_hash,
+                "spec": json.loads(j.spec.model_dump_json()),
+                "base_dir": str(j.base_dir),
+            }
+            for j in judges
+        ],
     }
 
 
@@ -151,7 +164,7 @@ def _append(path: Path, lines: list[dict[str, Any]]) -> None:
 
 def _chunks(items: list[EvalItem], size: int) -> Iterator[list[EvalItem]]:
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
@@ -180,7 +193,8 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
         if _identity(previous) != _identity(record) and not cfg.force:
             raise EvalError(
                 f"{cfg.out} holds results of a different evaluation (judges/spec hashes, data or column map differ: "
-                f"recorded {_identity(previous)}, now {_identity(record)}); use another --out, or --force to mix them")
+                f"recorded {_identity(previous)}, now {_identity(record)}); use another --out, or --force to mix them"
+            )
     tmp = rec_path.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     os.replace(tmp, rec_path)
@@ -193,9 +207,16 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
     if total < sum(len(items) for _ in judges):
         console.print(f"resuming: {sum(len(items) for _ in judges) - total} judgments already in {results_path}")
     t_start = time.perf_counter()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]} items/s"), TimeRemainingColumn(), console=console,
-                  transient=False, disable=total == 0) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]} items/s"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+        disable=total == 0,
+    ) as progress:
         for judge in judges:
             pending = todo[judge.name]
             task = progress.add_task(judge.name, total=len(pending), rate="-")
@@ -210,7 +231,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
                     raise EvalError(f"judge '{judge.name}': {e}") from None
                 lines, k = [], 0
                 for it, ss in zip(chunk, per_item, strict=True):
-                    lines.append(summarize(judge, it, res[k:k + len(ss)]))
+                    lines.append(summarize(judge, it, res[k : k + len(ss)]))
                     k += len(ss)
                 _append(results_path, lines)
                 n_done += len(chunk)
@@ -219,6 +240,10 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
     all_results = read_results(results_path)
     wanted = {it.id for it in items}
     all_results = [r for r in all_results if r["item_id"] in wanted and r["judge"] in {j.name for j in judges}]
-    return write_outputs(cfg.out, all_results, [j.name for j in judges], extra={"wall_seconds_this_run": wall,
-                         "bad_rows_skipped": len(problems), "items": len(items)}, console=Console())
-
+    return write_outputs(
+        cfg.out,
+        all_results,
+        [j.name for j in judges],
+        extra={"wall_seconds_this_run": wall, "bad_rows_skipped": len(problems), "items": len(items)},
+        console=Console(),
+    )

@@ -71,14 +71,22 @@ def hash_spec(spec: JudgeSpec) -> str:
     return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
 
 
-def provenance(spec: JudgeSpec, spec_hash: str, template: Template | None = None, principles: Template | None = None,
-               engine: GenerationEngine | None = None) -> dict[str, Any]:
+def provenance(
+    spec: JudgeSpec,
+    spec_hash: str,
+    template: Template | None = None,
+    principles: Template | None = None,
+    engine: GenerationEngine | None = None,
+) -> dict[str, Any]:
     """What produced a result: spec and template hashes, model, seed and the engine's weights version."""
     return {
-        "judge": spec.name, "spec_sha256": spec_hash, "mode": spec.mode,
+        "judge": spec.name,
+        "spec_sha256": spec_hash,
+        "mode": spec.mode,
         "template_sha256": template.sha256 if template else None,
         "principles_template_sha256": principles.sha256 if principles else None,
-        "model": spec.model, "seed": spec.sampling.seed,
+        "model": spec.model,
+        "seed": spec.sampling.seed,
         "engine_version": getattr(engine, "version", None) if engine else None,
     }
 
@@ -126,6 +134,6 @@ def score_alone(judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[J
     out: list[list[JudgeResult | None]] = []
     k = 0
     for g in groups:
-        out.append([r for r in results[k:k + len(g)]])
+        out.append([r for r in results[k : k + len(g)]])
         k += len(g)
     return out

@@ -68,8 +68,10 @@ def cmd_render(args: argparse.Namespace) -> int:
                 console.print(Panel(exact, title=f"{title} (exact model input)", title_align="left"), markup=False)
             else:
                 body = "\n".join(f"[{m['role']}]\n{m['content']}" for m in req.messages)
-                console.print(Panel(body, title=f"{title} (chat messages; fetch the model to see the exact text)",
-                                    title_align="left"), markup=False)
+                console.print(
+                    Panel(body, title=f"{title} (chat messages; fetch the model to see the exact text)", title_align="left"),
+                    markup=False,
+                )
     return 0
 
 
@@ -99,9 +101,16 @@ def cmd_try(args: argparse.Namespace) -> int:
             console.print(f"[bold]principles[/]\n{r.principles}")
         console.print(table)
         final = {
-            "score": r.score, "reward": r.reward, "scores": r.scores, "verdict": r.verdict, "margin": r.margin,
-            "positional_agreement": r.positional_agreement, "masked": r.masked, "parse_failures": r.parse_failures,
-            "tokens": r.tokens, "seconds": round(r.seconds, 2),
+            "score": r.score,
+            "reward": r.reward,
+            "scores": r.scores,
+            "verdict": r.verdict,
+            "margin": r.margin,
+            "positional_agreement": r.positional_agreement,
+            "masked": r.masked,
+            "parse_failures": r.parse_failures,
+            "tokens": r.tokens,
+            "seconds": round(r.seconds, 2),
         }
         console.print("final: " + json.dumps({k: v for k, v in final.items() if v is not None}))
     return 0

@@ -121,4 +121,3 @@ def lint_file(path: str | Path) -> list[str]:
         except JudgeError as e:
             return [str(e)]
     return lint_judge(p)
-

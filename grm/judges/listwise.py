@@ -28,8 +28,14 @@ def as_list(group: Sequence[Sample]) -> Sample:
     responses = [s.response for s in group if s.response is not None]
     if len(responses) != len(group):
         raise JudgeError(f"group of item {first.id}: every sample of a group needs 'response'")
-    return Sample(prompt=first.prompt, messages=first.messages, responses=responses, reference=first.reference,
-                  metadata=first.metadata, id=None if first.id is None else f"{first.id}/group")
+    return Sample(
+        prompt=first.prompt,
+        messages=first.messages,
+        responses=responses,
+        reference=first.reference,
+        metadata=first.metadata,
+        id=None if first.id is None else f"{first.id}/group",
+    )
 
 
 def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:

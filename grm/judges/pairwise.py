@@ -72,8 +72,9 @@ class PairwiseJudge:
             margins.append(None if m is None else (m if v.order == [0, 1] else -m))
         res.view_margins = margins
         if len(margins) == 2:
-            verdict, margin, agree = combine_swap(margins[0], margins[1], combine=self.spec.position.combine,
-                                                  on_inconsistent=self.spec.position.on_inconsistent)
+            verdict, margin, agree = combine_swap(
+                margins[0], margins[1], combine=self.spec.position.combine, on_inconsistent=self.spec.position.on_inconsistent
+            )
             res.positional_agreement = agree
         else:
             margin = margins[0]

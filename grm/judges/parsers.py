@@ -89,7 +89,7 @@ def last_boxed(text: str) -> str | None:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            return text[start + len("\\boxed{"):i - 1]
+            return text[start + len("\\boxed{") : i - 1]
         start = text.rfind("\\boxed{", 0, start)
     return None
 
@@ -204,7 +204,9 @@ class TargetCall:
         return ParsedScore(out)
 
 
-def logprob_candidates(spec: LogprobParser, mode: str, tokenize: Callable[[str], list[int]] | None = None) -> tuple[str, list[str], list[float]]:
+def logprob_candidates(
+    spec: LogprobParser, mode: str, tokenize: Callable[[str], list[int]] | None = None
+) -> tuple[str, list[str], list[float]]:
     """(prefix, candidate continuations, candidate values).
 
     A trailing space in the prefix may belong to the prefix or to the candidates depending on the

@@ -47,10 +47,23 @@ class RuleJudge:
     def _verify(self, s: Sample) -> JudgeResult:
         score, why = check(self.rule, s.response or "", s.reference)
         return JudgeResult(
-            judge=self.spec.name, score=score, reward=score,
-            samples=[SampleRecord(view=0, order=[0], index=0, attempt=0, text=why, parsed=score,
-                                  error=None if score is not None else why, tokens=0)],
-            parse_failures=int(score is None), provenance=self.provenance(),
+            judge=self.spec.name,
+            score=score,
+            reward=score,
+            samples=[
+                SampleRecord(
+                    view=0,
+                    order=[0],
+                    index=0,
+                    attempt=0,
+                    text=why,
+                    parsed=score,
+                    error=None if score is not None else why,
+                    tokens=0,
+                )
+            ],
+            parse_failures=int(score is None),
+            provenance=self.provenance(),
             error=None if score is not None else why,
         )
 

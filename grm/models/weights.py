@@ -34,8 +34,9 @@ def save_weights(state_dict: dict[str, Any], path: str | Path, version: int) -> 
     return time.perf_counter() - t0
 
 
-def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, with_entropy: bool = False,
-                   start: int = 0) -> tuple[Any, Any]:
+def token_logprobs(
+    model: Any, input_ids: Any, attention_mask: Any, *, with_entropy: bool = False, start: int = 0
+) -> tuple[Any, Any]:
     """Log-prob of every target token ``[B, L-1]`` (fp32), and optionally per-token entropy.
 
     ``start``: the first target column that matters (the batch's shortest prompt - 1); columns
@@ -48,7 +49,7 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, with_entr
     keep = {"logits_to_keep": L - start} if start > 0 else {}
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep).logits[:, :-1].float()
     logp = torch.log_softmax(logits, dim=-1)
-    chosen = logp.gather(-1, input_ids[:, start + 1:, None])[..., 0]
+    chosen = logp.gather(-1, input_ids[:, start + 1 :, None])[..., 0]
     ent = None
     if with_entropy:
         with torch.no_grad():

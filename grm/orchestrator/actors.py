@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 
@@ -53,11 +54,18 @@ class PolicyActor:
         self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own)
         # one optimizer step per mini-batch: the trainers are built for the mini-batch size
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size // algorithm.mini_batches
-        common = dict(lr=t.lr, micro_batch_size=t.micro_batch_size, max_grad_norm=t.max_grad_norm,
-                      warmup_steps=t.warmup_steps * algorithm.steps_per_batch, total_steps=t.steps * algorithm.steps_per_batch,
-                      schedule=t.lr_schedule)
+        common = dict(
+            lr=t.lr,
+            micro_batch_size=t.micro_batch_size,
+            max_grad_norm=t.max_grad_norm,
+            warmup_steps=t.warmup_steps * algorithm.steps_per_batch,
+            total_steps=t.steps * algorithm.steps_per_batch,
+            schedule=t.lr_schedule,
+        )
         self.trainer = self._trainer(train_model, batch, common, entropy=True)
-        self.reference = ReferenceModel(policy.model, dtype="fp32", micro_batch_size=t.micro_batch_size) if with_reference else None
+        self.reference = (
+            ReferenceModel(policy.model, dtype="fp32", micro_batch_size=t.micro_batch_size) if with_reference else None
+        )
         self.critic = None
         if algorithm.needs_critic:
             critic = ValueModel.from_pretrained(policy.model, "fp32")
@@ -69,8 +77,15 @@ class PolicyActor:
         if b.type == "deepspeed":
             from grm.training.deepspeed_backend import DeepSpeedTrainer
 
-            return DeepSpeedTrainer(module, global_batch_size=batch, zero_stage=b.zero_stage, dtype=b.dtype,
-                                    extra_config=b.deepspeed_config, **common, **kw)
+            return DeepSpeedTrainer(
+                module,
+                global_batch_size=batch,
+                zero_stage=b.zero_stage,
+                dtype=b.dtype,
+                extra_config=b.deepspeed_config,
+                **common,
+                **kw,
+            )
         from grm.training.torch_backend import TorchTrainer
 
         return TorchTrainer(module, **common, **kw)
@@ -90,17 +105,32 @@ class PolicyActor:
         for p in prompts:
             m = [{"role": "system", "content": self.policy.system_prompt}] if self.policy.system_prompt else []
             msgs.append(GenerationRequest(messages=m + [{"role": "user", "content": p.text}]))
-        sp = SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                            stop=tuple(self.policy.generation.stop), seed=seed)
+        sp = SamplingParams(
+            n=n,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_new_tokens=r.max_new_tokens,
+            stop=tuple(self.policy.generation.stop),
+            seed=seed,
+        )
         gens = self.engine.generate(msgs, sp)
         groups = [Group(key, []) for key in keys]
         encoded = [self.engine.encode(m) for m in msgs]
         for g in gens:
             grp = groups[g.request_index]
-            grp.rollouts.append(Rollout(
-                id=f"{grp.key}/{len(grp.rollouts)}", prompt=prompts[g.request_index], group=grp.key,
-                prompt_ids=encoded[g.request_index], token_ids=g.token_ids, text=g.text, logprobs=g.logprobs,
-                finish_reason=g.finish_reason, version=g.version))
+            grp.rollouts.append(
+                Rollout(
+                    id=f"{grp.key}/{len(grp.rollouts)}",
+                    prompt=prompts[g.request_index],
+                    group=grp.key,
+                    prompt_ids=encoded[g.request_index],
+                    token_ids=g.token_ids,
+                    text=g.text,
+                    logprobs=g.logprobs,
+                    finish_reason=g.finish_reason,
+                    version=g.version,
+                )
+            )
         return groups, time.perf_counter() - t0
 
     # ------------------------------------------------------------- reference, values
@@ -110,9 +140,13 @@ class PolicyActor:
         from grm.training import TrainBatch
 
         t0 = time.perf_counter()
-        batch = TrainBatch.from_sequences([r.prompt_ids for r in rollouts], [r.token_ids or [self.pad_id] for r in rollouts],
-                                          pad_id=self.pad_id, ids=[r.id for r in rollouts],
-                                          behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts])
+        batch = TrainBatch.from_sequences(
+            [r.prompt_ids for r in rollouts],
+            [r.token_ids or [self.pad_id] for r in rollouts],
+            pad_id=self.pad_id,
+            ids=[r.id for r in rollouts],
+            behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts],
+        )
         # With one optimizer step per batch the policy that scores the batch in training is the one
         # that would compute old log-probs here: the loss uses its detached log-probs instead (one
         # forward saved). Several steps per batch, or KL in the reward, need them now.

@@ -11,28 +11,21 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from grm.algorithms import Algorithm, PolicyLoss, build_algorithm
-from grm.config.pipeline import PipelineSpec
 from grm.config.resolve import LoadedPipeline, load_pipeline
 from grm.data.prompts import PromptStream, load_prompts
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.placement import place_roles
-from grm.orchestrator.policy_update import row_advantages, with_advantages
+from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
 from grm.orchestrator.recorder import Recorder, console_line, sample_rows, step_metrics
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.scheduler import Interrupted, Scheduler
-
-
-def algorithm_of(cfg: PipelineSpec) -> Algorithm:
-    a = cfg.algorithm
-    loss = PolicyLoss(clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, aggregation=a.loss_aggregation,
-                      tis_cap=a.tis_cap, kl_coef=a.kl.coef, kl_estimator=a.kl.estimator, kl_in_reward=a.kl.in_reward)
-    own = a.model_dump(include={"gamma", "lam", "value_clip"})
-    return build_algorithm(a.type, loss=loss, epochs=a.epochs, mini_batches=a.mini_batches, **own)
+from grm.orchestrator.types import Group, StepWork
 
 
 class Driver:
@@ -63,30 +56,32 @@ class Driver:
                 if self.scheduler.stop_requested:
                     raise Interrupted()
                 work = self.scheduler.take(step)
-                groups = self.scheduler.collect(work)                                  # rollout + judges
-                reward_stats = self.rewards(groups)                                    # rewards
+                groups = self.scheduler.collect(work)  # rollout + judges
+                reward_stats = self.rewards(groups)  # rewards
                 extra: dict[str, Any] = {}
                 if cfg.algorithm.dynamic_filtering:
-                    kept, extra = refill(groups, cfg.algorithm.prompts_per_step,
-                                         lambda salt: self.rewarded(self.scheduler.more(work, salt)))
+                    kept, extra = refill(groups, cfg.algorithm.prompts_per_step, partial(self.more, work))
                     if not same_groups(kept, groups):
                         groups, reward_stats = kept, self.rewards(kept)
                         self.scheduler.prepare(work, [r for g in groups for r in g.rollouts])
-                batch, ref_s = self.scheduler.prepared(work)                           # reference + values
+                batch, ref_s = self.scheduler.prepared(work)  # reference + values
                 version = ray.get(policy.version.remote())
                 batch, adv_stats = with_advantages(self.algorithm, batch, groups, version)  # advantages
-                train = self.scheduler.wait(policy.train.remote(batch))                # train
-                sync_s = ray.get(policy.sync.remote())                                 # weight sync
+                train = self.scheduler.wait(policy.train.remote(batch))  # train
+                sync_s = ray.get(policy.sync.remote())  # weight sync
                 now = time.perf_counter()
-                metrics = step_metrics(step, work, groups, reward_stats, {**adv_stats, **extra}, train, ref_s, sync_s,
-                                       now - t_prev, version)
+                metrics = step_metrics(
+                    step, work, groups, reward_stats, {**adv_stats, **extra}, train, ref_s, sync_s, now - t_prev, version
+                )
                 t_prev = now
                 self.recorder.log_step(metrics, sample_rows(step, groups, row_advantages(batch)))
                 self.scheduler.trained()
                 self.report(metrics)
                 if metrics["masked"] > cfg.faults.max_masked_fraction * len(batch):
-                    raise RunError(f"step {step + 1}: {metrics['masked']} of {len(batch)} samples masked (> faults."
-                                   f"max_masked_fraction {cfg.faults.max_masked_fraction}); by judge: {metrics['masked_by_judge']}")
+                    raise RunError(
+                        f"step {step + 1}: {metrics['masked']} of {len(batch)} samples masked (> faults."
+                        f"max_masked_fraction {cfg.faults.max_masked_fraction}); by judge: {metrics['masked_by_judge']}"
+                    )
                 if cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and step + 1 < cfg.train.steps:
                     self.checkpoint(step + 1)
         except (Interrupted, KeyboardInterrupt):
@@ -99,10 +94,12 @@ class Driver:
         self.recorder.close()
         return self.recorder.path
 
-    def rewards(self, groups: list[Any]) -> dict[str, Any]:
+    def rewards(self, groups: list[Group]) -> dict[str, Any]:
         return reward_groups(groups, self.weights, self.required, self.cfg.algorithm.overlong_penalty)
 
-    def rewarded(self, groups: list[Any]) -> list[Any]:
+    def more(self, work: StepWork, salt: int) -> list[Group]:
+        """Judged and rewarded groups of fresh prompts for a refill round."""
+        groups = self.scheduler.more(work, salt)
         self.rewards(groups)
         return groups
 
@@ -112,12 +109,13 @@ class Driver:
         Console().print(console_line(metrics, self.cfg.train.steps), highlight=False)
 
     def checkpoint(self, step: int) -> None:
-        self.recorder.checkpoint(step, self.roles.policy, self.stream, self.scheduler.untrained_prompts(),
-                                 self.cfg.checkpoint.keep)
+        self.recorder.checkpoint(
+            step, self.roles.policy, self.stream, self.scheduler.untrained_prompts(), self.cfg.checkpoint.keep
+        )
 
     def request_stop(self, *_: Any) -> None:
         """SIGINT/SIGTERM: finish or abandon the step in flight, then checkpoint (see Scheduler)."""
-        if self.scheduler.stop_requested:       # a second signal: stop waiting
+        if self.scheduler.stop_requested:  # a second signal: stop waiting
             raise KeyboardInterrupt()
         self.scheduler.stop_requested = True
         print("\nstop requested: checkpointing after the step in flight", flush=True)

@@ -3,12 +3,14 @@ group-relative advantage and teach nothing; replace them with groups of fresh pr
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from grm.orchestrator.types import Group
 
 
-def refill(groups: list[Group], want: int, more: Callable[[int], list[Group]], rounds: int = 3) -> tuple[list[Group], dict[str, int]]:
+def refill(
+    groups: list[Group], want: int, more: Callable[[int], list[Group]], rounds: int = 3
+) -> tuple[list[Group], dict[str, int]]:
     """Keep ``want`` groups, informative ones first, fetching ``more(round)`` (judged and rewarded
     groups of fresh prompts) up to ``rounds`` times while fewer than ``want`` are informative. If
     still short, uninformative groups top the batch up so its size stays fixed. The kept groups stay
@@ -21,7 +23,7 @@ def refill(groups: list[Group], want: int, more: Callable[[int], list[Group]], r
     good = [g for g in pool if g.informative]
     flat = [g for g in pool if not g.informative]
     keep = {g.key for g in (good + flat)[:want]}
-    chosen = [g for g in pool if g.key in keep]   # batch rows stay in order of arrival
+    chosen = [g for g in pool if g.key in keep]  # batch rows stay in order of arrival
     return chosen, {"groups_kept_informative": min(len(good), want), "refill_rounds": extra_round}
 
 

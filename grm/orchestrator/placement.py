@@ -32,8 +32,9 @@ def start_ray(address: str | None, pools: dict[str, PoolSpec]) -> None:
     for p in pools.values():
         for k, v in p.resources.items():
             custom[k] = custom.get(k, 0) + v * p.nodes
-    ray.init(num_cpus=cpus, resources=custom or None, object_store_memory=1_000_000_000,
-             include_dashboard=False, log_to_driver=True)
+    ray.init(
+        num_cpus=cpus, resources=custom or None, object_store_memory=1_000_000_000, include_dashboard=False, log_to_driver=True
+    )
 
 
 @dataclass
@@ -78,7 +79,7 @@ def role_pools(cfg: PipelineSpec, judge_names: list[str]) -> dict[str, list[str]
     out[cfg.policy.pool].append("policy")
     if cfg.reference and cfg.reference.pool != cfg.policy.pool:
         out[cfg.reference.pool].append("reference")
-    for jr, name in zip(cfg.judges, judge_names):
+    for jr, name in zip(cfg.judges, judge_names, strict=True):
         if jr.pool:
             out[jr.pool].append(f"judge:{name}")
     return out
@@ -102,15 +103,19 @@ def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 6
         for key, amount in bundle.items():
             have = total.get(key, 0.0)
             if amount * spec.nodes > have:
-                raise PlacementError(f"pool '{name}' needs {amount * spec.nodes:g} {key} but the Ray cluster has {have:g}"
-                                     f" (cluster resources: {', '.join(f'{k}={v:g}' for k, v in sorted(total.items()) if not k.startswith('node:'))})")
+                raise PlacementError(
+                    f"pool '{name}' needs {amount * spec.nodes:g} {key} but the Ray cluster has {have:g}"
+                    f" (cluster resources: {', '.join(f'{k}={v:g}' for k, v in sorted(total.items()) if not k.startswith('node:'))})"  # noqa: E501
+                )
         strategy = "STRICT_SPREAD" if spec.nodes > 1 else "STRICT_PACK"
         pg = placement_group([dict(bundle) for _ in range(spec.nodes)], strategy=strategy, name=f"grm-{name}")
         ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
         if not ready:
             ray.util.remove_placement_group(pg)
-            raise PlacementError(f"pool '{name}' ({bundle} x {spec.nodes} node(s)) could not be placed within {timeout_s:.0f} s;"
-                                 " other pools or jobs may hold the resources")
+            raise PlacementError(
+                f"pool '{name}' ({bundle} x {spec.nodes} node(s)) could not be placed within {timeout_s:.0f} s;"
+                " other pools or jobs may hold the resources"
+            )
         pools[name] = Pool(name, spec, pg, roles[name])
     return pools
 
@@ -169,12 +174,12 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
     pools = create_pools(cfg, [j.name for j in loaded.judges])
     remote_ref = cfg.reference is not None and cfg.reference.pool != cfg.policy.pool
     pp = pools[cfg.policy.pool]
-    policy = PolicyActor.options(**pp.options("policy")).remote(cfg, loaded.policy, algorithm, pp.threads,
-                                                                cfg.reference is not None and not remote_ref)
+    policy = PolicyActor.options(**pp.options("policy")).remote(
+        cfg, loaded.policy, algorithm, pp.threads, cfg.reference is not None and not remote_ref
+    )
     ref_args = (loaded.policy.model, cfg.train.micro_batch_size)
     # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
-    host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule"
-                 and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
+    host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule" and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
     reference = None
     if remote_ref and host is None:
         rp = pools[cfg.reference.pool]  # type: ignore[union-attr]
@@ -186,9 +191,9 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
             handle.local = build_judge(j.spec, j.path.parent)
         else:
             jp = pools[j.role.pool]
-            handle.actor = JudgeActor.options(max_restarts=cfg.faults.judge_restarts, max_task_retries=2,
-                                              **jp.options(f"judge:{j.name}")).remote(
-                j.spec, str(j.path.parent), jp.threads, ref_args if j is host else None)
+            handle.actor = JudgeActor.options(
+                max_restarts=cfg.faults.judge_restarts, max_task_retries=2, **jp.options(f"judge:{j.name}")
+            ).remote(j.spec, str(j.path.parent), jp.threads, ref_args if j is host else None)
             if j is host:
                 reference = handle.actor
         judges.append(handle)

@@ -9,10 +9,28 @@ binds; with one step per batch the loss uses the detached current log-probs and 
 
 from __future__ import annotations
 
-from grm.algorithms import Algorithm
+from grm.algorithms import Algorithm, PolicyLoss, build_algorithm
+from grm.config.pipeline import PipelineSpec
 from grm.orchestrator.types import Group
 from grm.training import TrainBatch, TrainerBackend
 from grm.training.core import mean_metrics
+
+
+def algorithm_of(cfg: PipelineSpec) -> Algorithm:
+    """The pipeline's algorithm object, from its typed config."""
+    a = cfg.algorithm
+    loss = PolicyLoss(
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        dual_clip=a.dual_clip,
+        aggregation=a.loss_aggregation,
+        tis_cap=a.tis_cap,
+        kl_coef=a.kl.coef,
+        kl_estimator=a.kl.estimator,
+        kl_in_reward=a.kl.in_reward,
+    )
+    own = a.model_dump(include={"gamma", "lam", "value_clip"})
+    return build_algorithm(a.type, loss=loss, epochs=a.epochs, mini_batches=a.mini_batches, **own)
 
 
 def mini_batches(batch: TrainBatch, n: int) -> list[TrainBatch]:
@@ -22,8 +40,9 @@ def mini_batches(batch: TrainBatch, n: int) -> list[TrainBatch]:
     return [batch.select(slice(i * size, (i + 1) * size)) for i in range(n)]
 
 
-def train_on_batch(trainer: TrainerBackend, critic: TrainerBackend | None, algorithm: Algorithm,
-                   batch: TrainBatch) -> dict[str, float]:
+def train_on_batch(
+    trainer: TrainerBackend, critic: TrainerBackend | None, algorithm: Algorithm, batch: TrainBatch
+) -> dict[str, float]:
     """All optimizer steps of one batch; returns metrics averaged over the steps (critic's prefixed
     ``critic_``) and ``optimizer_steps``."""
     stale = "stale" in batch.fields and bool(batch["stale"].any())
@@ -35,21 +54,23 @@ def train_on_batch(trainer: TrainerBackend, critic: TrainerBackend | None, algor
     metrics = mean_metrics(rows)
     critic_loss = algorithm.critic_loss_fn()
     if critic is not None and critic_loss is not None:
-        crows = [critic.step(mb, critic_loss) for _ in range(algorithm.epochs)
-                 for mb in mini_batches(batch, algorithm.mini_batches)]
+        crows = [
+            critic.step(mb, critic_loss) for _ in range(algorithm.epochs) for mb in mini_batches(batch, algorithm.mini_batches)
+        ]
         metrics.update({f"critic_{k}": v for k, v in mean_metrics(crows).items()})
     metrics["optimizer_steps"] = float(len(rows))
     return metrics
 
 
-
-def with_advantages(algorithm: Algorithm, batch: TrainBatch, groups: list[Group], version: int) -> tuple[TrainBatch, dict[str, float]]:
+def with_advantages(
+    algorithm: Algorithm, batch: TrainBatch, groups: list[Group], version: int
+) -> tuple[TrainBatch, dict[str, float]]:
     """The batch with ``advantages`` (+ ``returns`` for PPO), ``stale`` and ``valid`` per row, each
     row's reward and group found by its sample id. The KL in the reward uses the trainer's old
     log-probs; for the logged KL (KL in the loss) the rollout engine's log-probs stand in."""
     import torch
 
-    reward_of = {r.id: x for g in groups for r, x in zip(g.rollouts, g.rewards)}
+    reward_of = {r.id: x for g in groups for r, x in zip(g.rollouts, g.rewards, strict=True)}
     group_of = {r.id: i for i, g in enumerate(groups) for r in g.rollouts}
     version_of = {r.id: r.version for g in groups for r in g.rollouts}
     rewards = torch.tensor([reward_of[i] for i in batch.ids], dtype=torch.float32)
@@ -57,8 +78,11 @@ def with_advantages(algorithm: Algorithm, batch: TrainBatch, groups: list[Group]
     current = batch["old_logprobs"] if "old_logprobs" in batch.fields else batch["behaviour_logprobs"]
     kl = algorithm.loss.token_kl(current, batch["ref_logprobs"], batch.loss_mask) if algorithm.loss.kl_coef > 0 else None
     out = algorithm.advantages(rewards, group_ids, batch.loss_mask, kl, batch.fields.get("old_values"))
-    fields = {"advantages": out.advantages, "valid": (~torch.isnan(rewards)).float(),
-              "stale": torch.tensor([version_of[i] < version for i in batch.ids], dtype=torch.float32)}
+    fields = {
+        "advantages": out.advantages,
+        "valid": (~torch.isnan(rewards)).float(),
+        "stale": torch.tensor([version_of[i] < version for i in batch.ids], dtype=torch.float32),
+    }
     if out.returns is not None:
         fields["returns"] = out.returns
     return batch.with_fields(**fields), out.stats
@@ -68,6 +92,6 @@ def row_advantages(batch: TrainBatch) -> dict[str, float]:
     """Sample id -> its advantage (token-level advantages: the mean over its response tokens)."""
     adv, mask = batch["advantages"], batch.loss_mask
     if adv.dim() == 1:
-        return {i: float(a) for i, a in zip(batch.ids, adv)}
+        return {i: float(a) for i, a in zip(batch.ids, adv, strict=True)}
     per_row = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-    return {i: float(a) for i, a in zip(batch.ids, per_row)}
+    return {i: float(a) for i, a in zip(batch.ids, per_row, strict=True)}

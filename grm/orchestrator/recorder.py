@@ -26,7 +26,7 @@ class Recorder:
         self._tb: Any = None
 
     @classmethod
-    def create(cls, cfg: PipelineSpec, resume: str | None) -> "Recorder":
+    def create(cls, cfg: PipelineSpec, resume: str | None) -> Recorder:
         if resume:
             path = Path(resume)
             if not (path / "config.resolved.yaml").exists():
@@ -96,7 +96,7 @@ class Recorder:
         for k in phases:
             vals = [m.get(k) or 0.0 for m in ms]
             ax2.bar(steps, vals, bottom=bottom, label=k.removeprefix("seconds_"))
-            bottom = [b + v for b, v in zip(bottom, vals)]
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         ax2.plot(steps, [m["seconds_step"] for m in ms], "k--", label="step wall")
         ax2.set_xlabel("step")
         ax2.set_title("seconds per phase (judging overlaps in async)")
@@ -105,10 +105,18 @@ class Recorder:
         fig.savefig(self.path / "curves.png", dpi=100)
         plt.close(fig)
         cols = ["step", "reward_mean", "kl", "entropy", "masked", "response_len_mean", "seconds_step", "judge_share"]
-        lines = [f"# Run report: {self.path.name}", "", "![curves](curves.png)", "",
-                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines = [
+            f"# Run report: {self.path.name}",
+            "",
+            "![curves](curves.png)",
+            "",
+            "| " + " | ".join(cols) + " |",
+            "|" + "---|" * len(cols),
+        ]
         for m in ms:
-            lines.append("| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |")
+            lines.append(
+                "| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |"
+            )
         lines += ["", "Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
         (self.path / "report.md").write_text("\n".join(lines))
         return self.path / "report.md"
@@ -122,8 +130,9 @@ class Recorder:
         return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
 
     def prune(self, keep: int) -> None:
-        done = sorted((p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()),
-                      key=lambda p: int(p.name.split("-")[1]))
+        done = sorted(
+            (p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()), key=lambda p: int(p.name.split("-")[1])
+        )
         for p in done[:-keep]:
             shutil.rmtree(p, ignore_errors=True)
 
@@ -157,12 +166,21 @@ class Recorder:
             self._tb.close()
 
 
-
 # --------------------------------------------------------------------------- what a step records
 
 
-def step_metrics(step: int, work: StepWork, groups: list[Group], reward_stats: dict[str, Any], extra: dict[str, float],
-                 train: dict[str, float], ref_s: float, sync_s: float, step_s: float, version: int) -> dict[str, Any]:
+def step_metrics(
+    step: int,
+    work: StepWork,
+    groups: list[Group],
+    reward_stats: dict[str, Any],
+    extra: dict[str, float],
+    train: dict[str, float],
+    ref_s: float,
+    sync_s: float,
+    step_s: float,
+    version: int,
+) -> dict[str, Any]:
     """One metrics.jsonl line: rewards (overall and per judge), masking, lengths, staleness, seconds
     per phase and the judges' share of the step, advantage and trainer statistics."""
     rollouts = rollouts_of(groups)
@@ -172,14 +190,21 @@ def step_metrics(step: int, work: StepWork, groups: list[Group], reward_stats: d
     train_s = train.get("train_seconds", 0.0)
     judging = work.judge_window_s
     m: dict[str, Any] = {
-        "step": step + 1, "policy_version": version,
-        "reward_mean": mean, "reward_std": (sum((x - mean) ** 2 for x in valid) / len(valid)) ** 0.5 if valid else float("nan"),
-        "masked": reward_stats["masked"], "masked_by_judge": reward_stats["masked_by_judge"],
+        "step": step + 1,
+        "policy_version": version,
+        "reward_mean": mean,
+        "reward_std": (sum((x - mean) ** 2 for x in valid) / len(valid)) ** 0.5 if valid else float("nan"),
+        "masked": reward_stats["masked"],
+        "masked_by_judge": reward_stats["masked_by_judge"],
         "response_len_mean": sum(len(r.token_ids) for r in rollouts) / len(rollouts),
         "truncated_frac": sum(r.finish_reason == "length" for r in rollouts) / len(rollouts),
         "staleness_max": max(version - r.version for r in rollouts),
-        "seconds_step": step_s, "seconds_rollout": work.rollout_s, "seconds_judging": judging,
-        "seconds_reference": ref_s, "seconds_training": train_s, "seconds_sync": sync_s,
+        "seconds_step": step_s,
+        "seconds_rollout": work.rollout_s,
+        "seconds_judging": judging,
+        "seconds_reference": ref_s,
+        "seconds_training": train_s,
+        "seconds_sync": sync_s,
         "seconds_idle": max(0.0, step_s - (work.rollout_s + ref_s + train_s + sync_s)),
         "judge_share": judging / step_s if step_s else 0.0,
         **{f"seconds_judge/{k}": v for k, v in work.judge_s.items()},
@@ -203,17 +228,40 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
             judges = {}
             for name, res in g.judged.items():
                 x = res[k]
-                judges[name] = None if x is None else {"score": x.score, "reward": x.reward, "masked": x.masked,
-                                                       "critiques": [s.text for s in x.samples], "parsed": [s.parsed for s in x.samples]}
-            rows.append({"step": step + 1, "id": r.id, "prompt_id": r.prompt.id, "group": g.key, "prompt": r.prompt.text,
-                         "response": r.text, "finish_reason": r.finish_reason, "policy_version": r.version,
-                         "reward": g.rewards[k], "advantage": advantages[r.id], "judges": judges})
+                judges[name] = (
+                    None
+                    if x is None
+                    else {
+                        "score": x.score,
+                        "reward": x.reward,
+                        "masked": x.masked,
+                        "critiques": [s.text for s in x.samples],
+                        "parsed": [s.parsed for s in x.samples],
+                    }
+                )
+            rows.append(
+                {
+                    "step": step + 1,
+                    "id": r.id,
+                    "prompt_id": r.prompt.id,
+                    "group": g.key,
+                    "prompt": r.prompt.text,
+                    "response": r.text,
+                    "finish_reason": r.finish_reason,
+                    "policy_version": r.version,
+                    "reward": g.rewards[k],
+                    "advantage": advantages[r.id],
+                    "judges": judges,
+                }
+            )
     return rows
 
 
 def console_line(m: dict[str, Any], steps: int) -> str:
-    return (f"[bold]step {m['step']}/{steps}[/] reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} "
-            f"masked {m['masked']} kl {m.get('kl', 0.0):.4f} len {m['response_len_mean']:.1f} | "
-            f"rollout {m['seconds_rollout']:.1f}s judging {m['seconds_judging']:.1f}s ref {m['seconds_reference']:.1f}s "
-            f"train {m['seconds_training']:.1f}s sync {m['seconds_sync']:.2f}s step {m['seconds_step']:.1f}s "
-            f"ETA {m['seconds_step'] * (steps - m['step']) / 60:.1f} min")
+    return (
+        f"[bold]step {m['step']}/{steps}[/] reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} "
+        f"masked {m['masked']} kl {m.get('kl', 0.0):.4f} len {m['response_len_mean']:.1f} | "
+        f"rollout {m['seconds_rollout']:.1f}s judging {m['seconds_judging']:.1f}s ref {m['seconds_reference']:.1f}s "
+        f"train {m['seconds_training']:.1f}s sync {m['seconds_sync']:.2f}s step {m['seconds_step']:.1f}s "
+        f"ETA {m['seconds_step'] * (steps - m['step']) / 60:.1f} min"
+    )

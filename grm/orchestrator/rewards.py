@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from grm.orchestrator.types import Group
 
 
-def combine_rewards(per_judge: dict[str, Sequence[Any]], weights: dict[str, float], required: dict[str, bool],
-                    finish_reasons: Sequence[str], overlong_penalty: float = 0.0) -> tuple[list[float], dict[str, Any]]:
+def combine_rewards(
+    per_judge: dict[str, Sequence[Any]],
+    weights: dict[str, float],
+    required: dict[str, bool],
+    finish_reasons: Sequence[str],
+    overlong_penalty: float = 0.0,
+) -> tuple[list[float], dict[str, Any]]:
     """Weighted sum of each judge's normalised reward in [0, 1].
 
     A sample whose *required* judge is masked gets NaN (masked: advantage 0, counted); a masked
@@ -41,8 +47,9 @@ def combine_rewards(per_judge: dict[str, Sequence[Any]], weights: dict[str, floa
     return rewards, stats
 
 
-def reward_groups(groups: Sequence[Group], weights: dict[str, float], required: dict[str, bool],
-                  overlong_penalty: float = 0.0) -> dict[str, Any]:
+def reward_groups(
+    groups: Sequence[Group], weights: dict[str, float], required: dict[str, bool], overlong_penalty: float = 0.0
+) -> dict[str, Any]:
     """Set ``rewards`` on every judged group; returns the step's stats (masked, masked_by_judge)."""
     masked_by = {name: 0 for name in weights}
     for g in groups:

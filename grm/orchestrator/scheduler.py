@@ -58,8 +58,10 @@ class Scheduler:
         prompts = self.stream.take(a.prompts_per_step)
         seed = self.cfg.seed * 1_000_003 + step * 101 + salt
         keys = [f"s{step}r{salt}g{i}" for i in range(len(prompts))]
-        chunks = [self.roles.policy.rollout.remote(prompts[i:i + k], keys[i:i + k], a.group_size, seed)
-                  for i in range(0, len(prompts), k)]
+        chunks = [
+            self.roles.policy.rollout.remote(prompts[i : i + k], keys[i : i + k], a.group_size, seed)
+            for i in range(0, len(prompts), k)
+        ]
         return StepWork(step, prompts, chunks)
 
     def fill_ahead(self, step: int) -> None:
@@ -158,8 +160,10 @@ class Scheduler:
             self.ray.cancel(call.pending, force=False)
             groups = work.landed[call.chunk]
             if call.retried:
-                print(f"judge '{call.judge}' timed out twice on step {work.step + 1} chunk {call.chunk}: masking "
-                      f"{sum(len(g.rollouts) for g in groups)} samples")
+                print(
+                    f"judge '{call.judge}' timed out twice on step {work.step + 1} chunk {call.chunk}: masking "
+                    f"{sum(len(g.rollouts) for g in groups)} samples"
+                )
                 call.pending, call.results = None, [[None] * len(g.rollouts) for g in groups]
                 continue
             judge = next(j for j in self.roles.judges if j.name == call.judge)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from grm.data.prompts import Prompt
 from grm.judges.types import JudgeResult, Sample
@@ -70,7 +70,7 @@ def group_rollouts(rollouts: list[Rollout]) -> list[Group]:
     return list(out.values())
 
 
-GroupResults = list[list[Union[JudgeResult, None]]]
+GroupResults = list[list[JudgeResult | None]]
 """A judge's answer for a list of groups: per group, one result per rollout."""
 
 
@@ -115,10 +115,10 @@ class StepWork:
         """Landed groups in chunk order, each with every judge's results attached."""
         out = []
         for c in sorted(self.landed):
-            for name in dict.fromkeys(n for (cc, n) in self.calls if cc == c):   # judges in pipeline order
+            for name in dict.fromkeys(n for (cc, n) in self.calls if cc == c):  # judges in pipeline order
                 results = self.calls[(c, name)].results
                 assert results is not None, "groups() before the judges finished"
-                for g, res in zip(self.landed[c], results):
+                for g, res in zip(self.landed[c], results, strict=True):
                     g.judged[name] = res
             out += self.landed[c]
         return out

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
@@ -46,9 +47,11 @@ def policy_forward(module: torch.nn.Module, mb: TrainBatch, with_entropy: bool) 
     return token_logprobs(module, mb.input_ids, mb.attention_mask, with_entropy=with_entropy, start=first_target(mb.loss_mask))
 
 
-def lr_lambda(warmup_steps: int, total_steps: int, schedule: Literal["constant", "linear", "cosine"] = "constant",
-              min_ratio: float = 0.0) -> Callable[[int], float]:
+def lr_lambda(
+    warmup_steps: int, total_steps: int, schedule: Literal["constant", "linear", "cosine"] = "constant", min_ratio: float = 0.0
+) -> Callable[[int], float]:
     """Linear warmup over ``warmup_steps``, then constant or linear/cosine decay to ``min_ratio``."""
+
     def f(step: int) -> float:
         if warmup_steps and step < warmup_steps:
             return (step + 1) / warmup_steps
@@ -57,6 +60,7 @@ def lr_lambda(warmup_steps: int, total_steps: int, schedule: Literal["constant",
         progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
         decay = 1.0 - progress if schedule == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
         return min_ratio + (1 - min_ratio) * decay
+
     return f
 
 

@@ -16,7 +16,13 @@ from torch import Tensor
 from grm.base import atomic_dir, check_complete, free_port
 from grm.training.batch import TrainBatch
 from grm.training.core import (
-    Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state,
+    Forward,
+    LossFn,
+    lr_lambda,
+    mean_metrics,
+    policy_forward,
+    rng_state,
+    set_rng_state,
 )
 
 
@@ -36,10 +42,24 @@ def init_distributed(port: int | None = None) -> None:
 
 
 class DeepSpeedTrainer:
-    def __init__(self, module: torch.nn.Module, *, lr: float, micro_batch_size: int, global_batch_size: int,
-                 zero_stage: int = 2, dtype: str = "bf16", max_grad_norm: float = 1.0, warmup_steps: int = 0,
-                 total_steps: int = 1, schedule: str = "constant", weight_decay: float = 0.0,
-                 forward: Forward = policy_forward, entropy: bool = False, extra_config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        *,
+        lr: float,
+        micro_batch_size: int,
+        global_batch_size: int,
+        zero_stage: int = 2,
+        dtype: str = "bf16",
+        max_grad_norm: float = 1.0,
+        warmup_steps: int = 0,
+        total_steps: int = 1,
+        schedule: str = "constant",
+        weight_decay: float = 0.0,
+        forward: Forward = policy_forward,
+        entropy: bool = False,
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
@@ -48,7 +68,9 @@ class DeepSpeedTrainer:
         init_distributed()
         world = dist.get_world_size()
         if global_batch_size % (micro_batch_size * world):
-            raise ValueError(f"global batch {global_batch_size} is not divisible by micro_batch_size {micro_batch_size} x ranks {world}")
+            raise ValueError(
+                f"global batch {global_batch_size} is not divisible by micro_batch_size {micro_batch_size} x ranks {world}"
+            )
         self.world = world
         self.rank = dist.get_rank()
         self.micro_batch_size = micro_batch_size
@@ -62,7 +84,7 @@ class DeepSpeedTrainer:
             "gradient_clipping": max_grad_norm,
             "zero_optimization": {"stage": zero_stage},
             "bf16": {"enabled": dtype == "bf16"},
-            "steps_per_print": 10 ** 9,
+            "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
         config = _merge(config, extra_config or {})
@@ -70,7 +92,8 @@ class DeepSpeedTrainer:
         optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup_steps, total_steps, schedule))  # type: ignore[arg-type]
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config)
+            model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config
+        )
         self.zero_stage = zero_stage
         self.step_count = 0
 
@@ -102,12 +125,15 @@ class DeepSpeedTrainer:
             out, ent = self.forward(self.engine, mb, self.entropy)
             loss, metrics = loss_fn(out, mb, ent)
             self.engine.backward(loss)  # DeepSpeed scales by 1 / gradient_accumulation_steps
-            self.engine.step()          # steps the optimizer at the accumulation boundary only
+            self.engine.step()  # steps the optimizer at the accumulation boundary only
             rows.append({"loss": float(loss.detach()), **metrics})
         self.step_count += 1
         grad_norm = self.engine.get_global_grad_norm()
-        return {**mean_metrics(rows), "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
-                "lr": self.scheduler.get_last_lr()[0]}
+        return {
+            **mean_metrics(rows),
+            "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
+            "lr": self.scheduler.get_last_lr()[0],
+        }
 
     def state_dict(self) -> dict[str, Tensor]:
         """Full weights on CPU (gathered from every rank under ZeRO-3), in the module's dtype."""
@@ -131,8 +157,7 @@ class DeepSpeedTrainer:
 
     def load(self, path: str | Path) -> None:
         path = check_complete(path)
-        _, client = self.engine.load_checkpoint(str(path), tag="state", load_optimizer_states=True,
-                                                load_lr_scheduler_states=True)
+        _, client = self.engine.load_checkpoint(str(path), tag="state", load_optimizer_states=True, load_lr_scheduler_states=True)
         self.step_count = client["step"]
         set_rng_state(client["rng"])
 

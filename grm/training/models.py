@@ -22,8 +22,10 @@ class ReferenceModel:
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
-        return batch.map_micro_batches(self.micro_batch_size, lambda mb: token_logprobs(
-            self.module, mb.input_ids, mb.attention_mask, start=first_target(mb.loss_mask))[0])
+        return batch.map_micro_batches(
+            self.micro_batch_size,
+            lambda mb: token_logprobs(self.module, mb.input_ids, mb.attention_mask, start=first_target(mb.loss_mask))[0],
+        )
 
 
 class ValueModel(nn.Module):
@@ -37,7 +39,7 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     @classmethod
-    def from_pretrained(cls, model: str, dtype: str = "fp32") -> "ValueModel":
+    def from_pretrained(cls, model: str, dtype: str = "fp32") -> ValueModel:
         from grm.models.loading import load_body
 
         body = load_body(model, dtype)

@@ -15,22 +15,38 @@ from grm.base import atomic_dir, check_complete
 from grm.models.weights import unique_tensors
 from grm.training.batch import TrainBatch
 from grm.training.core import (
-    Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state,
+    Forward,
+    LossFn,
+    lr_lambda,
+    mean_metrics,
+    policy_forward,
+    rng_state,
+    set_rng_state,
 )
 
 
 class TorchTrainer:
-    def __init__(self, module: torch.nn.Module, *, lr: float, micro_batch_size: int, max_grad_norm: float = 1.0,
-                 warmup_steps: int = 0, total_steps: int = 1, schedule: str = "constant", weight_decay: float = 0.0,
-                 forward: Forward = policy_forward, entropy: bool = False) -> None:
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        *,
+        lr: float,
+        micro_batch_size: int,
+        max_grad_norm: float = 1.0,
+        warmup_steps: int = 0,
+        total_steps: int = 1,
+        schedule: str = "constant",
+        weight_decay: float = 0.0,
+        forward: Forward = policy_forward,
+        entropy: bool = False,
+    ) -> None:
         self.module = module
         self.module.train()
         self.forward = forward
         self.micro_batch_size = micro_batch_size
         self.max_grad_norm = max_grad_norm
         self.entropy = entropy
-        self.optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr,
-                                           weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(warmup_steps, total_steps, schedule))  # type: ignore[arg-type]
         self.step_count = 0
 
@@ -61,8 +77,15 @@ class TorchTrainer:
             state = self.module.state_dict()
             # tied weights (embeddings = lm head) are stored once
             save_file(unique_tensors(state), str(tmp / "model.safetensors"))
-            torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                        "step": self.step_count, "rng": rng_state()}, tmp / "trainer_state.pt")
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "step": self.step_count,
+                    "rng": rng_state(),
+                },
+                tmp / "trainer_state.pt",
+            )
 
     def load(self, path: str | Path) -> None:
         path = check_complete(path)
@@ -72,4 +95,3 @@ class TorchTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.step_count = state["step"]
         set_rng_state(state["rng"])
-

@@ -13,7 +13,7 @@ from tests.conftest import ROOT, run_grm
 
 pytestmark = pytest.mark.slow
 
-JUDGE = "builtin:pairwise-logprob"      # no critique: the fastest real judge
+JUDGE = "builtin:pairwise-logprob"  # no critique: the fastest real judge
 N = 10
 
 
@@ -26,26 +26,41 @@ def _ids(out):
 def test_eval_end_to_end_resume_after_sigkill_and_rescore(tmp_path):
     env = {"OMP_NUM_THREADS": "2"}
     full = tmp_path / "full"
-    r = run_grm("eval", JUDGE, "--data", "builtin:arith-pairs", "--out", str(full), "--limit", str(N), "--batch-size", "2", env=env)
+    r = run_grm(
+        "eval", JUDGE, "--data", "builtin:arith-pairs", "--out", str(full), "--limit", str(N), "--batch-size", "2", env=env
+    )
     assert r.returncode == 0, r.stderr
     for f in ("results.jsonl", "metrics.json", "report.md", "config.resolved.yaml", "confusion-pairwise-logprob.png"):
         assert (full / f).exists(), f
     keys, lines = _ids(full)
     assert len(keys) == N and len(set(keys)) == N
-    assert all(len(x["results"][0]["samples"]) == 2 for x in lines)        # both orders recorded
+    assert all(len(x["results"][0]["samples"]) == 2 for x in lines)  # both orders recorded
     metrics = json.loads((full / "metrics.json").read_text())
     pm = metrics["judges"]["pairwise-logprob"]["pairs"]
     assert pm["n"] == N and 0 <= pm["accuracy_average"] <= 1 and "positional_agreement" in pm
-    assert all(len(x["lengths"]) == 2 and min(x["lengths"]) > 0 for x in lines)   # characters of each response
-    lb = pm["length"]   # judge_longer_preferred is null when no pair of unequal length got a decided verdict
+    assert all(len(x["lengths"]) == 2 and min(x["lengths"]) > 0 for x in lines)  # characters of each response
+    lb = pm["length"]  # judge_longer_preferred is null when no pair of unequal length got a decided verdict
     assert lb["n"] <= N and lb["n_longer_preferred"] + lb["n_shorter_preferred"] == lb["n"]
     assert lb["judge_longer_preferred"] is None or 0 <= lb["judge_longer_preferred"] <= 1
     assert "acc1" in r.stdout and "pairwise-logprob" in (full / "report.md").read_text()
 
     # kill -9 mid-run, then resume with the same command
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "grm", "eval", JUDGE, "--data", "builtin:arith-pairs", "--out", str(killed),
-           "--limit", str(N), "--batch-size", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grm",
+        "eval",
+        JUDGE,
+        "--data",
+        "builtin:arith-pairs",
+        "--out",
+        str(killed),
+        "--limit",
+        str(N),
+        "--batch-size",
+        "2",
+    ]
     p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = killed / "results.jsonl"
     deadline = time.time() + 300
@@ -55,7 +70,9 @@ def test_eval_end_to_end_resume_after_sigkill_and_rescore(tmp_path):
     p.wait()
     partial, _ = _ids(killed)
     assert 2 <= len(partial) < N, len(partial)
-    r = run_grm("eval", JUDGE, "--data", "builtin:arith-pairs", "--out", str(killed), "--limit", str(N), "--batch-size", "2", env=env)
+    r = run_grm(
+        "eval", JUDGE, "--data", "builtin:arith-pairs", "--out", str(killed), "--limit", str(N), "--batch-size", "2", env=env
+    )
     assert r.returncode == 0, r.stderr
     assert "resuming" in r.stderr
     resumed, resumed_lines = _ids(killed)
@@ -80,11 +97,22 @@ def test_eval_end_to_end_resume_after_sigkill_and_rescore(tmp_path):
 
 def test_eval_pointwise_judge_with_rescore_of_changed_parser(tmp_path):
     out = tmp_path / "pw"
-    r = run_grm("eval", "builtin:helpfulness-pointwise", "--data", "builtin:arith-pairs", "--out", str(out), "--limit", "3",
-                "sampling.n=1", "sampling.max_new_tokens=24", "on_failure.retries=0")
+    r = run_grm(
+        "eval",
+        "builtin:helpfulness-pointwise",
+        "--data",
+        "builtin:arith-pairs",
+        "--out",
+        str(out),
+        "--limit",
+        "3",
+        "sampling.n=1",
+        "sampling.max_new_tokens=24",
+        "on_failure.retries=0",
+    )
     assert r.returncode == 0, r.stderr
     _, lines = _ids(out)
-    assert all(len(x["results"]) == 2 for x in lines)          # each response of a pair scored alone
+    assert all(len(x["results"]) == 2 for x in lines)  # each response of a pair scored alone
     # a parser that never matches: rescore turns every judgment into a counted failure, never a 0
     spec = (ROOT / "judges" / "helpfulness-pointwise.yaml").read_text()
     spec = spec.replace("'Score:\\s*\\**\\s*(\\d+(?:\\.\\d+)?)'", "'NEVER(\\d)'").replace("prompts/", "")

@@ -39,8 +39,14 @@ def test_mixed_lengths_grouped_prefill_equals_single(smollm2_fp32):
     different steps (one stops on a stop string) and compacted lazily, must match single runs; so
     must continuation scores."""
     essay = " ".join(f"Fact {i}: the river is {i} km long." for i in range(60))
-    prompts = [_chat("Hi."), _chat(essay + " Summarise."), _chat("Name a colour."), _chat(essay[:900] + " Which fact is first?"),
-               _chat(essay[:300]), _chat("Count to five.")]
+    prompts = [
+        _chat("Hi."),
+        _chat(essay + " Summarise."),
+        _chat("Name a colour."),
+        _chat(essay[:900] + " Which fact is first?"),
+        _chat(essay[:300]),
+        _chat("Count to five."),
+    ]
     sp = SamplingParams(temperature=0.0, max_new_tokens=20, stop=["3"])
     eng = smollm2_fp32
     lens = [len(eng.encode(p)) for p in prompts]
@@ -76,7 +82,7 @@ def test_sampling_reproducible_under_seed(smollm2_fp32):
     a = smollm2_fp32.generate([req], sp)
     b = smollm2_fp32.generate([_chat("Other prompt in the batch."), req], sp)[3:]
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
-    assert len({tuple(g.token_ids) for g in a}) > 1            # the n samples differ
+    assert len({tuple(g.token_ids) for g in a}) > 1  # the n samples differ
     c = smollm2_fp32.generate([req], sp.replace(seed=124))
     assert [g.token_ids for g in c] != [g.token_ids for g in a]
 
@@ -89,16 +95,16 @@ def test_logprobs_match_teacher_forcing(smollm2_fp32):
     ids = torch.tensor([prompt + g.token_ids])
     with torch.no_grad():
         logits = eng.model(input_ids=ids).logits.float()
-    ref = torch.log_softmax(logits[0, len(prompt) - 1:-1], -1).gather(1, torch.tensor(g.token_ids)[:, None])[:, 0]
+    ref = torch.log_softmax(logits[0, len(prompt) - 1 : -1], -1).gather(1, torch.tensor(g.token_ids)[:, None])[:, 0]
     assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-3)
     assert eng.sequence_logprobs([prompt], [g.token_ids])[0] == pytest.approx(ref.tolist(), abs=1e-3)
 
 
 def test_continuation_scoring_ranks_paris(smollm2_fp32):
-    (paris, berlin), = smollm2_fp32.score_continuations([Req(text="The capital of France is")], [[" Paris", " Berlin"]])
+    ((paris, berlin),) = smollm2_fp32.score_continuations([Req(text="The capital of France is")], [[" Paris", " Berlin"]])
     assert paris > berlin
     # multi-token candidates take the teacher-forced path and agree with its sum
-    (two,), = smollm2_fp32.score_continuations([Req(text="The capital of France is")], [[" Paris, France"]])
+    ((two,),) = smollm2_fp32.score_continuations([Req(text="The capital of France is")], [[" Paris, France"]])
     assert two < paris
 
 
@@ -125,14 +131,27 @@ def test_prompt_cache_reuses_prefill_and_changes_nothing(smollm2_fp32):
     (retried) generation, must equal the uncached ones."""
     eng = smollm2_fp32
     essay = " ".join(f"Fact {i}: the river is {i} km long." for i in range(40))
-    base = [Req(messages=[{"role": "user", "content": essay + f" Rate fact {k} from 1 to 10."},
-                          {"role": "assistant", "content": "Critique:"}], continue_final=True) for k in (3, 17)]
+    base = [
+        Req(
+            messages=[
+                {"role": "user", "content": essay + f" Rate fact {k} from 1 to 10."},
+                {"role": "assistant", "content": "Critique:"},
+            ],
+            continue_final=True,
+        )
+        for k in (3, 17)
+    ]
     sp = SamplingParams(temperature=0.0, max_new_tokens=16)
     cands = [[str(i) for i in range(1, 11)]] * len(base)
 
     def scored_requests(gens):
-        return [Req(messages=[b.messages[0], {"role": "assistant", "content": "Critique:" + g.text + "\nScore: "}],
-                    continue_final=True) for b, g in zip(base, gens)]
+        return [
+            Req(
+                messages=[b.messages[0], {"role": "assistant", "content": "Critique:" + g.text + "\nScore: "}],
+                continue_final=True,
+            )
+            for b, g in zip(base, gens, strict=False)
+        ]
 
     plain_gens = eng.generate(base, sp)
     plain_scores = eng.score_continuations(scored_requests(plain_gens), cands)
@@ -140,10 +159,10 @@ def test_prompt_cache_reuses_prefill_and_changes_nothing(smollm2_fp32):
         gens = eng.generate(base, sp)
         assert pc.entries and pc.hits == 0
         scores = eng.score_continuations(scored_requests(gens), cands)
-        assert pc.hits == 2 and pc.reused_tokens >= 2 * 300          # the essay prompt was not recomputed
-        again = eng.generate(base, sp)                                # a retry of the same prompts
+        assert pc.hits == 2 and pc.reused_tokens >= 2 * 300  # the essay prompt was not recomputed
+        again = eng.generate(base, sp)  # a retry of the same prompts
         assert pc.hits == 4
     assert eng._prompt_cache is None
     assert [g.token_ids for g in gens] == [g.token_ids for g in plain_gens] == [g.token_ids for g in again]
-    for a, b in zip(scores, plain_scores):
+    for a, b in zip(scores, plain_scores, strict=False):
         assert a == pytest.approx(b, abs=1e-3)

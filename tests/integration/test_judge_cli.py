@@ -28,7 +28,7 @@ def test_judge_try_end_to_end(path, capsys):
         return
     assert len(prov["template_sha256"]) == 64 and prov["model"] == "smollm2-135m-instruct"
     text = path.read_text()
-    generates = "critique: false" not in text or "principles:" in text   # SPCT principles are generated too
+    generates = "critique: false" not in text or "principles:" in text  # SPCT principles are generated too
     assert (res["tokens"] > 0) == generates and res["seconds"] > 0 and res["samples"]
     for s in res["samples"]:
         assert isinstance(s["text"], str)
@@ -45,8 +45,15 @@ def test_judge_try_end_to_end(path, capsys):
 
 
 def test_judge_render_prints_exact_prompt(capsys):
-    rc = main(["judge", "render", str(ROOT / "judges" / "pairwise-preference.yaml"),
-               "--sample", str(ROOT / "judges" / "fixtures" / "pairwise-preference.json")])
+    rc = main(
+        [
+            "judge",
+            "render",
+            str(ROOT / "judges" / "pairwise-preference.yaml"),
+            "--sample",
+            str(ROOT / "judges" / "fixtures" / "pairwise-preference.json"),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert out.count("exact model input") == 2 and "<|im_start|>user" in out and "Comparison:" in out

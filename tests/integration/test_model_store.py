@@ -34,8 +34,8 @@ def test_concurrent_fetch_into_fresh_cache(tmp_path):
     print(f"two concurrent fetches: {time.time() - t0:.1f} s")
 
     # later loads come from the cache, fast, in both dtypes
-    from transformers import AutoModelForCausalLM
     import torch
+    from transformers import AutoModelForCausalLM
 
     for dtype in (torch.float32, torch.bfloat16):
         t = time.perf_counter()

@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("llama_cpp.server", reason="needs the serving extra: make test-serving")
 
+from grm.base import free_port  # noqa: E402
 from grm.engines.base import GenerationRequest as Req  # noqa: E402
 from grm.engines.base import SamplingParams  # noqa: E402
-from grm.base import free_port  # noqa: E402
 from grm.engines.openai_api import OpenAIEngine, ServerProcess  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
@@ -26,8 +26,25 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
 def server_command(port: int, gguf: str) -> list[str]:
-    return [sys.executable, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1", "--port", str(port),
-            "--n_threads", "1", "--n_ctx", "4096", "--logits_all", "true", "--model_alias", MODEL]
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        gguf,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_threads",
+        "1",
+        "--n_ctx",
+        "4096",
+        "--logits_all",
+        "true",
+        "--model_alias",
+        MODEL,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +163,27 @@ def test_server_killed_mid_eval_then_restarted_eval_resumes(gguf, tmp_path):
     judge = _judge_yaml(tmp_path, f"{{type: openai, base_url: '{url}', max_retries: 2, backoff_s: 0.2}}", name="flaky")
     out = tmp_path / "ev"
     srv = ServerProcess(server_command(port, gguf), url, timeout_s=120)
-    proc = subprocess.Popen([sys.executable, "-m", "grm", "eval", str(judge), "--data", "builtin:arith-pairs", "--limit", "16",
-                             "--batch-size", "2", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grm",
+            "eval",
+            str(judge),
+            "--data",
+            "builtin:arith-pairs",
+            "--limit",
+            "16",
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     results = out / "results.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 4):

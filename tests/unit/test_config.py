@@ -65,7 +65,9 @@ def test_builtin_resolution_and_relative_paths(tmp_path):
 
 
 def test_validate_tree_checks_referenced_specs(tmp_path):
-    (tmp_path / "bad-judge.yaml").write_text("name: j\nmode: pointwise\nmodel: m\ntemplate: builtin:helpfulness-pointwise\nparser: {type: verdict}\n")
+    (tmp_path / "bad-judge.yaml").write_text(
+        "name: j\nmode: pointwise\nmodel: m\ntemplate: builtin:helpfulness-pointwise\nparser: {type: verdict}\n"
+    )
     f = _write(tmp_path, PIPE.replace("builtin:numeric-answer}", "bad-judge.yaml, pool: judge}"))
     with pytest.raises(ConfigError, match="bad-judge.yaml:1: .*verdict parser only makes sense"):
         validate_tree(f)

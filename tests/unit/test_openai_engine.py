@@ -7,9 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from grm.engines.base import EngineError, SamplingParams
 from grm.engines.base import GenerationRequest as Req
-from grm.engines.base import SamplingParams
-from grm.engines.base import EngineError
 from grm.engines.openai_api import OpenAIEngine
 
 
@@ -42,8 +41,11 @@ class Server:
                     return
                 choice = {"index": 0, "text": f"echo:{body['prompt'][-12:]}", "finish_reason": "stop"}
                 if body.get("logprobs"):
-                    choice["logprobs"] = {"tokens": ["A"], "token_logprobs": [-0.1],
-                                          "top_logprobs": [{"A": -0.1, " B": -2.5, "C": -4.0}]}
+                    choice["logprobs"] = {
+                        "tokens": ["A"],
+                        "token_logprobs": [-0.1],
+                        "top_logprobs": [{"A": -0.1, " B": -2.5, "C": -4.0}],
+                    }
                 out = {"choices": [choice], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
                 data = json.dumps(out).encode()
                 self.send_response(200)
@@ -124,8 +126,10 @@ def test_score_continuations_from_top_logprobs(server):
 def test_chat_endpoint_refuses_prefill(server):
     eng = OpenAIEngine(server.url, "m", endpoint="chat")
     with pytest.raises(EngineError, match="prefilled"):
-        eng.generate([Req(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "C:"}],
-                          continue_final=True)], SamplingParams())
+        eng.generate(
+            [Req(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "C:"}], continue_final=True)],
+            SamplingParams(),
+        )
 
 
 def test_update_weights_is_refused(server):
@@ -138,11 +142,18 @@ def test_spec_needs_url_or_launch_and_key_comes_from_env(monkeypatch):
     from grm.engines import build_engine
 
     with pytest.raises(Exception, match="base_url .* or launch"):
-        JudgeSpec.model_validate({"name": "j", "model": "m", "template": "t.j2", "engine": {"type": "openai"},
-                                  "parser": {"type": "regex"}})
-    spec = JudgeSpec.model_validate({"name": "j", "model": "m", "template": "t.j2", "parser": {"type": "regex"},
-                                     "engine": {"type": "openai", "base_url": "http://x/v1", "endpoint": "chat",
-                                                "api_key_env": "GRM_TEST_KEY"}})
+        JudgeSpec.model_validate(
+            {"name": "j", "model": "m", "template": "t.j2", "engine": {"type": "openai"}, "parser": {"type": "regex"}}
+        )
+    spec = JudgeSpec.model_validate(
+        {
+            "name": "j",
+            "model": "m",
+            "template": "t.j2",
+            "parser": {"type": "regex"},
+            "engine": {"type": "openai", "base_url": "http://x/v1", "endpoint": "chat", "api_key_env": "GRM_TEST_KEY"},
+        }
+    )
     monkeypatch.delenv("GRM_TEST_KEY", raising=False)
     with pytest.raises(EngineError, match="GRM_TEST_KEY, which is not set"):
         build_engine(spec.engine, "m")

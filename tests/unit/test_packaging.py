@@ -9,8 +9,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_ships_builtin_assets(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     (wheel,) = tmp_path.glob("grm_rlaif-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -23,9 +26,13 @@ def test_wheel_ships_builtin_assets(tmp_path):
     # Installed without a checkout around it, builtin: resolves inside the package.
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("from grm.config.paths import resolve_builtin; p = resolve_builtin('helpfulness-pointwise', 'judges');"
-            "print(p)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    code = "from grm.config.paths import resolve_builtin; p = resolve_builtin('helpfulness-pointwise', 'judges');print(p)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(site / "grm" / "_builtin" / "judges" / "helpfulness-pointwise.yaml")

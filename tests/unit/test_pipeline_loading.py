@@ -36,7 +36,7 @@ def test_relative_data_path_is_resolved_against_the_pipeline_file(tmp_path, monk
     sub.mkdir()
     (sub / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
     p = write(sub, BASE)
-    monkeypatch.chdir(tmp_path)                       # another working directory
+    monkeypatch.chdir(tmp_path)  # another working directory
     loaded = load_pipeline(os.path.relpath(p, tmp_path))
     assert loaded.spec.data.prompts == str((sub / "prompts.jsonl").resolve())
 
@@ -49,7 +49,9 @@ def test_validate_refuses_what_run_refuses(tmp_path):
     ranks = BASE + "train: {backend: {ranks: 2}, micro_batch_size: 1}\n"
     with pytest.raises(ConfigError, match=r"p.yaml:7: train.backend.ranks > 1"):
         validate_tree(write(tmp_path, ranks))
-    twice = BASE.replace("  - {spec: builtin:numeric-answer}", "  - {spec: builtin:numeric-answer}\n  - {spec: builtin:numeric-answer}")
+    twice = BASE.replace(
+        "  - {spec: builtin:numeric-answer}", "  - {spec: builtin:numeric-answer}\n  - {spec: builtin:numeric-answer}"
+    )
     with pytest.raises(ConfigError, match="two judges share a name"):
         validate_tree(write(tmp_path, twice))
 
@@ -59,9 +61,13 @@ def test_algorithm_variants_keep_ppo_fields_on_ppo(tmp_path):
     with pytest.raises(ConfigError, match="gamma"):
         validate_tree(write(tmp_path, BASE + "algorithm: {type: grpo, gamma: 0.9}\n"))
     spec = load_pipeline(write(tmp_path, BASE + "algorithm: {group_size: 2, prompts_per_step: 2}\n")).spec
-    assert spec.algorithm.type == "grpo"                # no type: grpo, as before
+    assert spec.algorithm.type == "grpo"  # no type: grpo, as before
     ppo = load_pipeline(write(tmp_path, BASE + "algorithm: {type: ppo, group_size: 2, prompts_per_step: 2, dual_clip: 3}\n")).spec
     assert ppo.algorithm.critic_lr == 1e-5 and ppo.algorithm.dual_clip == 3
     with pytest.raises(ConfigError, match="mini_batches"):
-        validate_tree(write(tmp_path, BASE + "algorithm: {group_size: 2, prompts_per_step: 2, mini_batches: 3}\n"
-                                       "train: {micro_batch_size: 1}\n"))
+        validate_tree(
+            write(
+                tmp_path,
+                BASE + "algorithm: {group_size: 2, prompts_per_step: 2, mini_batches: 3}\ntrain: {micro_batch_size: 1}\n",
+            )
+        )

@@ -5,11 +5,16 @@ import sys
 
 import pytest
 
+from grm.engines.base import EngineError, SamplingParams
 from grm.engines.base import GenerationRequest as Req
-from grm.engines.base import SamplingParams
-from grm.engines.base import EngineError
-from grm.engines.sglang import (SGLangEngine, continuation_payload, generate_payload, launch_command,
-                                parse_continuation, parse_generation)
+from grm.engines.sglang import (
+    SGLangEngine,
+    continuation_payload,
+    generate_payload,
+    launch_command,
+    parse_continuation,
+    parse_generation,
+)
 
 
 class Tok:
@@ -24,7 +29,9 @@ class Tok:
 
 
 def test_generate_payload_rows_and_seeds():
-    body = generate_payload([[1, 2], [3]], SamplingParams(n=2, temperature=0.7, top_k=5, max_new_tokens=8, stop=("\n",)), [10, None])
+    body = generate_payload(
+        [[1, 2], [3]], SamplingParams(n=2, temperature=0.7, top_k=5, max_new_tokens=8, stop=("\n",)), [10, None]
+    )
     assert body["input_ids"] == [[1, 2], [1, 2], [3], [3]]
     assert [p.get("sampling_seed") for p in body["sampling_params"]] == [10, 11, None, None]
     p = body["sampling_params"][0]
@@ -33,9 +40,16 @@ def test_generate_payload_rows_and_seeds():
 
 
 def test_parse_generation_reads_ids_logprobs_and_finish():
-    item = {"text": " hi", "output_ids": [5, 6],
-            "meta_info": {"prompt_tokens": 3, "completion_tokens": 2, "finish_reason": {"type": "length", "length": 2},
-                          "output_token_logprobs": [[-0.5, 5, None], [-1.25, 6, None]]}}
+    item = {
+        "text": " hi",
+        "output_ids": [5, 6],
+        "meta_info": {
+            "prompt_tokens": 3,
+            "completion_tokens": 2,
+            "finish_reason": {"type": "length", "length": 2},
+            "output_token_logprobs": [[-0.5, 5, None], [-1.25, 6, None]],
+        },
+    }
     g = parse_generation(item, version=3, request_index=1, sample_index=0)
     assert g.token_ids == [5, 6] and g.logprobs == [-0.5, -1.25] and g.finish_reason == "length"
     assert g.version == 3 and g.prompt_tokens == 3 and g.text == " hi"
@@ -64,9 +78,14 @@ def test_engine_splits_requests_across_servers_and_restores_order():
     def post(url, body):
         calls.append((url, body))
         if url.endswith("/generate"):
-            return [{"text": f"{url[-5:]}:{ids[0]}", "output_ids": [ids[0]],
-                     "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-1.0, ids[0], None]]}}
-                    for ids in body["input_ids"]]
+            return [
+                {
+                    "text": f"{url[-5:]}:{ids[0]}",
+                    "output_ids": [ids[0]],
+                    "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-1.0, ids[0], None]]},
+                }
+                for ids in body["input_ids"]
+            ]
         return {"success": True, "message": ""}
 
     eng = SGLangEngine(["http://a:1", "http://b:2"], "m", Tok(), post=post)
@@ -89,7 +108,9 @@ def test_weight_update_pauses_loads_flushes_and_resumes_every_server(tmp_path):
     eng.update_weights_from_disk(str(tmp_path), 7)
     assert eng.version == 7
     order = [c for c in calls if c in ("pause_generation", "update_weights_from_disk", "flush_cache", "continue_generation")]
-    assert order == ["pause_generation"] * 2 + ["update_weights_from_disk"] * 2 + ["flush_cache"] * 2 + ["continue_generation"] * 2
+    assert (
+        order == ["pause_generation"] * 2 + ["update_weights_from_disk"] * 2 + ["flush_cache"] * 2 + ["continue_generation"] * 2
+    )
 
 
 def test_disk_weight_updates_keep_only_the_live_copy(tmp_path, monkeypatch):
@@ -179,9 +200,14 @@ def test_batched_generate_over_real_http_returns_a_list():
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            rows = [{"text": "ok", "output_ids": [ids[-1]], "meta_info": {"finish_reason": {"type": "stop"},
-                                                                        "output_token_logprobs": [[-0.5, ids[-1], None]]}}
-                    for ids in body["input_ids"]]
+            rows = [
+                {
+                    "text": "ok",
+                    "output_ids": [ids[-1]],
+                    "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-0.5, ids[-1], None]]},
+                }
+                for ids in body["input_ids"]
+            ]
             data = json.dumps(rows).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))

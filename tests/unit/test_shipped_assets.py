@@ -47,7 +47,7 @@ def test_every_judge_renders_its_fixture(path):
         assert len([s for s in stages if s["stage"] == "judge"]) == expected_views
         text = "\n".join(m["content"] for s in stages for m in s["request"].messages)
         assert sample.prompt in text
-        for r in ([sample.response] if sample.response else sample.responses):
+        for r in [sample.response] if sample.response else sample.responses:
             assert r in text
 
 
@@ -66,7 +66,7 @@ def test_default_judges_resolve_to_the_chosen_variants():
         spec = load_judge(f"builtin:{mode}")
         assert spec.name == by_model["*"] and spec.mode == mode
         for model, name in by_model.items():
-            if model != "*":   # the variant follows the model override, which still applies
+            if model != "*":  # the variant follows the model override, which still applies
                 spec = load_judge(f"builtin:{mode}", overrides=[f"model={model}"])
                 assert (spec.name, spec.model, spec.mode) == (name, model, mode)
     assert load_judge("builtin:pairwise", overrides=["model=qwen2.5-coder-0.5b-instruct"]).name == "pairwise-logprob"

@@ -17,7 +17,7 @@ def run(epochs: int, mini: int) -> dict[str, float]:
     algorithm = build_algorithm("grpo", loss=PolicyLoss(clip_low=0.2, clip_high=0.2), epochs=epochs, mini_batches=mini)
     trainer = TorchTrainer(tiny_llama(), lr=5e-2, micro_batch_size=2)
     batch = fixed_batch(8)
-    if algorithm.needs_old_logprobs:   # what the policy actor's prepare pass does
+    if algorithm.needs_old_logprobs:  # what the policy actor's prepare pass does
         batch = batch.with_fields(old_logprobs=trainer.logprobs(batch))
     return train_on_batch(trainer, None, algorithm, batch)
 

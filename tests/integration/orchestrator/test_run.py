@@ -15,8 +15,13 @@ from tests.conftest import ROOT, run_grm
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["algorithm.prompts_per_step=2", "algorithm.group_size=2", "rollout.max_new_tokens=12",
-         "train.micro_batch_size=2", "judges.0.overrides=[sampling.max_new_tokens=12]"]
+SMALL = [
+    "algorithm.prompts_per_step=2",
+    "algorithm.group_size=2",
+    "rollout.max_new_tokens=12",
+    "train.micro_batch_size=2",
+    "judges.0.overrides=[sampling.max_new_tokens=12]",
+]
 ENV = {"RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
 
 
@@ -44,10 +49,24 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert (out / "checkpoints" / "step-2" / "COMPLETE").exists()
     ms = metrics(out)
     assert [m["step"] for m in ms] == [1, 2]
-    assert ms[1]["staleness_max"] == 1                  # step 2 was generated before step 1 trained
-    for key in ("reward_mean", "kl", "entropy", "clip_frac", "response_len_mean", "seconds_rollout", "seconds_judging",
-                "seconds_reference", "seconds_training", "seconds_sync", "seconds_idle", "judge_share",
-                "reward/helpfulness-pointwise-logprob", "reward/numeric-answer", "masked"):
+    assert ms[1]["staleness_max"] == 1  # step 2 was generated before step 1 trained
+    for key in (
+        "reward_mean",
+        "kl",
+        "entropy",
+        "clip_frac",
+        "response_len_mean",
+        "seconds_rollout",
+        "seconds_judging",
+        "seconds_reference",
+        "seconds_training",
+        "seconds_sync",
+        "seconds_idle",
+        "judge_share",
+        "reward/helpfulness-pointwise-logprob",
+        "reward/numeric-answer",
+        "masked",
+    ):
         assert key in ms[1], key
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * 4
@@ -58,7 +77,7 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert placement["policy"]["pool"] == "train" and placement["judge:helpfulness-pointwise-logprob"]["pool"] == "judge"
     assert placement["reference"]["pool"] == "judge"
     assert placement["reference"]["pid"] == placement["judge:helpfulness-pointwise-logprob"]["pid"]
-    assert all(math.isfinite(m["kl"]) and m["kl"] >= 0 for m in ms)   # reference log-probs arrived from the judge actor
+    assert all(math.isfinite(m["kl"]) and m["kl"] >= 0 for m in ms)  # reference log-probs arrived from the judge actor
 
 
 @pytest.mark.timeout(2800)  # three `grm run`s in a row, each allowed 900 s
@@ -74,7 +93,7 @@ def test_sigterm_mid_step_then_resume_matches_uninterrupted(tmp_path):
     deadline = time.time() + 600
     while time.time() < deadline and not ((part / "metrics.jsonl").exists() and (part / "metrics.jsonl").read_text().strip()):
         time.sleep(0.2)
-    time.sleep(1.0)                                    # step 2 is under way
+    time.sleep(1.0)  # step 2 is under way
     p.send_signal(signal.SIGTERM)
     log, _ = p.communicate(timeout=600)
     assert p.returncode == 130, log[-4000:]
@@ -84,21 +103,32 @@ def test_sigterm_mid_step_then_resume_matches_uninterrupted(tmp_path):
     assert "resuming" in r.stdout + r.stderr
     a, b = metrics(straight), metrics(part)
     assert [m["step"] for m in b] == [1, 2, 3]
-    assert all(m["staleness_max"] == 0 for m in a)      # sync mode is strictly on-policy
+    assert all(m["staleness_max"] == 0 for m in a)  # sync mode is strictly on-policy
 
     def prompts(out):
         rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
         return [(s["step"], s["prompt_id"]) for s in rows]
 
-    assert prompts(part) == prompts(straight)           # no prompt skipped or repeated
+    assert prompts(part) == prompts(straight)  # no prompt skipped or repeated
     for key in ("reward_mean", "loss", "kl", "response_len_mean"):
         assert b[2][key] == pytest.approx(a[2][key], rel=1e-3, abs=1e-5), key
 
 
 def test_judge_actor_killed_mid_run_is_restarted(tmp_path):
     out = tmp_path / "kill"
-    args = [sys.executable, "-m", "grm", "run", "builtin:quickstart", f"out_dir={out}", *SMALL, "train.steps=3",
-            "schedule.mode=sync", "train.backend.type=torch", "checkpoint.every=0"]
+    args = [
+        sys.executable,
+        "-m",
+        "grm",
+        "run",
+        "builtin:quickstart",
+        f"out_dir={out}",
+        *SMALL,
+        "train.steps=3",
+        "schedule.mode=sync",
+        "train.backend.type=torch",
+        "checkpoint.every=0",
+    ]
     p = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     placement = out / "placement.json"
     deadline = time.time() + 300
@@ -106,13 +136,13 @@ def test_judge_actor_killed_mid_run_is_restarted(tmp_path):
         time.sleep(0.5)
     assert placement.exists(), "run did not start"
     pid = json.loads(placement.read_text())["judge:helpfulness-pointwise-logprob"]["pid"]
-    os.kill(pid, signal.SIGKILL)                       # during step 2
+    os.kill(pid, signal.SIGKILL)  # during step 2
     log, _ = p.communicate(timeout=600)
     assert p.returncode == 0, log[-4000:]
     ms = metrics(out)
     assert [m["step"] for m in ms] == [1, 2, 3]
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 3 * 4                       # no lost samples
+    assert len(samples) == 3 * 4  # no lost samples
     assert sum(m["masked"] for m in ms) == 0
 
 
@@ -121,29 +151,70 @@ def test_two_node_cluster_places_roles_by_pool_resources(tmp_path):
     port = 6390 + os.getpid() % 50
     ray_bin = str(Path(sys.executable).with_name("ray"))
     subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
-    head = subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", "--resources={\"node_a\": 1}",
-                           "--include-dashboard=false", "--object-store-memory=400000000"], env=env, capture_output=True, text=True)
+    head = subprocess.run(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=1",
+            '--resources={"node_a": 1}',
+            "--include-dashboard=false",
+            "--object-store-memory=400000000",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert head.returncode == 0, head.stderr
     try:
-        worker = subprocess.run([ray_bin, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--resources={\"node_b\": 1}",
-                                 "--object-store-memory=400000000"], env=env, capture_output=True, text=True)
+        worker = subprocess.run(
+            [
+                ray_bin,
+                "start",
+                f"--address=127.0.0.1:{port}",
+                "--num-cpus=1",
+                '--resources={"node_b": 1}',
+                "--object-store-memory=400000000",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert worker.returncode == 0, worker.stderr
         pipeline = tmp_path / "two-node.yaml"
         text = (ROOT / "pipelines" / "quickstart.yaml").read_text()
-        text = text.replace("pools: {train: {cpus: 1}, judge: {cpus: 1}}",
-                            "pools: {train: {cpus: 1, resources: {node_a: 1}}, judge: {cpus: 1, resources: {node_b: 1}}}")
+        text = text.replace(
+            "pools: {train: {cpus: 1}, judge: {cpus: 1}}",
+            "pools: {train: {cpus: 1, resources: {node_a: 1}}, judge: {cpus: 1, resources: {node_b: 1}}}",
+        )
         text = text.replace("builtin:smollm2-135m-instruct", str(ROOT / "policy" / "smollm2-135m-instruct.yaml"))
         text = text.replace("builtin:helpfulness-pointwise-logprob", str(ROOT / "judges" / "helpfulness-pointwise-logprob.yaml"))
         text = text.replace("builtin:numeric-answer", str(ROOT / "judges" / "numeric-answer.yaml"))
         pipeline.write_text(text)
         out = tmp_path / "two-node"
-        r = run_grm("run", str(pipeline), f"out_dir={out}", *SMALL, "train.steps=1", "train.backend.type=torch",
-                    "--address", f"127.0.0.1:{port}", timeout=900, env=ENV)
+        r = run_grm(
+            "run",
+            str(pipeline),
+            f"out_dir={out}",
+            *SMALL,
+            "train.steps=1",
+            "train.backend.type=torch",
+            "--address",
+            f"127.0.0.1:{port}",
+            timeout=900,
+            env=ENV,
+        )
         assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
         placement = json.loads((out / "placement.json").read_text())
-        code = ("import ray, json; ray.init(address='127.0.0.1:%d', log_to_driver=False);"
-                "print(json.dumps({n['NodeID']: sorted(k for k in n['Resources'] if k.startswith('node_')) for n in ray.nodes() if n['Alive']}))" % port)
-        nodes = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+        code = (
+            f"import ray, json; ray.init(address='127.0.0.1:{port}', log_to_driver=False);"
+            "print(json.dumps({n['NodeID']: sorted(k for k in n['Resources'] if k.startswith('node_'))"
+            " for n in ray.nodes() if n['Alive']}))"
+        )
+        nodes = json.loads(
+            subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        )
         assert nodes[placement["policy"]["node_id"]] == ["node_a"]
         assert nodes[placement["judge:helpfulness-pointwise-logprob"]["node_id"]] == ["node_b"]
     finally:
@@ -158,10 +229,13 @@ def test_bad_placement_is_a_clear_error(tmp_path):
     assert r.returncode != 0 and "'gpu' is not a declared pool" in r.stderr
 
 
-@pytest.mark.parametrize("pipeline,extra", [
-    ("builtin:ppo-critic", ["algorithm.prompts_per_step=2", "algorithm.group_size=2"]),
-    ("builtin:quickstart", ["algorithm.dynamic_filtering=true", "schedule.mode=sync", "algorithm.type=rloo"]),
-])
+@pytest.mark.parametrize(
+    "pipeline,extra",
+    [
+        ("builtin:ppo-critic", ["algorithm.prompts_per_step=2", "algorithm.group_size=2"]),
+        ("builtin:quickstart", ["algorithm.dynamic_filtering=true", "schedule.mode=sync", "algorithm.type=rloo"]),
+    ],
+)
 def test_ppo_critic_and_dynamic_filtering_steps(tmp_path, pipeline, extra):
     out = tmp_path / "run"
     args = ["run", pipeline, f"out_dir={out}", *SMALL, "train.steps=1", "train.backend.type=torch", *extra]

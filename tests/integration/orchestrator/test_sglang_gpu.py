@@ -24,9 +24,16 @@ def _has_gpu() -> bool:
 @pytest.mark.timeout(2000)  # the `grm run` below is allowed 1800 s
 def test_quickstart_two_steps_on_sglang(tmp_path):
     out = tmp_path / "run"
-    r = run_grm("run", "builtin:quickstart", f"out_dir={out}", "train.steps=2", "pools.train.gpus=1",
-                "policy.overrides=[engine={type: sglang, tp: 1, mem_fraction_static: 0.3}]",
-                timeout=1800, env={"RAY_AUTH_MODE": "disabled"})
+    r = run_grm(
+        "run",
+        "builtin:quickstart",
+        f"out_dir={out}",
+        "train.steps=2",
+        "pools.train.gpus=1",
+        "policy.overrides=[engine={type: sglang, tp: 1, mem_fraction_static: 0.3}]",
+        timeout=1800,
+        env={"RAY_AUTH_MODE": "disabled"},
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert len(ms) == 2 and all(m["reward_mean"] is not None for m in ms)

@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from grm.training import TrainBatch
 from grm.models.weights import save_weights
+from grm.training import TrainBatch
 from grm.training.sync import push_weights
 from grm.training.torch_backend import TorchTrainer
 from tests.integration.training.tiny import nll_loss
@@ -56,7 +56,7 @@ def test_sync_to_engine_actor_matches_trainer(ray_local, tmp_path):
 
     actor = EngineActor.options(num_cpus=1).remote("smollm2-135m-instruct", dtype="fp32")
     before = torch.tensor(ray.get(actor.sequence_logprobs.remote([prompt], [completion]))[0])
-    assert (before - ours).abs().max() > 1e-3            # training moved the weights
+    assert (before - ours).abs().max() > 1e-3  # training moved the weights
     seconds = push_weights(actor, trainer.state_dict(), version=2)
     assert ray.get(actor.version.remote()) == 2
     after = torch.tensor(ray.get(actor.sequence_logprobs.remote([prompt], [completion]))[0])
@@ -66,6 +66,7 @@ def test_sync_to_engine_actor_matches_trainer(ray_local, tmp_path):
     path = tmp_path / "weights"
     save_weights(trainer.state_dict(), path, version=2)
     from safetensors.torch import load_file
+
     on_disk = load_file(str(path / "model.safetensors"))
     assert (path / "VERSION").read_text().strip() == "2"
     assert torch.equal(on_disk["model.norm.weight"], trainer.state_dict()["model.norm.weight"])
@@ -82,11 +83,12 @@ def test_critic_trains_towards_returns():
     batch = fixed_batch()
     returns = batch.loss_mask * 0.7
     trainer = TorchTrainer(critic, lr=1e-2, micro_batch_size=4, forward=value_forward)
-    old = trainer.logprobs(batch)   # values of the current critic
+    old = trainer.logprobs(batch)  # values of the current critic
     b = batch.with_fields(returns=returns, old_values=old)
 
     def loss_fn(values, mb, _):
         return value_loss(values, mb["old_values"], mb["returns"], mb.loss_mask, clip=None)
+
     losses = [trainer.step(b, loss_fn)["loss"] for _ in range(15)]
     assert losses[-1] < losses[0] * 0.2, losses
 

@@ -14,8 +14,13 @@ nan = float("nan")
 
 def test_registry_builds_each_type():
     kinds = {t: type(build_algorithm(t)).__name__ for t in ("grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo")}
-    assert kinds == {"grpo": "GroupRelative", "dr_grpo": "GroupRelative", "rloo": "RLOO",
-                     "reinforce_pp": "ReinforcePP", "ppo": "PPO"}
+    assert kinds == {
+        "grpo": "GroupRelative",
+        "dr_grpo": "GroupRelative",
+        "rloo": "RLOO",
+        "reinforce_pp": "ReinforcePP",
+        "ppo": "PPO",
+    }
     assert build_algorithm("ppo").needs_critic and not build_algorithm("grpo").needs_critic
     with pytest.raises(ValueError, match="unknown algorithm 'a2c'"):
         build_algorithm("a2c")
@@ -49,7 +54,7 @@ def test_ppo_puts_the_reward_on_the_last_token_and_masks_failed_samples():
     assert sequence_reward_on_last_token(torch.tensor([2.0, 3.0]), mask).tolist() == [[0, 0, 2, 0], [0, 0, 0, 3]]
     values = torch.zeros(2, 4)
     out = PPO(gamma=1.0, lam=1.0).advantages(torch.tensor([1.0, nan]), torch.tensor([0, 1]), mask, None, values)
-    assert (out.advantages[1] == 0).all() and (out.returns[1] == 0).all()      # the masked sample has no target
+    assert (out.advantages[1] == 0).all() and (out.returns[1] == 0).all()  # the masked sample has no target
     assert out.returns[0].tolist() == [0.0, 1.0, 1.0, 0.0]
 
 
@@ -58,8 +63,11 @@ def test_ppo_critic_loss_leaves_masked_samples_out():
 
     class MB:
         loss_mask = torch.ones(2, 2)
-        fields = {"old_values": torch.zeros(2, 2), "returns": torch.tensor([[1.0, 1.0], [0.0, 0.0]]),
-                  "valid": torch.tensor([1.0, 0.0])}
+        fields = {
+            "old_values": torch.zeros(2, 2),
+            "returns": torch.tensor([[1.0, 1.0], [0.0, 0.0]]),
+            "valid": torch.tensor([1.0, 0.0]),
+        }
 
         def __getitem__(self, k):
             return self.fields[k]

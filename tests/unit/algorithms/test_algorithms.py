@@ -6,8 +6,15 @@ import pytest
 import torch
 
 from grm.algorithms import (
-    aggregate_loss, entropy_from_logits, gae, grpo_advantages, kl_penalty, ppo_policy_loss,
-    reinforce_pp_advantages, rloo_advantages, value_loss,
+    aggregate_loss,
+    entropy_from_logits,
+    gae,
+    grpo_advantages,
+    kl_penalty,
+    ppo_policy_loss,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    value_loss,
 )
 
 nan = float("nan")
@@ -28,7 +35,7 @@ def test_grpo_nan_masking_and_zero_variance():
     s = 0.5 / math.sqrt(1 / 3)
     close(grpo_advantages(REWARDS, GROUPS), [s, -s, -s, s, 0, 0, -1 / math.sqrt(2), 0, 1 / math.sqrt(2)])
     # Dr. GRPO: no std division
-    close(grpo_advantages(REWARDS, GROUPS, scale_by_std=False), [.5, -.5, -.5, .5, 0, 0, -1, 0, 1])
+    close(grpo_advantages(REWARDS, GROUPS, scale_by_std=False), [0.5, -0.5, -0.5, 0.5, 0, 0, -1, 0, 1])
     # a group with one valid member has no spread: 0; all-NaN group: 0
     close(grpo_advantages(T([nan, 4.0, nan, nan]), T([0, 0, 1, 1])), [0, 0, 0, 0])
     assert not torch.isnan(grpo_advantages(REWARDS, GROUPS)).any()
@@ -37,7 +44,7 @@ def test_grpo_nan_masking_and_zero_variance():
 def test_rloo():
     # group 0: baseline_i = (2 - r_i) / 3 -> 1 - 1/3 = 2/3, 0 - 2/3; group 2: 3 - 5, 5 - 3
     close(rloo_advantages(REWARDS, GROUPS), [2 / 3, -2 / 3, -2 / 3, 2 / 3, 0, 0, -2, 0, 2])
-    close(rloo_advantages(T([7.0, nan]), T([0, 0])), [0, 0])   # no valid peer
+    close(rloo_advantages(T([7.0, nan]), T([0, 0])), [0, 0])  # no valid peer
 
 
 def test_reinforce_pp():
@@ -121,7 +128,7 @@ def test_ppo_aggregation_modes():
 def test_ppo_tis_cap():
     lp = torch.zeros(1, 2)
     old = torch.zeros(1, 2)
-    behaviour = torch.log(T([[1 / 3, 2.0]]))         # exp(old - behaviour) = 3, 0.5
+    behaviour = torch.log(T([[1 / 3, 2.0]]))  # exp(old - behaviour) = 3, 0.5
     loss, met = ppo_policy_loss(lp, old, T([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0)
     # weights min(3, 2) = 2 and 0.5 on per-token losses -1, -1 -> mean -1.25
     close(loss, -1.25)

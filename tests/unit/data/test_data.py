@@ -7,8 +7,10 @@ import pytest
 from grm.data.items import default_map, parse_map, to_items
 from grm.data.sources import DataError, load_rows
 
-LLMBAR = [{"input": "q1", "output_1": "a", "output_2": "b", "label": 1},
-          {"input": "q2", "output_1": "c", "output_2": "d", "label": 2}]
+LLMBAR = [
+    {"input": "q1", "output_1": "a", "output_2": "b", "label": 1},
+    {"input": "q2", "output_1": "c", "output_2": "d", "label": 2},
+]
 
 
 def write(tmp_path, rows, name="d.json"):
@@ -27,22 +29,32 @@ def items(src, mapping=None, **kw):
 
 def test_llmbar_format_autodetected(tmp_path):
     its, problems = items(write(tmp_path, LLMBAR))
-    assert [(i.prompt, i.responses, i.label, i.kind) for i in its] == [("q1", ["a", "b"], 1, "pair"), ("q2", ["c", "d"], 2, "pair")]
+    assert [(i.prompt, i.responses, i.label, i.kind) for i in its] == [
+        ("q1", ["a", "b"], 1, "pair"),
+        ("q2", ["c", "d"], 2, "pair"),
+    ]
     assert problems == [] and its[0].input_hash != its[1].input_hash
 
 
-@pytest.mark.parametrize("bad,needle", [
-    ({"input": "q", "output_1": "a", "label": 1}, "row 1: missing column 'output_2'"),
-    ({"input": "q", "output_1": "a", "output_2": "b", "label": 3}, "row 1: label must be 1/2 or A/B, found 3"),
-    ({"input": "q", "output_1": 5, "output_2": "b", "label": 1}, "row 1: column 'output_1' (response_a) must be a string, found int"),
-])
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        ({"input": "q", "output_1": "a", "label": 1}, "row 1: missing column 'output_2'"),
+        ({"input": "q", "output_1": "a", "output_2": "b", "label": 3}, "row 1: label must be 1/2 or A/B, found 3"),
+        (
+            {"input": "q", "output_1": 5, "output_2": "b", "label": 1},
+            "row 1: column 'output_1' (response_a) must be a string, found int",
+        ),
+    ],
+)
 def test_bad_rows_named(tmp_path, bad, needle):
     src = write(tmp_path, [LLMBAR[0], bad], "d.jsonl")
     with pytest.raises(DataError, match="--skip-bad-rows") as e:
         items(src, parse_map(["prompt=input", "response_a=output_1", "response_b=output_2", "label=label"]))
     assert needle in str(e.value)
-    its, problems = items(src, parse_map(["prompt=input", "response_a=output_1", "response_b=output_2", "label=label"]),
-                          skip_bad_rows=True)
+    its, problems = items(
+        src, parse_map(["prompt=input", "response_a=output_1", "response_b=output_2", "label=label"]), skip_bad_rows=True
+    )
     assert len(its) == 1 and len(problems) == 1 and needle in problems[0]
 
 

@@ -17,7 +17,7 @@ class ScriptedEngine:
     def __init__(self, reply, continuation_logprobs=None):
         self.reply = reply
         self.continuation_logprobs = continuation_logprobs
-        self.calls: list[tuple[int, int]] = []   # (requests, n) per generate call
+        self.calls: list[tuple[int, int]] = []  # (requests, n) per generate call
         self.prompts: list[str] = []
         self.score_calls = 0
 
@@ -33,8 +33,17 @@ class ScriptedEngine:
             self.prompts.append(text)
             for j in range(sampling.n):
                 t = self.reply(text, j, len(self.calls) - 1)
-                out.append(Generation(text=t, token_ids=[0] * max(1, len(t.split())), logprobs=[0.0],
-                                      finish_reason="stop", version=0, request_index=i, sample_index=j))
+                out.append(
+                    Generation(
+                        text=t,
+                        token_ids=[0] * max(1, len(t.split())),
+                        logprobs=[0.0],
+                        finish_reason="stop",
+                        version=0,
+                        request_index=i,
+                        sample_index=j,
+                    )
+                )
         return out
 
     def score_continuations(self, requests, continuations):

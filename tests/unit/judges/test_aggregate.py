@@ -13,7 +13,7 @@ def test_skip_failed_samples():
 def test_majority_on_margins():
     assert majority([1, 1, -1]) == 1
     assert majority([-1, -1, 1, None]) == -1
-    assert majority([1, -1]) == 0          # split vote is a tie
+    assert majority([1, -1]) == 0  # split vote is a tie
     assert majority([0, 0, 1]) == 0
     assert majority([None]) is None
 
@@ -38,13 +38,13 @@ CASES = [
     (1.0, -1.0, "verdict", "mask", None, False),
     (1.0, 0.0, "verdict", "tie", "tie", False),
     (1.0, 0.0, "verdict", "mask", None, False),
-    (1.0, None, "verdict", "mask", "1", None),     # one order failed: the other alone
+    (1.0, None, "verdict", "mask", "1", None),  # one order failed: the other alone
     (None, -1.0, "verdict", "tie", "2", None),
     (None, None, "verdict", "tie", None, None),
     (1.0, 1.0, "margin", "tie", "1", True),
     (1.0, -1.0, "margin", "tie", "tie", False),
     (1.0, 0.0, "margin", "tie", "1", False),
-    (2.5, -0.7, "margin", "mask", "1", False),     # log-odds: the stronger order wins
+    (2.5, -0.7, "margin", "mask", "1", False),  # log-odds: the stronger order wins
     (0.3, -1.2, "margin", "tie", "2", False),
     (None, None, "margin", "tie", None, None),
 ]

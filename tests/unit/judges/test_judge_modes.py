@@ -25,8 +25,9 @@ def pointwise_spec(tmp_path, **kw):
 
 
 def listwise_spec(tmp_path, **kw):
-    (tmp_path / "l.j2").write_text("{# expects: prompt, responses #}{{ prompt }}"
-                                   "{% for r in responses %}[{{ r }}]{% endfor %} \\boxed{}")
+    (tmp_path / "l.j2").write_text(
+        "{# expects: prompt, responses #}{{ prompt }}{% for r in responses %}[{{ r }}]{% endfor %} \\boxed{}"
+    )
     return JudgeSpec(name="lw", mode="listwise", model="m", template="l.j2", parser={"type": "boxed", "range": (0, 10)}, **kw)
 
 
@@ -61,26 +62,29 @@ def test_pointwise_score_groups_keeps_group_order_and_masks(tmp_path, monkeypatc
     def reply(p, j, c):
         m = re.search(r"A: r(\d)", p)
         return f"Score: {m.group(1)}" if m else "I cannot judge this"
+
     eng = ScriptedEngine(reply)
     judge = build_judge(pointwise_spec(tmp_path, on_failure={"retries": 0}), tmp_path, eng)
     out = judge.score_groups([group("a", ["r3", "r1"]), group("b", ["r9", "silence", "r0"]), group("c", ["r5"])])
-    assert eng.calls == [(6, 1)]                           # every response of every group: one batch
+    assert eng.calls == [(6, 1)]  # every response of every group: one batch
     assert [[r.score for r in g] for g in out] == [[3.0, 1.0], [9.0, None, 0.0], [5.0]]
     masked = out[1][1]
     assert masked is not None and masked.masked and masked.reward is None and masked.parse_failures == 1
     assert out[1][2].reward == 0.0 and out[0][0].reward == pytest.approx(0.3)
-    assert judge.score_groups([[], []]) == [[], []] and len(eng.calls) == 1   # nothing to judge: no call
+    assert judge.score_groups([[], []]) == [[], []] and len(eng.calls) == 1  # nothing to judge: no call
 
     def no_model(*a):
         raise AssertionError("an empty step loaded the judge model")
+
     monkeypatch.setattr("grm.judges.sampler.shared_engine", no_model)
     assert build_judge(pointwise_spec(tmp_path), tmp_path).score_groups([[]]) == [[]]
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_listwise_score_groups_maps_scores_back_to_responses(tmp_path, shuffle):
-    def reply(p, j, c):   # a perfect judge: the score is the number written in the response
+    def reply(p, j, c):  # a perfect judge: the score is the number written in the response
         return "\\boxed{" + ", ".join(re.findall(r"\[(\d+)\]", p)) + "}"
+
     eng = ScriptedEngine(reply)
     spec = listwise_spec(tmp_path, sampling={"n": 3}, position={"shuffle": shuffle})
     judge = build_judge(spec, tmp_path, eng)
@@ -90,8 +94,8 @@ def test_listwise_score_groups_maps_scores_back_to_responses(tmp_path, shuffle):
     assert [r.reward for r in out[2]] == pytest.approx([0.9, 0.1])
     assert all(r.scores == [2.0, 7.0, 4.0] for r in out[0])  # each copy still carries the whole list
     orders = {tuple(s.order) for s in out[0][0].samples}
-    assert (len(orders) > 1) == shuffle                      # shuffled views really saw other orders
-    assert eng.prompts[0].startswith("a[") and eng.prompts[-1].startswith("b[")   # prompt taken from the group
+    assert (len(orders) > 1) == shuffle  # shuffled views really saw other orders
+    assert eng.prompts[0].startswith("a[") and eng.prompts[-1].startswith("b[")  # prompt taken from the group
 
 
 def test_listwise_group_sample_and_failed_group(tmp_path):
@@ -100,7 +104,7 @@ def test_listwise_group_sample_and_failed_group(tmp_path):
     assert (s.prompt, s.responses, s.reference, s.id) == ("q", ["x", "y"], "42", "q:0/group")
     assert ungroup(None, 3) == [None, None, None]
     judge = build_judge(listwise_spec(tmp_path, on_failure={"retries": 0}), tmp_path, ScriptedEngine(lambda *a: "no list"))
-    (a, b), = judge.score_groups([g])
+    ((a, b),) = judge.score_groups([g])
     assert a is not None and b is not None
     assert a.masked and b.masked and a.score is None and a.reward is None
     with pytest.raises(JudgeError, match="at least 2"):
@@ -109,8 +113,9 @@ def test_listwise_group_sample_and_failed_group(tmp_path):
 
 def test_rule_score_groups_numeric_answer():
     judge = build_judge(JudgeSpec(name="math", mode="rule", rule={"type": "numeric-answer"}))
-    out = judge.score_groups([group("a", ["so it is 12", "The answer is 13", "no idea"], reference="12"),
-                              group("b", ["#### 7", "7"])])             # no reference: nothing verified
+    out = judge.score_groups(
+        [group("a", ["so it is 12", "The answer is 13", "no idea"], reference="12"), group("b", ["#### 7", "7"])]
+    )  # no reference: nothing verified
     assert [[r.score for r in g] for g in out] == [[1.0, 0.0, 0.0], [None, None]]
     assert out[1][0].masked and out[1][0].error == "no reference answer to compare with"
     assert out[0][1].samples[0].text == "answer 13 != reference 12"
@@ -132,8 +137,14 @@ def word(text):
 
 def test_a_word_where_a_score_belongs_is_a_failure(tmp_path):
     pointwise_spec(tmp_path)
-    spec = JudgeSpec(name="t", mode="pointwise", model="m", template="t.j2", on_failure={"retries": 0},
-                     parser={"type": "target", "target": "tests.unit.judges.test_judge_modes:word"})
+    spec = JudgeSpec(
+        name="t",
+        mode="pointwise",
+        model="m",
+        template="t.j2",
+        on_failure={"retries": 0},
+        parser={"type": "target", "target": "tests.unit.judges.test_judge_modes:word"},
+    )
     r = build_judge(spec, tmp_path, ScriptedEngine(lambda *a: "fine")).score(Sample(prompt="q", response="r"))
     assert r.masked and r.parse_failures == 1 and r.samples[0].error == "expected a score, found 'excellent'"
 

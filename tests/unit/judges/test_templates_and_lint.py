@@ -5,12 +5,15 @@ from grm.judges.lint import lint_file, literal_prefix
 from grm.judges.templates import lint_template, parse_template
 
 
-@pytest.mark.parametrize("evil", [
-    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
-    "{{ prompt.__class__ }}",
-    "{{ cycler.__init__.__globals__ }}",
-    "{% for c in ().__class__.__base__.__subclasses__() %}{{ c }}{% endfor %}",
-])
+@pytest.mark.parametrize(
+    "evil",
+    [
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ prompt.__class__ }}",
+        "{{ cycler.__init__.__globals__ }}",
+        "{% for c in ().__class__.__base__.__subclasses__() %}{{ c }}{% endfor %}",
+    ],
+)
 def test_sandbox_refuses_attribute_escapes(evil):
     t = parse_template("{# expects: prompt #}" + evil, "evil.j2")
     with pytest.raises(JudgeError, match="evil.j2: (template refused by the sandbox|.*undefined)"):
@@ -36,8 +39,10 @@ def test_lint_catches_misspelt_variable_and_header(tmp_path):
 def test_lint_catches_parser_that_cannot_match_template(tmp_path):
     (tmp_path / "t.j2").write_text("{# expects: prompt, response #}{{ prompt }} {{ response }}\nEnd with 'Rating: <n>'.")
     j = tmp_path / "j.yaml"
-    j.write_text("name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, pattern: 'Score:\\s*(\\d+)'}\n"
-                 "examples:\n  - {output: 'Rating: 7', expect: 7}\n")
+    j.write_text(
+        "name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, pattern: 'Score:\\s*(\\d+)'}\n"
+        "examples:\n  - {output: 'Rating: 7', expect: 7}\n"
+    )
     problems = lint_file(j)
     assert any("looks for 'Score:'" in p for p in problems), problems
     assert any("examples[0]: parser gives null" in p for p in problems), problems

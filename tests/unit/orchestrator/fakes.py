@@ -51,10 +51,21 @@ def fake_policy(rewards_text=lambda prompt, k: f"answer {k}"):
 
     def rollout(prompts, keys, n, seed):
         groups = []
-        for p, key in zip(prompts, keys):
-            rs = [Rollout(id=f"{key}/{k}", prompt=p, group=key, prompt_ids=[1, 2], token_ids=[3] * (k + 1),
-                          text=rewards_text(p, k), logprobs=[-0.5] * (k + 1), finish_reason="stop", version=0)
-                  for k in range(n)]
+        for p, key in zip(prompts, keys, strict=True):
+            rs = [
+                Rollout(
+                    id=f"{key}/{k}",
+                    prompt=p,
+                    group=key,
+                    prompt_ids=[1, 2],
+                    token_ids=[3] * (k + 1),
+                    text=rewards_text(p, k),
+                    logprobs=[-0.5] * (k + 1),
+                    finish_reason="stop",
+                    version=0,
+                )
+                for k in range(n)
+            ]
             groups.append(Group(key, rs))
         return Ref((groups, 0.25))
 

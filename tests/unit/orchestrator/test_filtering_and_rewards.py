@@ -11,10 +11,25 @@ from tests.unit.orchestrator.fakes import prompts
 
 def group(key: str, rewards: list[float | None]) -> Group:
     p = prompts(1)[0]
-    rs = [Rollout(id=f"{key}/{k}", prompt=p, group=key, prompt_ids=[1], token_ids=[2], text="x", logprobs=[0.0],
-                  finish_reason="stop", version=0) for k in range(len(rewards))]
-    g = Group(key, rs, judged={"j": [JudgeResult(judge="j", score=r, reward=r) if r is not None else JudgeResult(judge="j")
-                                     for r in rewards]})
+    rs = [
+        Rollout(
+            id=f"{key}/{k}",
+            prompt=p,
+            group=key,
+            prompt_ids=[1],
+            token_ids=[2],
+            text="x",
+            logprobs=[0.0],
+            finish_reason="stop",
+            version=0,
+        )
+        for k in range(len(rewards))
+    ]
+    g = Group(
+        key,
+        rs,
+        judged={"j": [JudgeResult(judge="j", score=r, reward=r) if r is not None else JudgeResult(judge="j") for r in rewards]},
+    )
     reward_groups([g], {"j": 1.0}, {"j": True})
     return g
 
@@ -34,13 +49,14 @@ def test_refill_fetches_until_enough_informative_groups():
         return [group(f"new{r}", [0.0, 1.0])]
 
     kept, stats = refill([flat, good], want=2, more=more)
-    assert rounds == [1] and [g.key for g in kept] == ["good", "new1"]   # order of arrival, the flat group dropped
+    assert rounds == [1] and [g.key for g in kept] == ["good", "new1"]  # order of arrival, the flat group dropped
     assert stats == {"groups_kept_informative": 2, "refill_rounds": 1}
     assert not same_groups(kept, [flat, good]) and same_groups(kept, list(kept))
 
 
 def test_refill_tops_up_with_flat_groups_after_the_last_round():
-    kept, stats = refill([group("a", [1.0, 1.0]), group("b", [0.0, 0.0])], want=2,
-                         more=lambda r: [group(f"n{r}", [float("nan"), 1.0])], rounds=2)
+    kept, stats = refill(
+        [group("a", [1.0, 1.0]), group("b", [0.0, 0.0])], want=2, more=lambda r: [group(f"n{r}", [float("nan"), 1.0])], rounds=2
+    )
     assert len(kept) == 2 and stats["refill_rounds"] == 2 and stats["groups_kept_informative"] == 0
     assert [g.key for g in kept] == ["a", "b"]

@@ -11,10 +11,16 @@ from tests.unit.orchestrator.fakes import FakeRay, LengthJudge, fake_actor_judge
 
 
 def config(**over) -> PipelineSpec:
-    data = {"name": "t", "pools": {"a": {"cpus": 1}}, "policy": {"spec": "builtin:smollm2-135m-instruct", "pool": "a"},
-            "judges": [{"spec": "builtin:numeric-answer"}], "data": {"prompts": "builtin:arith-prompts"},
-            "algorithm": {"type": "grpo", "group_size": 2, "prompts_per_step": 3},
-            "train": {"micro_batch_size": 2}, "schedule": {"mode": "sync"}}
+    data = {
+        "name": "t",
+        "pools": {"a": {"cpus": 1}},
+        "policy": {"spec": "builtin:smollm2-135m-instruct", "pool": "a"},
+        "judges": [{"spec": "builtin:numeric-answer"}],
+        "data": {"prompts": "builtin:arith-prompts"},
+        "algorithm": {"type": "grpo", "group_size": 2, "prompts_per_step": 3},
+        "train": {"micro_batch_size": 2},
+        "schedule": {"mode": "sync"},
+    }
     for k, v in over.items():
         data[k] = {**data.get(k, {}), **v}
     return PipelineSpec.model_validate(data)
@@ -39,7 +45,7 @@ def test_every_judge_scores_every_group_with_stable_ids():
         assert set(g.judged) == {"rule", "model"}
         # results follow rollout order: reward = len("answer k") / 10
         assert [x.reward for x in g.judged["model"]] == [0.8, 0.8]
-    assert local.calls == 1 and len(actor.score_groups.calls) == 1          # one call per chunk per judge
+    assert local.calls == 1 and len(actor.score_groups.calls) == 1  # one call per chunk per judge
     assert work.prepared is not None and sched.ray.get(work.prepared)[0][0] == "s0r0g0/0"
 
 
@@ -56,9 +62,9 @@ def test_async_queues_ahead_and_counts_untrained_prompts():
     sched, stream, _ = make(cfg, [JudgeHandle("rule", 1.0, True, local=LengthJudge())])
     work = sched.take(0)
     sched.collect(work)
-    assert [w.step for w in sched.queue] == [1]                  # step 1's rollout queued behind step 0's batch pass
+    assert [w.step for w in sched.queue] == [1]  # step 1's rollout queued behind step 0's batch pass
     assert stream.index == 6
-    assert sched.untrained_prompts() == 6                        # in flight (0) + queued (1)
+    assert sched.untrained_prompts() == 6  # in flight (0) + queued (1)
     sched.trained()
     assert sched.untrained_prompts() == 3
     assert stream.state_before(sched.untrained_prompts()) == {"epoch": 0, "index": 3}
@@ -71,7 +77,7 @@ def test_stop_request_interrupts_a_step_still_collecting():
     sched.stop_requested = True
     with pytest.raises(Interrupted):
         sched.collect(work)
-    assert sched.untrained_prompts() == 3                         # the step in flight is given back
+    assert sched.untrained_prompts() == 3  # the step in flight is given back
 
 
 def test_judge_timeout_is_reissued_once_then_masked():
