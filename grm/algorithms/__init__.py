@@ -5,33 +5,24 @@ from grm.algorithms.advantages import gae, grpo_advantages, reinforce_pp_advanta
 from grm.algorithms.algorithm import (
     ALGORITHMS,
     PPO,
-    RLOO,
+    SEQUENCE_ESTIMATORS,
     Advantages,
     Algorithm,
-    GroupRelative,
     PolicyLoss,
-    ReinforcePP,
+    SequenceLevel,
     build_algorithm,
     sequence_reward_on_last_token,
 )
-from grm.algorithms.losses import (
-    aggregate_loss,
-    entropy_from_logits,
-    kl_penalty,
-    masked_mean,
-    ppo_policy_loss,
-    value_loss,
-)
+from grm.algorithms.losses import aggregate_loss, entropy_from_logits, kl_penalty, masked_mean, ppo_policy_loss, value_loss
 
 __all__ = [
     "ALGORITHMS",
     "PPO",
-    "RLOO",
     "Advantages",
     "Algorithm",
-    "GroupRelative",
+    "SEQUENCE_ESTIMATORS",
     "PolicyLoss",
-    "ReinforcePP",
+    "SequenceLevel",
     "aggregate_loss",
     "build_algorithm",
     "entropy_from_logits",

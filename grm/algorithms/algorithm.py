@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import torch
@@ -128,8 +129,10 @@ class Algorithm(Protocol):
 
 @dataclass(frozen=True)
 class _Steps:
-    """Optimizer steps per batch: ``epochs`` passes of ``mini_batches`` steps each."""
+    """What every algorithm carries: its policy loss and ``epochs`` passes of ``mini_batches``
+    optimizer steps per batch."""
 
+    loss: PolicyLoss = PolicyLoss()
     epochs: int = 1
     mini_batches: int = 1
 
@@ -137,76 +140,39 @@ class _Steps:
     def steps_per_batch(self) -> int:
         return self.epochs * self.mini_batches
 
-
-def _needs_old(steps: _Steps, loss: PolicyLoss) -> bool:
-    return steps.steps_per_batch > 1 or (loss.kl_in_reward and loss.kl_coef > 0)
-
-
-def _kl_in_reward(rewards: Tensor, kl: Tensor | None, loss: PolicyLoss) -> Tensor:
-    """Sequence rewards minus the summed per-token KL, when the KL is folded into the reward."""
-    if kl is not None and loss.kl_in_reward and loss.kl_coef > 0:
-        return rewards - loss.kl_coef * kl.sum(-1)
-    return rewards
+    @property
+    def needs_old_logprobs(self) -> bool:
+        return self.steps_per_batch > 1 or (self.loss.kl_in_reward and self.loss.kl_coef > 0)
 
 
 def _kl_stat(kl: Tensor | None, mask: Tensor) -> dict[str, float]:
     return {"kl": float((kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean())} if kl is not None else {}
 
 
+SEQUENCE_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "grpo": partial(grpo_advantages, scale_by_std=True),
+    "dr_grpo": partial(grpo_advantages, scale_by_std=False),
+    "rloo": rloo_advantages,
+    "reinforce_pp": reinforce_pp_advantages,
+}
+"""One advantage per sequence from ``(rewards [B], group_ids [B])``: GRPO, Dr. GRPO (no division
+by the group std), RLOO (leave-one-out baseline), REINFORCE++ (group mean, then batch whitening)."""
+
+
 @dataclass(frozen=True)
-class GroupRelative(_Steps):
-    """GRPO (``scale_by_std``) and Dr. GRPO (no division by the group std)."""
+class SequenceLevel(_Steps):
+    """Critic-free algorithms: sequence rewards (minus the summed KL when it is in the reward) ->
+    one advantage per sequence by ``estimator`` (a key of ``SEQUENCE_ESTIMATORS``)."""
 
-    loss: PolicyLoss = PolicyLoss()
-    scale_by_std: bool = True
+    estimator: str = "grpo"
     needs_critic = False
-
-    @property
-    def needs_old_logprobs(self) -> bool:
-        return _needs_old(self, self.loss)
 
     def advantages(
         self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
     ) -> Advantages:
-        adv = grpo_advantages(_kl_in_reward(rewards, kl, self.loss), group_ids, scale_by_std=self.scale_by_std)
-        return Advantages(adv, stats={**_kl_stat(kl, mask), "zero_advantage_frac": float((adv == 0).float().mean())})
-
-    def critic_loss_fn(self) -> LossFn | None:
-        return None
-
-
-@dataclass(frozen=True)
-class RLOO(_Steps):
-    loss: PolicyLoss = PolicyLoss()
-    needs_critic = False
-
-    @property
-    def needs_old_logprobs(self) -> bool:
-        return _needs_old(self, self.loss)
-
-    def advantages(
-        self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
-    ) -> Advantages:
-        adv = rloo_advantages(_kl_in_reward(rewards, kl, self.loss), group_ids)
-        return Advantages(adv, stats={**_kl_stat(kl, mask), "zero_advantage_frac": float((adv == 0).float().mean())})
-
-    def critic_loss_fn(self) -> LossFn | None:
-        return None
-
-
-@dataclass(frozen=True)
-class ReinforcePP(_Steps):
-    loss: PolicyLoss = PolicyLoss()
-    needs_critic = False
-
-    @property
-    def needs_old_logprobs(self) -> bool:
-        return _needs_old(self, self.loss)
-
-    def advantages(
-        self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
-    ) -> Advantages:
-        adv = reinforce_pp_advantages(_kl_in_reward(rewards, kl, self.loss), group_ids)
+        if kl is not None and self.loss.kl_in_reward and self.loss.kl_coef > 0:
+            rewards = rewards - self.loss.kl_coef * kl.sum(-1)
+        adv = SEQUENCE_ESTIMATORS[self.estimator](rewards, group_ids)
         return Advantages(adv, stats={**_kl_stat(kl, mask), "zero_advantage_frac": float((adv == 0).float().mean())})
 
     def critic_loss_fn(self) -> LossFn | None:
@@ -218,15 +184,10 @@ class PPO(_Steps):
     """PPO: the sequence reward on its last response token (minus the per-token KL when it is in the
     reward), GAE against the critic's values, advantages whitened over valid tokens."""
 
-    loss: PolicyLoss = PolicyLoss()
     gamma: float = 1.0
     lam: float = 0.95
     value_clip: float | None = 0.2
     needs_critic = True
-
-    @property
-    def needs_old_logprobs(self) -> bool:
-        return _needs_old(self, self.loss)
 
     def advantages(
         self, rewards: Tensor, group_ids: Tensor, mask: Tensor, kl: Tensor | None, values: Tensor | None
@@ -261,10 +222,7 @@ def sequence_reward_on_last_token(rewards: Tensor, mask: Tensor) -> Tensor:
 
 
 ALGORITHMS: dict[str, Callable[..., Algorithm]] = {
-    "grpo": lambda **kw: GroupRelative(scale_by_std=True, **kw),
-    "dr_grpo": lambda **kw: GroupRelative(scale_by_std=False, **kw),
-    "rloo": RLOO,
-    "reinforce_pp": ReinforcePP,
+    **{name: partial(SequenceLevel, estimator=name) for name in SEQUENCE_ESTIMATORS},
     "ppo": PPO,
 }
 """``algorithm.type`` -> constructor (keyword settings: ``loss``, ``epochs``, ``mini_batches`` and

@@ -111,8 +111,7 @@ class TargetParser(Strict):
 
 
 ParserSpec = Annotated[
-    RegexParser | BoxedParser | JsonParser | VerdictParser | LogprobParser | TargetParser,
-    Field(discriminator="type"),
+    RegexParser | BoxedParser | JsonParser | VerdictParser | LogprobParser | TargetParser, Field(discriminator="type")
 ]
 
 

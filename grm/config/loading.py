@@ -78,8 +78,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
         k = loader.construct_object(k_node, deep=deep)
         if k in seen:
             raise yaml.MarkedYAMLError(
-                problem=f"duplicate key {k!r} (first defined on line {seen[k]})",
-                problem_mark=k_node.start_mark,
+                problem=f"duplicate key {k!r} (first defined on line {seen[k]})", problem_mark=k_node.start_mark
             )
         seen[k] = k_node.start_mark.line + 1
     return loader.construct_mapping(node, deep=deep)

@@ -9,13 +9,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from copy import copy
-from pathlib import Path
-from typing import Any
 
-from grm.config.judge import JudgeSpec
-from grm.engines.base import GenerationEngine
 from grm.judges import base
 from grm.judges.aggregate import LIST_AGGREGATORS, final_attempts, mean_lists
+from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import ParsedScore
 from grm.judges.sampler import CritiqueSampler, View
@@ -51,24 +48,13 @@ def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
     return out
 
 
-class ListwiseJudge:
+class ListwiseMode:
     """Judges ``Sample.responses`` (two or more) at once; ``scores``/``rewards`` in their order."""
 
-    def __init__(self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> None:
-        self.spec = spec
-        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
-        self.sampler = CritiqueSampler(spec, self.base_dir, engine)
-        self.spec_hash = self.sampler.spec_hash
+    def __init__(self, sampler: CritiqueSampler) -> None:
+        self.spec = sampler.spec
+        self.sampler = sampler
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def engine(self) -> GenerationEngine:
-        return self.sampler.engine
-
-    # ------------------------------------------------------------------ what the sampler asks of the mode
     def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
         k, n = len(sample.responses or []), self.spec.sampling.n
         if not self.spec.position.shuffle:
@@ -109,30 +95,8 @@ class ListwiseJudge:
         rewards = [base.rescale(self.spec, x) for x in scores] if scores else None
         return JudgeResult(judge=self.spec.name, scores=scores, rewards=rewards)
 
-    # ------------------------------------------------------------------ the Judge protocol
-    def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
-        return self.sampler.score_batch(samples, self)
-
-    def score(self, sample: Sample) -> JudgeResult:
-        return self.score_batch([sample])[0]
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+    def score_groups(self, judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
         """Each group judged as one list (one listwise sample per non-empty group, one batch)."""
         lists = [as_list(g) for g in groups if g]
-        results = iter(self.score_batch(lists) if lists else [])
+        results = iter(judge.score_batch(lists) if lists else [])
         return [ungroup(next(results), len(g)) if g else [] for g in groups]
-
-    def render(self, sample: Sample) -> list[dict[str, Any]]:
-        return self.sampler.render(sample, self)
-
-    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
-        return self.sampler.rescore(stored, n_responses, self)
-
-    def provenance(self) -> dict[str, Any]:
-        return self.sampler.provenance()
-
-    def normalize(self, x: float | None) -> float | None:
-        return base.normalize(self.spec, x)
-
-    def score_range(self) -> tuple[float, float] | None:
-        return base.score_range(self.spec)

@@ -7,13 +7,9 @@ parser: the log-odds of A over B); margins of the swapped order are mapped back 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-from grm.config.judge import JudgeSpec
-from grm.engines.base import GenerationEngine
-from grm.judges import base
 from grm.judges.aggregate import combine_swap, final_attempts, verdict_of, vote
+from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import ParsedScore, fail
 from grm.judges.sampler import CritiqueSampler, View
@@ -26,40 +22,27 @@ SCORES = {"1": 1.0, "2": 0.0, "tie": 0.5}
 """A pairwise result's ``score`` (and reward) for each verdict."""
 
 
-def as_margin(parsed: ParsedScore) -> ParsedScore:
-    v = parsed.value
-    if isinstance(v, str):
-        margin = MARGINS.get(v)
-        return ParsedScore(margin, None if margin is not None else f"unknown verdict {v!r}")
-    if isinstance(v, list):  # only a target parser can return a list
-        return fail(f"expected a verdict or a margin, found {v}")
-    return parsed
-
-
-class PairwiseJudge:
+class PairwiseMode:
     """Judges ``Sample.responses == [r1, r2]``; ``verdict`` '1', '2' or 'tie', ``margin`` for r1."""
 
-    def __init__(self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> None:
-        self.spec = spec
-        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
-        self.sampler = CritiqueSampler(spec, self.base_dir, engine)
-        self.spec_hash = self.sampler.spec_hash
+    def __init__(self, sampler: CritiqueSampler) -> None:
+        self.spec = sampler.spec
+        self.sampler = sampler
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def engine(self) -> GenerationEngine:
-        return self.sampler.engine
-
-    # ------------------------------------------------------------------ what the sampler asks of the mode
     def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
         n = self.spec.sampling.n
         return [([0, 1], n), ([1, 0], n)] if self.spec.position.swap else [([0, 1], n)]
 
     def parse(self, order: list[int], text: str) -> ParsedScore:
-        return as_margin(self.sampler.parser()(text))
+        """A verdict becomes the margin of the response shown first; a number already is one."""
+        parsed = self.sampler.parser()(text)
+        v = parsed.value
+        if isinstance(v, str):
+            margin = MARGINS.get(v)
+            return ParsedScore(margin, None if margin is not None else f"unknown verdict {v!r}")
+        if isinstance(v, list):  # only a target parser can return a list
+            return fail(f"expected a verdict or a margin, found {v}")
+        return parsed
 
     def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:
         return logprobs[0] - logprobs[1]  # log-odds of A over B
@@ -84,27 +67,5 @@ class PairwiseJudge:
         res.reward = res.score
         return res
 
-    # ------------------------------------------------------------------ the Judge protocol
-    def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
-        return self.sampler.score_batch(samples, self)
-
-    def score(self, sample: Sample) -> JudgeResult:
-        return self.score_batch([sample])[0]
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+    def score_groups(self, judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
         raise JudgeError("pairwise judges score pairs; inside a pipeline use a pointwise, listwise or rule judge")
-
-    def render(self, sample: Sample) -> list[dict[str, Any]]:
-        return self.sampler.render(sample, self)
-
-    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
-        return self.sampler.rescore(stored, n_responses, self)
-
-    def provenance(self) -> dict[str, Any]:
-        return self.sampler.provenance()
-
-    def normalize(self, x: float | None) -> float | None:
-        return base.normalize(self.spec, x)
-
-    def score_range(self) -> tuple[float, float] | None:
-        return base.score_range(self.spec)

@@ -1,13 +1,15 @@
-"""Building judges: the registry of judge classes by ``mode``, ``build_judge`` and ``load``.
+"""Building judges: the registry of judge constructors by ``mode``, ``build_judge`` and ``load``.
 
-Model judges (pointwise, pairwise, listwise) share one ``CritiqueSampler`` (``grm.judges.sampler``)
-and differ only in what they show the judge and how its critiques combine; rule judges run a
-verifier. Every class implements the ``Judge`` protocol (``grm.judges.base``).
+Model judges (pointwise, pairwise, listwise) are one ``ModelJudge`` (``grm.judges.model``) holding a
+``CritiqueSampler`` and the mode's ``JudgeMode``, which decides only what it shows the judge and how
+the critiques combine; rule judges run a verifier. Every judge implements the ``Judge`` protocol
+(``grm.judges.base``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from grm.config.judge import JudgeSpec
@@ -15,29 +17,30 @@ from grm.config.paths import resolve_judge
 from grm.engines.base import GenerationEngine
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
-from grm.judges.listwise import ListwiseJudge
-from grm.judges.pairwise import PairwiseJudge
-from grm.judges.pointwise import PointwiseJudge
+from grm.judges.listwise import ListwiseMode
+from grm.judges.model import ModelJudge
+from grm.judges.pairwise import PairwiseMode
+from grm.judges.pointwise import PointwiseMode
 from grm.judges.rule import RuleJudge
 
-JudgeClass = Callable[[JudgeSpec, "Path | str | None", "GenerationEngine | None"], Judge]
+JudgeConstructor = Callable[[JudgeSpec, "Path | str | None", "GenerationEngine | None"], Judge]
 
-JUDGES: dict[str, JudgeClass] = {
-    "pointwise": PointwiseJudge,
-    "pairwise": PairwiseJudge,
-    "listwise": ListwiseJudge,
+JUDGES: dict[str, JudgeConstructor] = {
+    "pointwise": partial(ModelJudge, mode=PointwiseMode),
+    "pairwise": partial(ModelJudge, mode=PairwiseMode),
+    "listwise": partial(ModelJudge, mode=ListwiseMode),
     "rule": RuleJudge,
 }
-"""The judge class for each ``mode:`` of a judge spec."""
+"""The judge constructor for each ``mode:`` of a judge spec: ``(spec, base_dir, engine) -> Judge``."""
 
 
 def build_judge(spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> Judge:
     """The judge for ``spec``; relative paths resolve against ``base_dir`` (default: the working
     directory). ``engine`` defaults to a shared hf engine for ``spec.model``, loaded on first use."""
-    cls = JUDGES.get(spec.mode)
-    if cls is None:
+    make = JUDGES.get(spec.mode)
+    if make is None:
         raise JudgeError(f"unknown judge mode '{spec.mode}'; known: {', '.join(JUDGES)}")
-    return cls(spec, base_dir, engine)
+    return make(spec, base_dir, engine)
 
 
 def load(

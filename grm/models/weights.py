@@ -23,6 +23,11 @@ def unique_tensors(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def tied_aliases(state: dict[str, Any]) -> set[str]:
+    """Names ``unique_tensors`` leaves out: the second name of each tied tensor."""
+    return set(state) - set(unique_tensors(state))
+
+
 def save_weights(state_dict: dict[str, Any], path: str | Path, version: int) -> float:
     """Write ``model.safetensors`` + ``VERSION`` atomically (tied tensors stored once); returns seconds."""
     from safetensors.torch import save_file

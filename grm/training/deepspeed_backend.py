@@ -15,15 +15,7 @@ from torch import Tensor
 
 from grm.base import atomic_dir, check_complete, free_port
 from grm.training.batch import TrainBatch
-from grm.training.core import (
-    Forward,
-    LossFn,
-    lr_lambda,
-    mean_metrics,
-    policy_forward,
-    rng_state,
-    set_rng_state,
-)
+from grm.training.core import Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state
 
 
 def init_distributed(port: int | None = None) -> None:

@@ -12,17 +12,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from grm.base import atomic_dir, check_complete
-from grm.models.weights import unique_tensors
+from grm.models.weights import tied_aliases, unique_tensors
 from grm.training.batch import TrainBatch
-from grm.training.core import (
-    Forward,
-    LossFn,
-    lr_lambda,
-    mean_metrics,
-    policy_forward,
-    rng_state,
-    set_rng_state,
-)
+from grm.training.core import Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state
 
 
 class TorchTrainer:
@@ -89,7 +81,15 @@ class TorchTrainer:
 
     def load(self, path: str | Path) -> None:
         path = check_complete(path)
-        self.module.load_state_dict(load_file(str(path / "model.safetensors")), strict=False)
+        saved = load_file(str(path / "model.safetensors"))
+        # strict but for the tied LM head, which ``save`` stores once under the embedding's name
+        missing = set(self.module.state_dict()) - set(saved) - tied_aliases(self.module.state_dict())
+        unexpected = set(saved) - set(self.module.state_dict())
+        if missing or unexpected:
+            raise ValueError(
+                f"{path}: checkpoint does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+            )
+        self.module.load_state_dict(saved, strict=False)
         state = torch.load(path / "trainer_state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

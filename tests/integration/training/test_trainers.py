@@ -104,6 +104,22 @@ def test_half_written_checkpoint_is_refused(tmp_path):
         _torch().load(tmp_path / "empty")
 
 
+def test_torch_checkpoint_load_is_strict_but_for_the_tied_head(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    t = _torch()
+    t.save(tmp_path / "ok")
+    saved = load_file(str(tmp_path / "ok" / "model.safetensors"))
+    assert "lm_head.weight" not in saved  # tied to the embedding, stored once
+    _torch().load(tmp_path / "ok")  # ...and loads
+    save_file({**saved, "extra.weight": saved["model.norm.weight"].clone()}, str(tmp_path / "ok" / "model.safetensors"))
+    with pytest.raises(ValueError, match="unexpected \\['extra.weight'\\]"):
+        _torch().load(tmp_path / "ok")
+    save_file({k: v for k, v in saved.items() if k != "model.norm.weight"}, str(tmp_path / "ok" / "model.safetensors"))
+    with pytest.raises(ValueError, match="missing \\['model.norm.weight'\\]"):
+        _torch().load(tmp_path / "ok")
+
+
 def test_two_ranks_gloo_match_one_rank(tmp_path):
     script = Path(__file__).with_name("two_ranks.py")
     root = Path(__file__).resolve().parents[3]

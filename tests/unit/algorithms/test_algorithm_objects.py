@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grm.algorithms import PPO, PolicyLoss, build_algorithm, sequence_reward_on_last_token, whiten
+from grm.algorithms import ALGORITHMS, PPO, PolicyLoss, build_algorithm, sequence_reward_on_last_token, whiten
 from grm.config.paths import BUILTIN_DATA_SETS
 from grm.data.builtin import SETS
 
@@ -13,13 +13,13 @@ nan = float("nan")
 
 
 def test_registry_builds_each_type():
-    kinds = {t: type(build_algorithm(t)).__name__ for t in ("grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo")}
+    kinds = {t: (type(a).__name__, getattr(a, "estimator", None)) for t in ALGORITHMS for a in [build_algorithm(t)]}
     assert kinds == {
-        "grpo": "GroupRelative",
-        "dr_grpo": "GroupRelative",
-        "rloo": "RLOO",
-        "reinforce_pp": "ReinforcePP",
-        "ppo": "PPO",
+        "grpo": ("SequenceLevel", "grpo"),
+        "dr_grpo": ("SequenceLevel", "dr_grpo"),
+        "rloo": ("SequenceLevel", "rloo"),
+        "reinforce_pp": ("SequenceLevel", "reinforce_pp"),
+        "ppo": ("PPO", None),
     }
     assert build_algorithm("ppo").needs_critic and not build_algorithm("grpo").needs_critic
     with pytest.raises(ValueError, match="unknown algorithm 'a2c'"):

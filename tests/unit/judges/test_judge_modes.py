@@ -1,5 +1,5 @@
-"""One class per judge mode behind one interface: the registry, and ``score_groups`` (what the
-training orchestrator calls for every mode) with a scripted engine."""
+"""Every judge mode behind one interface: the registry, and ``score_groups`` (what the training
+orchestrator calls for every mode) with a scripted engine."""
 
 import re
 import typing
@@ -10,12 +10,14 @@ from grm.config import JudgeSpec
 from grm.config.judge import LogprobParser, ParserSpec
 from grm.judges import JudgeError, Sample, build_judge
 from grm.judges.base import Judge
-from grm.judges.listwise import ListwiseJudge, as_list, ungroup
-from grm.judges.pairwise import PairwiseJudge
+from grm.judges.listwise import ListwiseMode, as_list, ungroup
+from grm.judges.model import JudgeMode, ModelJudge
+from grm.judges.pairwise import PairwiseMode
 from grm.judges.parsers import PARSERS, build_parser
-from grm.judges.pointwise import PointwiseJudge
+from grm.judges.pointwise import PointwiseMode
 from grm.judges.rule import RuleJudge
 from grm.judges.runtime import JUDGES
+from grm.judges.sampler import Mode
 from tests.unit.judges.fake_engine import ScriptedEngine
 
 
@@ -35,7 +37,7 @@ def group(prompt, responses, reference=None):
     return [Sample(prompt=prompt, response=r, reference=reference, id=f"{prompt}:{k}") for k, r in enumerate(responses)]
 
 
-def test_registry_picks_the_class_for_every_mode(tmp_path):
+def test_registry_builds_the_judge_for_every_mode(tmp_path):
     (tmp_path / "p.j2").write_text("{# expects: prompt, responses #}A: {{ responses[0] }} B: {{ responses[1] }}")
     specs = {
         "pointwise": pointwise_spec(tmp_path),
@@ -43,13 +45,19 @@ def test_registry_picks_the_class_for_every_mode(tmp_path):
         "listwise": listwise_spec(tmp_path),
         "rule": JudgeSpec(name="r", mode="rule", rule={"type": "numeric-answer"}),
     }
-    expected = {"pointwise": PointwiseJudge, "pairwise": PairwiseJudge, "listwise": ListwiseJudge, "rule": RuleJudge}
-    # every mode a spec may name has a class, and no class sits in the registry for a mode nobody can name
+    # a model judge is a ModelJudge around the mode's class; a rule judge is its own class
+    expected = {"pointwise": PointwiseMode, "pairwise": PairwiseMode, "listwise": ListwiseMode, "rule": RuleJudge}
+    # every mode a spec may name has a judge, and nothing sits in the registry for a mode nobody can name
     assert set(JUDGES) == set(typing.get_args(JudgeSpec.model_fields["mode"].annotation)) == set(expected)
     members = [m for m in vars(Judge) if not m.startswith("_")] + list(typing.get_type_hints(Judge))
+    mode_members = [m for p in (Mode, JudgeMode) for m in vars(p) if not m.startswith("_")]
     for mode, spec in specs.items():
         judge = build_judge(spec, tmp_path, ScriptedEngine(lambda *a: ""))
-        assert type(judge) is expected[mode]
+        if isinstance(judge, ModelJudge):
+            assert type(judge.mode) is expected[mode]
+            assert [m for m in mode_members if not hasattr(judge.mode, m)] == []
+        else:
+            assert type(judge) is expected[mode]
         assert judge.name == spec.name and judge.spec is spec and judge.base_dir == tmp_path
         missing = [m for m in members if not (hasattr(type(judge), m) or m in vars(judge))]
         assert missing == [], f"{type(judge).__name__} lacks {missing}"
