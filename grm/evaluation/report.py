@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from grm.base import atomic_write_text, json_safe
 from grm.evaluation import metrics as M
 from grm.judges.types import Verdict
 
@@ -244,17 +244,6 @@ def _plots(out: Path, results: list[dict[str, Any]], names: Sequence[str]) -> li
     return made
 
 
-def _no_nan(x: Any) -> Any:
-    """NaN is not JSON: undefined metrics (e.g. mean of no scores) are written as null."""
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _no_nan(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_no_nan(v) for v in x]
-    return x
-
-
 def write_outputs(
     out: Path,
     results: list[dict[str, Any]],
@@ -269,9 +258,8 @@ def write_outputs(
 
     m = compute(results, names)
     m.update(extra or {})
-    tmp = out / "metrics.json.tmp"
-    tmp.write_text(json.dumps(_no_nan(m), indent=2, default=str))
-    os.replace(tmp, out / "metrics.json")
+    # NaN is not JSON: undefined metrics (e.g. mean of no scores) are written as null
+    atomic_write_text(out / "metrics.json", json.dumps(json_safe(m), indent=2, default=str))
     rows = summary_rows(m)
     short = summary_rows(m, ci=False)
     plots = _plots(out, results, names)

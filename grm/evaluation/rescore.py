@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
+from grm.base import read_jsonl, rewrite_jsonl
 from grm.config import JudgeSpec, load_judge
 from grm.evaluation.report import write_outputs
-from grm.evaluation.runner import EvalError, both_orders, outcome, read_results
+from grm.evaluation.runner import EvalError, both_orders, outcome
 from grm.judges.base import Judge
 from grm.judges.runtime import build_judge
 
@@ -36,7 +35,7 @@ def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dic
                 f"--judge is {new_spec.mode} but '{target}' was {judges[target].spec.mode}; the raw outputs do not fit"
             )
         judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
-    lines = read_results(out / "results.jsonl")
+    lines = read_jsonl(out / "results.jsonl")
     if not lines:
         raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
     new_lines = []
@@ -51,11 +50,7 @@ def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dic
         if judge_ref:
             new["judge"] = line["judge"]
         new_lines.append(new)
-    tmp = out / "results.rescored.jsonl.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for ln in new_lines:
-            fh.write(json.dumps(ln, ensure_ascii=False, default=str) + "\n")
-    os.replace(tmp, out / "results.rescored.jsonl")
+    rewrite_jsonl(out / "results.rescored.jsonl", new_lines)
     names = list(dict.fromkeys(ln["judge"] for ln in new_lines))
     return write_outputs(
         out,

@@ -7,14 +7,13 @@ SIGKILL loses at most the batch in flight; a re-run with the same ``--out`` skip
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError
+from grm.base import GrmError, append_jsonl, atomic_write_text, read_jsonl
 from grm.config.judge import JudgeSpec
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.sources import load_rows
@@ -138,30 +137,6 @@ def _identity(rec: dict[str, Any]) -> dict[str, Any]:
     return {"data": rec["data"], "map": rec["map"], "judges": [(j["name"], j["spec_sha256"]) for j in rec["judges"]]}
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """Every complete line; a torn last line (killed mid-write) is cut off the file."""
-    if not path.exists():
-        return []
-    raw = path.read_bytes()
-    good_end = raw.rfind(b"\n") + 1
-    if good_end < len(raw):
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-    out = []
-    for line in raw[:good_end].splitlines():
-        if line.strip():
-            out.append(json.loads(line))
-    return out
-
-
-def _append(path: Path, lines: list[dict[str, Any]]) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def _chunks(items: list[EvalItem], size: int) -> Iterator[list[EvalItem]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -195,12 +170,10 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
                 f"{cfg.out} holds results of a different evaluation (judges/spec hashes, data or column map differ: "
                 f"recorded {_identity(previous)}, now {_identity(record)}); use another --out, or --force to mix them"
             )
-    tmp = rec_path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
-    os.replace(tmp, rec_path)
+    atomic_write_text(rec_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
 
     results_path = cfg.out / "results.jsonl"
-    existing = read_results(results_path)
+    existing = read_jsonl(results_path)
     done = {(r["judge"], r["item_id"]) for r in existing}
     todo = {j.name: [it for it in items if (j.name, it.id) not in done] for j in judges}
     total = sum(len(v) for v in todo.values())
@@ -233,11 +206,11 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
                 for it, ss in zip(chunk, per_item, strict=True):
                     lines.append(summarize(judge, it, res[k : k + len(ss)]))
                     k += len(ss)
-                _append(results_path, lines)
+                append_jsonl(results_path, lines)
                 n_done += len(chunk)
                 progress.update(task, advance=len(chunk), rate=f"{n_done / (time.perf_counter() - t0):.2f}")
     wall = time.perf_counter() - t_start
-    all_results = read_results(results_path)
+    all_results = read_jsonl(results_path)
     wanted = {it.id for it in items}
     all_results = [r for r in all_results if r["item_id"] in wanted and r["judge"] in {j.name for j in judges}]
     return write_outputs(

@@ -37,7 +37,6 @@ class Scheduler:
     def take(self, step: int) -> StepWork:
         """This step's work: submitted now, or earlier by ``fill_ahead``."""
         if self.next_submit <= step:
-            self.next_submit = step
             self.queue.append(self._submit(step))
             self.next_submit = step + 1
         self.in_flight = self.queue.popleft()
