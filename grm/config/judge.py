@@ -3,6 +3,7 @@ handling + failure policy; or a rule verifier."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,13 @@ class JudgeSampling(Strict):
 # ---------------------------------------------------------------- parsers
 
 Range = tuple[float, float]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 class RegexParser(Strict):
@@ -83,16 +91,31 @@ class VerdictParser(Strict):
 class LogprobParser(Strict):
     """G-Eval style: after the critique, force ``prefix`` and read the model's probability of each
     candidate; the score is the probability-weighted mean (pointwise) or the log-odds of A over B
-    (pairwise). Always yields a number when the engine can score continuations."""
+    (pairwise). A candidate whose log-prob the engine cannot read (not among a server's top
+    log-probs) fails the reading: masked and counted, never a guessed value."""
 
     type: Literal["logprob"] = "logprob"
     prefix: str = "\nScore: "
     """Text appended after the (possibly empty) critique before reading candidate probabilities."""
     candidates: list[str] | None = None
-    """Candidate continuations; default: the integers of ``range`` (pointwise) or ["A", "B"] (pairwise)."""
+    """Candidate continuations; default: the integers of ``range`` (pointwise) or ["A", "B"] (pairwise).
+    Pointwise candidates are the scores themselves (numbers); pairwise ones are exactly [A, B]."""
     range: Range | None = (1, 10)
     critique: bool = True
     """Sample a critique first (n samples); False reads the score right after the prompt."""
+
+    @field_validator("candidates")
+    @classmethod
+    def _distinct_candidates(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if len(v) < 2:
+            raise ValueError("candidates: at least two, or none for the default")
+        if any(not c for c in v):
+            raise ValueError("candidates: an empty string has no log-prob to read")
+        if len(set(v)) != len(v):
+            raise ValueError(f"candidates: duplicates in {v}")
+        return v
 
 
 class TargetParser(Strict):
@@ -287,4 +310,11 @@ class JudgeSpec(Strict):
             raise ValueError("position.shuffle is for listwise judges")
         if p == "logprob" and self.mode == "listwise":
             raise ValueError("the logprob parser scores one response (pointwise) or A vs B (pairwise)")
+        cands = getattr(self.parser, "candidates", None) if p == "logprob" else None
+        if cands is not None and self.mode == "pairwise" and len(cands) != 2:
+            raise ValueError(f"parser.candidates: a pairwise judge reads exactly two (A, B), not {cands}")
+        if cands is not None and self.mode == "pointwise":
+            not_numbers = [c for c in cands if not _is_number(c)]
+            if not_numbers:
+                raise ValueError(f"parser.candidates: pointwise candidates are the scores, so numbers; not {not_numbers}")
         return self

@@ -105,8 +105,10 @@ class GenerationEngine(Protocol):
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
-    ) -> list[list[float]]:
-        """Summed log-probability of each candidate continuation of each request's prompt."""
+    ) -> list[list[float | None]]:
+        """Summed log-probability of each candidate continuation of each request's prompt; None
+        where the engine cannot read it (not among a server's top log-probs, or a candidate that
+        tokenizes to nothing). Never a stand-in number: the judge masks such a reading."""
         ...
 
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None: ...

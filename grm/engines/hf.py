@@ -232,13 +232,14 @@ class HFEngine:
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
-    ) -> list[list[float]]:
+    ) -> list[list[float | None]]:
         """Each prompt is run once; single-token candidates are read off its last position, and
-        multi-token candidates are fed on top of the prompt's KV cache (a few tokens each)."""
+        multi-token candidates are fed on top of the prompt's KV cache (a few tokens each). A
+        candidate that tokenizes to nothing has no log-prob: None."""
         prompts = [self.encode(r) for r in requests]
         cont_ids = [[self.tokenize(c) for c in conts] for conts in continuations]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        out: dict[int, list[float]] = {}
+        out: dict[int, list[float | None]] = {}
         extra = max((len(c) for conts in cont_ids for c in conts), default=1)
         for chunk in self._chunks(order, [len(prompts[i]) + extra for i in order]):
             for i, sc in zip(chunk, self._score_chunk([prompts[i] for i in chunk], [cont_ids[i] for i in chunk]), strict=False):
@@ -249,7 +250,7 @@ class HFEngine:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     @torch.inference_mode()
-    def _score_chunk(self, prompts: list[list[int]], cont_ids: list[list[list[int]]]) -> list[list[float]]:
+    def _score_chunk(self, prompts: list[list[int]], cont_ids: list[list[list[int]]]) -> list[list[float | None]]:
         extra = max((len(c) for conts in cont_ids for c in conts), default=1)
         pc = self._prompt_cache
         if pc is not None:
@@ -257,7 +258,9 @@ class HFEngine:
         cache, last, attn = prefill(self.model, prompts, self.pad_id, extra=extra, cache=pc)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         first = torch.log_softmax(last, -1)
-        scores = [[float(first[i][c[0]]) if c else 0.0 for c in conts] for i, conts in enumerate(cont_ids)]
+        scores: list[list[float | None]] = [
+            [float(first[i][c[0]]) if c else None for c in conts] for i, conts in enumerate(cont_ids)
+        ]
         multi = [(i, k) for i, conts in enumerate(cont_ids) for k, c in enumerate(conts) if len(c) > 1]
         if not multi:
             return scores
@@ -278,7 +281,7 @@ class HFEngine:
         lp = torch.log_softmax(logits, -1)
         for r, (i, k) in enumerate(multi):
             c = cont_ids[i][k]
-            scores[i][k] += sum(float(lp[r, t, c[t + 1]]) for t in range(len(c) - 1))
+            scores[i][k] = float(first[i][c[0]]) + sum(float(lp[r, t, c[t + 1]]) for t in range(len(c) - 1))
         return scores
 
     # ----------------------------------------------------------------- weights

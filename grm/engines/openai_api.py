@@ -166,6 +166,8 @@ class OpenAIEngine:
         if text is None:
             text = (choice.get("message") or {}).get("content") or ""
         lps = _token_logprobs(choice.get("logprobs"))
+        if any(math.isnan(x) for x in lps):
+            raise EngineError(f"{self.base_url}: a generated token of request {i} came back without a log-prob")
         reason = "length" if choice.get("finish_reason") == "length" else "stop"
         usage = res.get("usage") or {}
         n_tok = len(lps) if lps else None
@@ -183,10 +185,11 @@ class OpenAIEngine:
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
-    ) -> list[list[float]]:
+    ) -> list[list[float | None]]:
         """From the top-``top_logprobs`` alternatives of one generated token: a candidate is the
         best-scoring listed token equal to it (exactly, else after stripping spaces). A candidate
-        that is not listed gets the lowest listed log-prob, an upper bound on its true value."""
+        that is not listed is None: its log-prob is unknown (below the lowest listed one), and a
+        judge masks the reading rather than guess a value for it."""
         sp = SamplingParams(n=1, temperature=0.0, max_new_tokens=1)
         jobs = [self._body(r, sp, 1, None, self.top_logprobs) for r in requests]
         results = list(self._pool.map(lambda job: self._post(*job), jobs))
@@ -198,12 +201,11 @@ class OpenAIEngine:
                     f"{self.base_url}: the server returned no top log-probs; it must support "
                     "logprobs for the logprob parser (llama.cpp: start it with logits_all)"
                 )
-            floor = min(top.values())
-            row = []
+            row: list[float | None] = []
             for c in conts:
                 exact = top.get(c)
                 loose = [v for t, v in top.items() if t.strip() == c.strip()]
-                row.append(exact if exact is not None else max(loose) if loose else floor)
+                row.append(exact if exact is not None else max(loose) if loose else None)
             out.append(row)
         return out
 
@@ -220,8 +222,16 @@ def _token_logprobs(lp: Any) -> list[float]:
     if not lp:
         return []
     if isinstance(lp, dict) and "content" in lp:  # chat format
-        return [float(t.get("logprob", 0.0)) for t in lp.get("content") or []]
-    return [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or []]
+        return [_number(t.get("logprob")) for t in lp.get("content") or []]
+    return [_number(x) for x in lp.get("token_logprobs") or []]
+
+
+def _number(x: Any) -> float:
+    """A log-prob from a server reply; NaN when missing, for the caller to refuse (never a 0.0)."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _first_top_logprobs(lp: Any) -> dict[str, float]:

@@ -222,17 +222,19 @@ class SGLangEngine:
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
-    ) -> list[list[float]]:
+    ) -> list[list[float | None]]:
+        """One prefill request per (prompt, candidate); a candidate that tokenizes to nothing is None."""
         jobs = []
-        for i, (r, conts) in enumerate(zip(requests, continuations, strict=False)):
+        for i, (r, conts) in enumerate(zip(requests, continuations, strict=True)):
             p = self.encode(r)
             for k, c in enumerate(conts):
                 ids = self.tokenize(c)
-                jobs.append((i, k, continuation_payload(p, ids), len(ids)))
+                if ids:
+                    jobs.append((i, k, continuation_payload(p, ids), len(ids)))
         k = len(self.urls)
         outs = list(self._http._pool.map(lambda jb: self._post(self.urls[jb[0] % k], "/generate", jb[2]), jobs))
-        scores = [[0.0] * len(c) for c in continuations]
-        for (i, kk, _, n), item in zip(jobs, outs, strict=False):
+        scores: list[list[float | None]] = [[None] * len(c) for c in continuations]
+        for (i, kk, _, n), item in zip(jobs, outs, strict=True):
             scores[i][kk] = parse_continuation(item[0] if isinstance(item, list) else item, n)
         return scores
 

@@ -95,7 +95,7 @@ def cmd_try(args: argparse.Namespace) -> int:
         for rec in r.samples:
             parsed = f"[red]failed: {rec.error}[/]" if rec.error else json.dumps(rec.parsed)
             if rec.candidate_logprobs:
-                parsed += f"\nlogprobs {json.dumps({k: round(v, 2) for k, v in rec.candidate_logprobs.items()})}"
+                parsed += f"\nlogprobs {json.dumps({k: None if v is None else round(v, 2) for k, v in rec.candidate_logprobs.items()})}"
             table.add_row(str(rec.view), str(rec.order), str(rec.index), str(rec.attempt), rec.text, parsed, str(rec.tokens))
         if r.principles:
             console.print(f"[bold]principles[/]\n{r.principles}")

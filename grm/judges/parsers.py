@@ -217,7 +217,13 @@ def logprob_candidates(
     prefix = spec.prefix
     if spec.candidates is not None:
         cands = list(spec.candidates)
-        values = [float(i) for i in range(len(cands))] if mode == "pairwise" else [_to_float(c) or 0.0 for c in cands]
+        if mode == "pairwise":
+            values = [float(i) for i in range(len(cands))]
+        else:
+            read = [_to_float(c) for c in cands]
+            values = [v for v in read if v is not None]
+            if len(values) != len(cands):  # the judge spec refuses these at load; a hand-built spec lands here
+                raise JudgeError(f"pointwise logprob candidates must be numbers (the scores), got {cands}")
     elif mode == "pairwise":
         cands, values = ["A", "B"], [1.0, -1.0]
     else:

@@ -11,6 +11,7 @@ and one log-prob pass for the logprob parser.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -94,6 +95,16 @@ def same_weights(a: EngineSpec, b: EngineSpec) -> bool:
     if isinstance(a, OpenAIEngineSpec) or isinstance(b, OpenAIEngineSpec):
         return a == b
     return a.type == b.type and a.dtype == b.dtype
+
+
+def read_candidates(mode: Mode, logprobs: dict[str, float | None], values: list[float]) -> tuple[Any, str | None]:
+    """(parsed value, error) from each candidate's log-prob. A candidate the engine could not read
+    (None: not among a server's top log-probs; or not finite) fails the reading: a guessed value
+    would turn "unknown" into a score, so the sample is masked and counted instead."""
+    unread = [c for c, lp in logprobs.items() if lp is None or not math.isfinite(lp)]
+    if unread:
+        return None, f"no log-prob for candidate(s) {unread} (not among the engine's top log-probs)"
+    return mode.from_logprobs([float(lp) for lp in logprobs.values() if lp is not None], values), None
 
 
 def _sent(view: View) -> GenerationRequest:
@@ -312,8 +323,7 @@ class CritiqueSampler:
         scored = self.engine.score_continuations(requests, [cands] * len(requests))
         for (_, r), lps in zip(slots, scored, strict=True):
             r.candidate_logprobs = dict(zip(cands, lps, strict=True))
-            r.parsed = mode.from_logprobs(lps, values)
-            r.error = None
+            r.parsed, r.error = read_candidates(mode, r.candidate_logprobs, values)
 
     def _meta_rate(self, samples: Sequence[Sample], views: list[View], tokens: list[int]) -> None:
         if self._meta is None:
@@ -359,12 +369,10 @@ class CritiqueSampler:
             if self.logprob is not None:
                 if not rec.candidate_logprobs:
                     raise JudgeError("stored result has no candidate log-probs; it was not produced by a logprob parser")
-                lps = list(rec.candidate_logprobs.values())
                 _, _, values = logprob_candidates(self.logprob, self.spec.mode)
-                if len(values) != len(lps):
+                if len(values) != len(rec.candidate_logprobs):
                     raise JudgeError("the logprob parser's candidates differ from the stored ones")
-                rec.parsed = mode.from_logprobs(lps, values)
-                rec.error = None
+                rec.parsed, rec.error = read_candidates(mode, rec.candidate_logprobs, values)
             else:
                 parsed = self._parse(mode, v.order, rec.text)
                 rec.parsed, rec.error = parsed.value, parsed.error

@@ -79,7 +79,7 @@ class SampleRecord:
     error: str | None
     tokens: int
     finish_reason: str = "stop"
-    candidate_logprobs: dict[str, float] | None = None
+    candidate_logprobs: dict[str, float | None] | None = None
     """(logprob parser) log-probability of each candidate after the score prefix."""
     meta_rating: float | None = None
     """(meta aggregation) the meta judge's rating of this critique."""

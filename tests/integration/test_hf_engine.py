@@ -106,6 +106,9 @@ def test_continuation_scoring_ranks_paris(smollm2_fp32):
     # multi-token candidates take the teacher-forced path and agree with its sum
     ((two,),) = smollm2_fp32.score_continuations([Req(text="The capital of France is")], [[" Paris, France"]])
     assert two < paris
+    # a candidate with no tokens has no log-prob (it used to read 0.0, i.e. probability 1)
+    ((empty, again),) = smollm2_fp32.score_continuations([Req(text="The capital of France is")], [["", " Paris"]])
+    assert empty is None and again == pytest.approx(paris, abs=1e-4)
 
 
 def test_update_weights_changes_outputs_and_version(smollm2_fp32):

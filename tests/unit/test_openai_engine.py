@@ -23,6 +23,7 @@ class Server:
 
     def __init__(self):
         self.script, self.bodies, self.headers = [], [], []
+        self.token_logprob = -0.1
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -40,10 +41,10 @@ class Server:
                     self.wfile.write(b'{"error": "injected"}')
                     return
                 choice = {"index": 0, "text": f"echo:{body['prompt'][-12:]}", "finish_reason": "stop"}
-                if body.get("logprobs"):
+                if body.get("logprobs") or outer.token_logprob is None:
                     choice["logprobs"] = {
                         "tokens": ["A"],
-                        "token_logprobs": [-0.1],
+                        "token_logprobs": [outer.token_logprob],
                         "top_logprobs": [{"A": -0.1, " B": -2.5, "C": -4.0}],
                     }
                 out = {"choices": [choice], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
@@ -119,8 +120,14 @@ def test_score_continuations_from_top_logprobs(server):
     (row,) = eng.score_continuations([Req(text="Verdict: [[")], [["A", "B", "Z"]])
     assert row[0] == pytest.approx(-0.1)  # exact token
     assert row[1] == pytest.approx(-2.5)  # " B" matched after stripping
-    assert row[2] == pytest.approx(-4.0)  # not listed: the lowest listed value, an upper bound
+    assert row[2] is None  # not listed: unknown, never a stand-in value (the judge masks it)
     assert server.bodies[-1]["logprobs"] == 20 and server.bodies[-1]["max_tokens"] == 1
+
+
+def test_generated_token_without_logprob_is_an_error_not_zero(server):
+    server.token_logprob = None  # used to become log-prob 0.0 (probability 1)
+    with pytest.raises(EngineError, match="without a log-prob"):
+        _engine(server).generate([Req(text="x")], SamplingParams(max_new_tokens=1))
 
 
 def test_chat_endpoint_refuses_prefill(server):

@@ -204,3 +204,53 @@ def test_rule_verifiers():
     assert check(RuleSpec(type="exact-match"), " Paris. ", "paris")[0] == 1.0
     assert check(RuleSpec(type="regex-format", pattern=r"(?m)^Answer: \S+"), "x\nAnswer: 4", None)[0] == 1.0
     assert check(RuleSpec(type="length", target_tokens=4), "a b c d e f", None)[0] == pytest.approx(0.5)
+
+
+def _pointwise_logprob(tmp_path, **parser):
+    (tmp_path / "s.j2").write_text("{# expects: prompt, response #}{{ prompt }} {{ response }}")
+    return JudgeSpec(
+        name="pl",
+        model="m",
+        template="s.j2",
+        parser={"type": "logprob", "range": [1, 3], "critique": False, **parser},
+        on_failure={"retries": 0},
+    )
+
+
+def test_unreadable_candidate_masks_and_counts_never_a_default(tmp_path):
+    """#18 defect 5: a candidate missing from a server's top log-probs used to get the lowest listed
+    log-prob, and no candidate listed at all gave the midpoint of the range (reward 0.5, unmasked)."""
+    spec = _pointwise_logprob(tmp_path)
+    for unread in ([None, None, None], [-0.1, None, -3.0], [-0.1, float("nan"), -3.0]):
+        eng = ScriptedEngine(lambda *a: "", continuation_logprobs=lambda text, cands, u=unread: list(u))
+        r = build_judge(spec, tmp_path, eng).score(Sample(prompt="q", response="x"))
+        assert r.score is None and r.masked and r.parse_failures == 1, unread
+        assert "no log-prob for candidate" in r.samples[0].error
+    eng = ScriptedEngine(lambda *a: "", continuation_logprobs=lambda text, cands: [math.log(0.5), math.log(0.5), None][:3])
+    stored = build_judge(spec, tmp_path, eng).score(Sample(prompt="q", response="x")).to_dict()
+    again = build_judge(spec, tmp_path, eng).rescore(stored, 0)  # rescoring reads the stored None the same way
+    assert again.score is None and again.parse_failures == 1
+    ok = ScriptedEngine(lambda *a: "", continuation_logprobs=lambda text, cands: [math.log(0.5), math.log(0.5), -50.0])
+    assert build_judge(spec, tmp_path, ok).score(Sample(prompt="q", response="x")).score == pytest.approx(1.5, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "mode,candidates,message",
+    [
+        ("pointwise", ["1", "good", "3"], "pointwise candidates are the scores"),
+        ("pointwise", ["1", "", "3"], "empty string"),
+        ("pointwise", ["1", "1"], "duplicates"),
+        ("pairwise", ["A", "B", "C"], "exactly two"),
+    ],
+)
+def test_logprob_candidates_are_checked_at_load(mode, candidates, message):
+    """A non-numeric pointwise candidate used to be valued 0.0; an empty one read log-prob 0 on hf."""
+    with pytest.raises(ValueError, match=message):
+        JudgeSpec(
+            name="c",
+            mode=mode,
+            model="m",
+            template="t.j2",
+            parser={"type": "logprob", "candidates": candidates},
+            **({"position": {"swap": True}} if mode == "pairwise" else {}),
+        )
