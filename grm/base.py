@@ -98,14 +98,19 @@ def atomic_dir(path: str | Path, *, is_writer: bool = True) -> Iterator[Path]:
     if is_writer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    yield tmp
-    if not is_writer:
-        return
-    (tmp / "COMPLETE").write_text("ok\n")
-    for p in tmp.rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as fh:
-                os.fsync(fh.fileno())
+    try:
+        yield tmp
+        if not is_writer:
+            return
+        (tmp / "COMPLETE").write_text("ok\n")
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                with open(p, "rb") as fh:
+                    os.fsync(fh.fileno())
+    except BaseException:
+        if is_writer:  # a failed write (disk full, a crash in the block) leaves no half directory behind
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     old = path.with_name(f".{path.name}.old")
     if path.exists():
         shutil.rmtree(old, ignore_errors=True)

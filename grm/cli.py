@@ -73,6 +73,11 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from grm.config.resolve import load_pipeline
+
+    # A broken pipeline fails here in a blink: the driver imports torch and Ray (seconds) and
+    # validates the same way again (milliseconds).
+    load_pipeline(args.pipeline, args.overrides)
     from grm.orchestrator.driver import run_pipeline
 
     try:

@@ -11,9 +11,11 @@ from grm.config.paths import resolve_path
 
 
 class Strict(BaseModel):
-    """Base of every config model: unknown keys are errors, docstrings describe fields."""
+    """Base of every config model: unknown keys are errors, docstrings describe fields, and a float
+    is a finite number (``.nan`` or ``.inf`` in a YAML is refused: a NaN tolerance or weight would
+    quietly turn every score into the same number)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True, allow_inf_nan=False)
 
 
 def check_file(value: str | None, info: ValidationInfo, kind: str) -> str | None:

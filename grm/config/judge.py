@@ -7,7 +7,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from grm.config.base import Strict, check_file
 from grm.config.policy import EngineSpec, HFEngineSpec
@@ -26,13 +26,21 @@ class JudgeSampling(Strict):
     """Tokens per critique at most."""
     stop: list[str] = []
     """Stop strings; the critique is cut before the first one."""
-    seed: int = 0
-    """Base seed; sample j of an item uses (seed, j), so results do not depend on batching."""
+    seed: int = Field(0, ge=0, lt=2**31)
+    """Base seed; sample j of an item uses (seed, j), so results do not depend on batching. Below
+    2**31: servers (llama.cpp) read seeds as 32-bit integers, and retries add offsets to it."""
 
 
 # ---------------------------------------------------------------- parsers
 
-Range = tuple[float, float]
+
+def _ordered(r: tuple[float, float]) -> tuple[float, float]:
+    if not r[0] < r[1]:  # [10, 1] would fail every parse; [3, 3] has no width to normalise over
+        raise ValueError(f"range [{r[0]:g}, {r[1]:g}]: the low end must be below the high end")
+    return r
+
+
+Range = Annotated[tuple[float, float], AfterValidator(_ordered)]
 
 
 def _is_number(text: str) -> bool:
@@ -62,6 +70,13 @@ class RegexParser(Strict):
         except re.error as e:
             raise ValueError(f"not a valid regular expression: {e}") from None
         return v
+
+    @model_validator(mode="after")
+    def _has_group(self) -> RegexParser:
+        groups = re.compile(self.pattern).groups
+        if not 0 <= self.group <= groups:
+            raise ValueError(f"group {self.group}: the pattern has {groups} group(s)")
+        return self
 
 
 class BoxedParser(Strict):
@@ -185,6 +200,67 @@ class FailureSpec(Strict):
     """Lowest temperature a retry samples at: a greedy judge's retry would repeat its failure."""
 
 
+class JudgeLimits(Strict):
+    """How long one call of this judge may take and how many may be in flight at once.
+
+    A call is what ``grm run`` sends a judge at a time (the groups of one rollout chunk) or one
+    ``grm eval`` batch. Its deadline, unless ``deadline_s`` fixes it, grows linearly with the samples
+    it judges (each response; each group for a listwise judge; each pair for a pairwise one):
+    ``overhead_s + samples x (prompts x seconds_per_prompt + tokens x seconds_per_token)``, where
+    ``prompts`` is the judge prompts one sample needs (2 for a swapped pairwise judge, +1 for a
+    principles stage) and ``tokens`` the most it may generate (views x n x (1 + retries) x
+    max_new_tokens, plus the principles stage; a logprob parser never retries, and with
+    ``critique: false`` generates no critique; a meta judge's passes are not counted). Linear is an
+    upper bound: batched engines are faster per sample in bigger calls. ``grm.judges.limits``
+    computes it.
+
+    Defaults are a deadline for a hang, not for a slow judge: on the 2-core reference CPU (fp32,
+    batched) Qwen2.5-Coder-1.5B took about 0.15 s per critique token per sample and 6-7 s per judge
+    prompt read (pairwise-rules-cot-logprob 41.2 s/pair vs pairwise-logprob 12.6 s/pair, README), and
+    SmolLM2-135M 0.03 s/token; the defaults leave 3x over the 1.5B model. On GPUs lower them
+    (e.g. ``seconds_per_token: 0.02``) or set ``deadline_s``.
+    """
+
+    deadline_s: float | None = Field(None, gt=0)
+    """Seconds one call may take, whatever its size; None derives it from the call's size (above).
+    Wins over the pipeline's ``faults.judge_timeout_s``, which wins over the derived deadline."""
+    overhead_s: float = Field(60.0, ge=0)
+    """Seconds every derived deadline starts from (scheduling, a restarted actor, a reference pass
+    queued on the judge's pool)."""
+    seconds_per_prompt: float = Field(20.0, ge=0)
+    """Seconds allowed per judge prompt read (prefill of the rendered prompt, score readings)."""
+    seconds_per_token: float = Field(0.5, ge=0)
+    """Seconds allowed per token the judge may generate for a sample (see above)."""
+    max_concurrent_calls: int = Field(1, ge=1)
+    """Calls of this judge in flight at once in ``grm run``; more wait, in order, and their deadline
+    starts when they are issued. A judge actor runs one call at a time, so with more than 1 the
+    extra calls queue inside the actor with their deadline already running."""
+
+
+class GuardSpec(Strict):
+    """Judge input guard: what a judged response (pointwise ``response``, pairwise and listwise
+    ``responses``) may do to the judge's prompt. ``grm.judges.guard`` applies it.
+
+    Length, always on: a response that would overflow the judge model's context window is cut to
+    its head and tail around a visible ``[... N tokens truncated ...]`` marker, and counted in
+    ``JudgeResult.truncated``. Fencing, opt-in (``fence``): responses are shown as data.
+    """
+
+    max_response_tokens: int | None = Field(None, ge=1)
+    """Most judge tokens a response keeps (per response). None: whatever fits, which the engine
+    tells: the model's context window (``max_position_embeddings``) less the rendered prompt without
+    the responses, ``sampling.max_new_tokens`` and a small reserve, shared among the responses
+    shown (a short one keeps all of its length, long ones split the rest)."""
+    max_response_chars: int = Field(32_000, ge=1)
+    """Characters a response keeps when the engine cannot count tokens (no local tokenizer, e.g. a
+    server's chat endpoint) or knows no context window and ``max_response_tokens`` is unset."""
+    fence: bool = False
+    """Wrap every judged response in tags carrying a per-item nonce (tag-like text inside the response
+    is escaped, so it cannot close them) and tell the judge, before its instructions, that text
+    inside the tags is data to judge and instructions in it must be ignored. Works with every
+    template; off renders the prompt exactly as the template alone."""
+
+
 class NormalizeSpec(Strict):
     """Map raw scores from [low, high] onto [0, 1] for rewards (clipped)."""
 
@@ -262,6 +338,8 @@ class JudgeSpec(Strict):
     """Text the judge's reply starts with (e.g. 'Critique:'); generation continues it."""
     chat: bool = True
     """Render through the model's chat template; False sends the rendered text raw."""
+    guard: GuardSpec = GuardSpec()
+    """How judged responses enter the prompt: cut to fit the context, optionally fenced as data."""
     principles: PrinciplesSpec | None = None
     """Optional SPCT principles stage, fed to the template as ``principles``."""
     sampling: JudgeSampling = JudgeSampling()
@@ -269,6 +347,8 @@ class JudgeSpec(Strict):
     aggregate: AggregateSpec = AggregateSpec()
     position: PositionSpec = PositionSpec()
     on_failure: FailureSpec = FailureSpec()
+    limits: JudgeLimits = JudgeLimits()
+    """Per-call deadline and concurrency cap (operational: not part of the spec hash)."""
     normalize: NormalizeSpec | None = None
     """Reward range mapping; default from the parser's range (pairwise: already in [0, 1])."""
     reference: bool = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,29 +54,67 @@ class Located:
         return f"{self.path}:{self.line_of(key)}"
 
 
-def _walk(node: yaml.Node, key: Key, lines: dict[Key, int]) -> None:
-    lines.setdefault(key, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for k_node, v_node in node.value:
-            k = k_node.value
-            if isinstance(k_node, yaml.ScalarNode) and k_node.tag.endswith(":int"):
-                k = int(k)
-            lines[key + (k,)] = k_node.start_mark.line + 1
-            _walk(v_node, key + (k,), lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines[key + (i,)] = item.start_mark.line + 1
-            _walk(item, key + (i,), lines)
+MAX_NODES = 50_000
+"""Values a config may hold once its aliases are expanded. Shipped configs hold a few hundred;
+aliases of aliases can expand into billions ("billion laughs") and would hang the loader."""
+
+
+def _line_map(root: yaml.Node, path: Path, loader: yaml.SafeLoader) -> dict[Key, int]:
+    """The line (1-based) of every key path; iterative, and bounded by ``MAX_NODES``."""
+    lines: dict[Key, int] = {}
+    stack: list[tuple[yaml.Node, Key]] = [(root, ())]
+    while stack:
+        node, key = stack.pop()
+        lines.setdefault(key, node.start_mark.line + 1)
+        if len(lines) > MAX_NODES:
+            raise ConfigError(f"{path}:{node.start_mark.line + 1}: more than {MAX_NODES} values (aliases of aliases?)")
+        if isinstance(node, yaml.MappingNode):
+            for k_node, v_node in node.value:
+                k = _key_of(k_node, loader)
+                lines[key + (k,)] = k_node.start_mark.line + 1
+                stack.append((v_node, key + (k,)))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines[key + (i,)] = item.start_mark.line + 1
+                stack.append((item, key + (i,)))
+    return lines
+
+
+def _key_of(k_node: yaml.Node, loader: yaml.SafeLoader) -> Any:
+    """A mapping key as the constructed data holds it (``0x1F: 1`` holds the int 31), so an error
+    about the key finds its line."""
+    if not isinstance(k_node, yaml.ScalarNode):
+        return None  # a list or mapping as a key: construction refused it already
+    try:
+        return loader.construct_object(k_node)
+    except yaml.YAMLError:  # pragma: no cover - the same node was constructed once already
+        return k_node.value
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (yaml.YAMLError, RecursionError):
+            raise
+        except Exception as e:  # `!!int x`, `!!bool maybe`, `2001-13-45`: PyYAML's constructors raise these unmarked
+            what = f"{node.value!r} " if isinstance(node, yaml.ScalarNode) else ""
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read {what}as {kind} ({e})", node.start_mark) from None
+
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for k_node, _ in node.value:
+        if k_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *defaults`: construct_mapping merges it; explicit keys may override it
         k = loader.construct_object(k_node, deep=deep)
+        try:
+            hash(k)
+        except TypeError:
+            continue  # a list or mapping as a key: construct_mapping refuses it with its line
         if k in seen:
             raise yaml.MarkedYAMLError(
                 problem=f"duplicate key {k!r} (first defined on line {seen[k]})", problem_mark=k_node.start_mark
@@ -105,10 +144,15 @@ def parse_yaml_text(text: str, path: Path) -> Located:
             if "\t" in indent:
                 raise ConfigError(f"{path}:{i}: tab character in indentation; YAML needs spaces")
     try:
-        node = yaml.compose(text, Loader=_UniqueKeyLoader)
+        loader = _UniqueKeyLoader(text)  # checks every character first
+    except yaml.reader.ReaderError as e:
+        line = text[: e.position].count("\n") + 1
+        raise ConfigError(f"{path}:{line}: invalid YAML: control character U+{e.character:04X} is not allowed") from None
+    try:  # one parse: the node tree gives the lines, then the data is constructed from it
+        node = loader.get_single_node()
         if node is None:
             raise ConfigError(f"{path}:1: file is empty; expected a YAML mapping (key: value lines)")
-        data = _UniqueKeyLoader(text).get_single_data()
+        data = loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 1
@@ -117,9 +161,11 @@ def parse_yaml_text(text: str, path: Path) -> Located:
         raise ConfigError(f"{path}:{line}: invalid YAML: {what}{ctx}") from None
     except yaml.YAMLError as e:  # pragma: no cover - unmarked errors are rare
         raise ConfigError(f"{path}:1: invalid YAML: {e}") from None
-    lines: dict[Key, int] = {}
-    _walk(node, (), lines)
-    return Located(data=data, path=path, lines=lines)
+    except RecursionError:  # PyYAML composes and constructs nested collections recursively
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+    return Located(data=data, path=path, lines=_line_map(node, path, loader))
 
 
 def load_yaml(path: str | os.PathLike[str]) -> Located:
@@ -258,10 +304,16 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not p for p in key.split(".")):
         raise ConfigError(f"override '{text}': empty key; expected key.path=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""  # a SafeLoader
+    except (yaml.YAMLError, RecursionError):
         value = raw
     return key.split("."), value
+
+
+def _index(part: str) -> int | None:
+    """``part`` as a list index (``0``, ``-1``), else None. ASCII digits only: ``str.isdigit``
+    also holds for '²', which ``int`` refuses."""
+    return int(part) if re.fullmatch(r"-?[0-9]+", part) else None
 
 
 def apply_overrides(located: Located, overrides: Iterable[str], model: type[BaseModel]) -> Located:
@@ -274,8 +326,9 @@ def apply_overrides(located: Located, overrides: Iterable[str], model: type[Base
         cur = located.data
         fields_model: Any = model
         free_key = False  # the next key indexes a list or a dict field: any key is allowed
+        path: list[Any] = []  # the keys as the data holds them (list indexes as ints, counted from 0)
         for i, part in enumerate(parts):
-            key: Any = int(part) if isinstance(cur, list) and part.lstrip("-").isdigit() else part
+            key: Any = _index(part) if isinstance(cur, list) and _index(part) is not None else part
             last = i == len(parts) - 1
             is_model = isinstance(fields_model, type) and issubclass(fields_model, BaseModel)
             if is_model and not free_key:
@@ -292,6 +345,7 @@ def apply_overrides(located: Located, overrides: Iterable[str], model: type[Base
             if isinstance(cur, list):
                 if not isinstance(key, int) or not -len(cur) <= key < len(cur):
                     raise ConfigError(f"override '{text}': '{'.'.join(parts[:i])}' has no item {part}")
+                path.append(key % len(cur))
                 if last:
                     cur[key] = value
                 else:
@@ -299,11 +353,13 @@ def apply_overrides(located: Located, overrides: Iterable[str], model: type[Base
                 continue
             if not isinstance(cur, dict):
                 raise ConfigError(f"override '{text}': '{'.'.join(parts[:i])}' is not a mapping")
+            path.append(key)
             if last:
                 cur[key] = value
             else:
                 if not isinstance(cur.get(key), (dict, list)):
-                    cur[key] = {}
+                    cur[key] = {}  # the file's value here is gone: errors about it are the override's
+                    located.overrides[tuple(path)] = text
                 cur = cur[key]
-        located.overrides[tuple(int(p) if p.isdigit() else p for p in parts)] = text
+        located.overrides[tuple(path)] = text
     return located

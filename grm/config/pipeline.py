@@ -214,8 +214,11 @@ class ScheduleSpec(Strict):
 
 
 class FaultSpec(Strict):
-    judge_timeout_s: float = Field(600.0, gt=0)
-    """Seconds a judge call may take; past it the call is retried once, then its items are masked."""
+    judge_timeout_s: float | None = Field(None, gt=0)
+    """Seconds every judge call may take, for judges whose spec sets no ``limits.deadline_s``;
+    None (default): each judge's deadline derived from its spec and the call's size (``limits`` in
+    the judge spec). A call past its deadline is re-issued once, then its items are masked. Before
+    judge limits existed this was 600 s for every judge; a pipeline that sets it keeps that behaviour."""
     judge_restarts: int = Field(3, ge=0)
     """Times Ray restarts a dead judge actor (its in-flight calls are re-issued)."""
     max_masked_fraction: float = Field(0.5, ge=0, le=1)
@@ -233,7 +236,8 @@ class PipelineSpec(Strict):
     """A full RLAIF run: ``grm run PIPELINE.yaml``."""
 
     name: str
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
+    """Seed of the run (torch in every actor, prompt shuffling); torch takes at most 64 bits."""
     pools: dict[str, PoolSpec]
     policy: PolicyRole
     reference: RoleSpec | None = None

@@ -86,6 +86,11 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
                 f"{where}: judge '{judge.name}' is pairwise; pipelines score each response, "
                 "use a pointwise, listwise or rule judge"
             )
+        if judge.mode == "listwise" and spec.algorithm.group_size < 2:
+            raise ConfigError(
+                f"{where}: judge '{judge.name}' is listwise: it scores a prompt's responses side by side "
+                f"and needs algorithm.group_size >= 2 (it is {spec.algorithm.group_size})"
+            )
         judges.append(LoadedJudge(role, judge, jpath))
     names = [j.name for j in judges]
     if len(set(names)) != len(names):

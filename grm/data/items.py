@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +49,11 @@ def default_map(source: str, columns: set[str]) -> dict[str, str]:
     if {"input", "output_1", "output_2"} <= columns:
         return dict(LLMBAR_MAP)
     return {f: f for f in FIELDS if f in columns}
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _label(v: Any) -> int | None:
@@ -116,7 +122,7 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
             raw = col("label")
             label = _label(raw)
             if label is None:
-                raise DataError(f"{where}: label must be 1/2 or A/B, found {raw!r}")
+                raise DataError(f"{where}: label must be 1/2 or A/B, found {_short(raw)}")
         kind: Literal["pair", "scored", "unlabelled"] = "pair"
     else:
         responses = [text("response")]  # type: ignore[list-item]
@@ -125,8 +131,10 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
         if score is not None:
             try:
                 score = float(score)
-            except (TypeError, ValueError):
-                raise DataError(f"{where}: human_score must be a number, found {score!r}") from None
+            except (TypeError, ValueError, OverflowError):
+                score = None
+            if score is None or not math.isfinite(score):  # a NaN would poison every correlation
+                raise DataError(f"{where}: human_score must be a finite number, found {_short(col('human_score'))}")
         kind = "scored" if score is not None else "unlabelled"
     h = hashlib.sha256(json.dumps([prompt, responses, reference], ensure_ascii=False).encode()).hexdigest()[:16]
     return EvalItem(

@@ -30,6 +30,7 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"items": len(lines)}
     samples = sum(r["samples_total"] for r in lines)
     out["parse_failure_rate"] = sum(r["parse_failures"] for r in lines) / samples if samples else 0.0
+    out["truncated"] = sum(r.get("truncated", 0) for r in lines)  # responses cut to fit the judge (absent before)
     out["masked_rate"] = M.rate(lines, lambda r: r["masked"])
     out["tokens"] = sum(r["tokens"] for r in lines)
     secs = sum(r["seconds"] for r in lines)
@@ -181,6 +182,7 @@ def summary_rows(m: dict[str, Any], *, ci: bool = True) -> list[dict[str, str]]:
                 "spearman": _fmt(h.get("spearman", "")),
                 "fail": _fmt(jm["parse_failure_rate"]),
                 "masked": _fmt(jm["masked_rate"]),
+                "cut": str(jm["truncated"]) if jm.get("truncated") else "",
                 "j/s": _fmt(jm["judgments_per_s"]),
             }
         )
@@ -273,7 +275,8 @@ def write_outputs(
         "acc1/acc2: accuracy with the pair as given / swapped; avg: their mean (LLMBar, arXiv 2310.07641); "
         "swap: the judge's own combination of both orders; agree: positional agreement (same winner in both orders). "
         "Ties and masked judgments count as wrong. fail: share of sampled outputs the parser rejected (retries "
-        "included); masked: items with no usable judgment; j/s: judgments per second.",
+        "included); masked: items with no usable judgment; cut: responses cut to fit the judge's context "
+        "(shown when any were); j/s: judgments per second.",
         "",
     ]
     if "ensemble" in m:

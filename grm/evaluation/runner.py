@@ -2,6 +2,11 @@
 
 ``results.jsonl`` gets one line per (item, judge), appended and fsynced after every batch, so a
 SIGKILL loses at most the batch in flight; a re-run with the same ``--out`` skips what is done.
+
+A batch is held to the judge's per-call deadline (``limits`` in its spec) after the fact: one past
+it is reported and counted (``deadline_overruns_this_run``), not cut short. The judge runs in this
+process, where stopping a call means a thread or process around the engine; the ``openai`` engine
+already bounds each request with its own timeout and retries.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from grm.data.sources import load_rows
 from grm.judges.aggregate import verdict_of
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
+from grm.judges.limits import call_limits
 from grm.judges.runtime import build_judge, load
 from grm.judges.types import Sample
 
@@ -87,6 +93,7 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any]) -> dict[str, Any
         "tokens": sum(r.tokens for r in results),
         "seconds": sum(r.seconds for r in results),
         "parse_failures": sum(r.parse_failures for r in results),
+        "truncated": sum(r.truncated for r in results),
         "samples_total": sum(len(r.samples) for r in results),
         "results": [r.to_dict() for r in results],
     }
@@ -137,6 +144,18 @@ def _identity(rec: dict[str, Any]) -> dict[str, Any]:
     return {"data": rec["data"], "map": rec["map"], "judges": [(j["name"], j["spec_sha256"]) for j in rec["judges"]]}
 
 
+def past_deadline(judge: Judge, samples: int, seconds: float) -> str | None:
+    """A warning when a batch of ``samples`` took longer than the judge's deadline for a call that
+    size (``grm run`` would re-issue such a call, then mask it); None when it was in time."""
+    deadline = call_limits(judge.spec).deadline(samples)
+    if seconds <= deadline:
+        return None
+    return (
+        f"judge '{judge.name}': a batch of {samples} samples took {seconds:.0f} s, past its {deadline:.0f} s deadline "
+        "(limits in the judge spec); grm run would re-issue such a call, then mask it"
+    )
+
+
 def _chunks(items: list[EvalItem], size: int) -> Iterator[list[EvalItem]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -152,7 +171,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
 
     console = console or Console(stderr=True)
     rows = load_rows(cfg.data)
-    mapping = default_map(cfg.data, set(rows[0])) if not cfg.mapping else parse_map(cfg.mapping)
+    mapping = default_map(cfg.data, set().union(*rows)) if not cfg.mapping else parse_map(cfg.mapping)
     items, problems = to_items(rows, mapping, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
     if cfg.limit is not None:
         items = items[: cfg.limit]
@@ -180,6 +199,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
     if total < sum(len(items) for _ in judges):
         console.print(f"resuming: {sum(len(items) for _ in judges) - total} judgments already in {results_path}")
     t_start = time.perf_counter()
+    overruns = {j.name: 0 for j in judges}
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -198,10 +218,15 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
             for chunk in _chunks(pending, cfg.batch_size):
                 per_item = [samples_for(judge, it) for it in chunk]
                 flat = [s for ss in per_item for s in ss]
+                t_batch = time.perf_counter()
                 try:
                     res = judge.score_batch(flat)
                 except JudgeError as e:
                     raise EvalError(f"judge '{judge.name}': {e}") from None
+                late = past_deadline(judge, len(flat), time.perf_counter() - t_batch)
+                if late:
+                    overruns[judge.name] += 1
+                    progress.console.print(late, style="yellow", markup=False)
                 lines, k = [], 0
                 for it, ss in zip(chunk, per_item, strict=True):
                     lines.append(summarize(judge, it, res[k : k + len(ss)]))
@@ -217,6 +242,11 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
         cfg.out,
         all_results,
         [j.name for j in judges],
-        extra={"wall_seconds_this_run": wall, "bad_rows_skipped": len(problems), "items": len(items)},
+        extra={
+            "wall_seconds_this_run": wall,
+            "deadline_overruns_this_run": overruns,
+            "bad_rows_skipped": len(problems),
+            "items": len(items),
+        },
         console=Console(),
     )

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from grm.config.judge import JudgeSpec
+from grm.config.judge import GuardSpec, JudgeSpec
 from grm.engines.base import GenerationEngine
 from grm.judges.templates import Template
 from grm.judges.types import JudgeResult, Sample
@@ -68,7 +68,12 @@ class Judge(Protocol):
 
 
 def hash_spec(spec: JudgeSpec) -> str:
-    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
+    # ``limits`` (deadline, concurrency) never change a judgment: a new deadline must not make
+    # ``grm eval`` refuse to resume, and specs hash as they did before the field existed.
+    # ``guard`` at its defaults is left out too, so specs written before it existed keep their hash;
+    # a guard set otherwise (fencing, a token cap) changes the prompts, and the hash.
+    exclude = {"limits"} if spec.guard != GuardSpec() else {"limits", "guard"}
+    return hashlib.sha256(spec.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
 
 def provenance(

@@ -26,6 +26,13 @@ def read_samples(path: str) -> list[Any]:
     return [Sample.from_dict(d, where=f"{p}" + (f" item {i}" if isinstance(data, list) else "")) for i, d in enumerate(items)]
 
 
+def check_fit(judge: Any, samples: list[Any], path: str) -> None:
+    """Refuse a sample the judge cannot take (a pairwise judge without two responses, a missing
+    reference) naming the sample file, before anything is rendered or scored."""
+    for i, s in enumerate(samples):
+        s.check_for(judge.spec.mode, judge.spec.reference, where=f"{path} item {i}" if len(samples) > 1 else path)
+
+
 def _chat_text(judge: Any, request: Any) -> str | None:
     """The exact text the judge model sees, when its tokenizer is available locally."""
     if request.text is not None:
@@ -56,7 +63,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     console = Console()
     judge = load(args.judge, overrides=args.overrides)
-    for s in read_samples(args.sample):
+    samples = read_samples(args.sample)
+    check_fit(judge, samples, args.sample)
+    for s in samples:
         stages = judge.render(s)
         if not stages:
             console.print(f"[bold]{judge.name}[/] is a rule verifier ({judge.spec.rule.type}); it sends no prompt")
@@ -84,6 +93,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     console = Console()
     judge = load(args.judge, overrides=args.overrides)
     samples = read_samples(args.sample)
+    check_fit(judge, samples, args.sample)
     results = judge.score_batch(samples)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
@@ -95,7 +105,8 @@ def cmd_try(args: argparse.Namespace) -> int:
         for rec in r.samples:
             parsed = f"[red]failed: {rec.error}[/]" if rec.error else json.dumps(rec.parsed)
             if rec.candidate_logprobs:
-                parsed += f"\nlogprobs {json.dumps({k: None if v is None else round(v, 2) for k, v in rec.candidate_logprobs.items()})}"
+                shown = {k: None if v is None else round(v, 2) for k, v in rec.candidate_logprobs.items()}
+                parsed += f"\nlogprobs {json.dumps(shown)}"
             table.add_row(str(rec.view), str(rec.order), str(rec.index), str(rec.attempt), rec.text, parsed, str(rec.tokens))
         if r.principles:
             console.print(f"[bold]principles[/]\n{r.principles}")
@@ -109,6 +120,7 @@ def cmd_try(args: argparse.Namespace) -> int:
             "positional_agreement": r.positional_agreement,
             "masked": r.masked,
             "parse_failures": r.parse_failures,
+            "truncated": r.truncated,
             "tokens": r.tokens,
             "seconds": round(r.seconds, 2),
         }

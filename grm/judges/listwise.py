@@ -14,7 +14,7 @@ from grm.judges import base
 from grm.judges.aggregate import LIST_AGGREGATORS, final_attempts, mean_lists
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
-from grm.judges.parsers import ParsedScore
+from grm.judges.parsers import ParsedScore, fail
 from grm.judges.sampler import CritiqueSampler, View
 from grm.judges.types import JudgeResult, Sample
 
@@ -36,7 +36,9 @@ def as_list(group: Sequence[Sample]) -> Sample:
 
 
 def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
-    """Per-response results from one listwise result: copies carrying response k's score and reward."""
+    """Per-response results from one listwise result: copies carrying response k's score and reward.
+    The group's counters (parse failures, truncated responses) stay on the first copy only, so a
+    step's sums over responses count each judged group once."""
     if result is None:
         return [None] * size
     out: list[JudgeResult | None] = []
@@ -44,6 +46,8 @@ def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
         one = copy(result)
         one.score = result.scores[k] if result.scores else None
         one.reward = result.rewards[k] if result.rewards else None
+        if k:
+            one.parse_failures = one.truncated = 0
         out.append(one)
     return out
 
@@ -67,7 +71,12 @@ class ListwiseMode:
         return out
 
     def parse(self, order: list[int], text: str) -> ParsedScore:
-        return self.sampler.parser(expected=len(order))(text)
+        """One score per response shown; a target parser's answer is held to that too."""
+        parsed = self.sampler.parser(expected=len(order))(text)
+        v = parsed.value
+        if v is not None and not (isinstance(v, list) and len(v) == len(order)):
+            return fail(f"expected {len(order)} scores, found {v!r}")
+        return parsed
 
     def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:
         # JudgeSpec refuses this combination when it loads; reaching it means a spec built around validation

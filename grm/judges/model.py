@@ -67,7 +67,9 @@ class ModelJudge:
         return self.sampler.render(sample, self.mode)
 
     def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
-        return self.sampler.rescore(stored, n_responses, self.mode)
+        res = self.sampler.rescore(stored, n_responses, self.mode)
+        res.truncated = stored.get("truncated", 0)  # what the judge was shown does not change on a re-parse
+        return res
 
     def provenance(self) -> dict[str, Any]:
         return self.sampler.provenance()

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, Protocol
 
 from grm.config.judge import BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser
@@ -81,17 +82,21 @@ class RegexScore:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` with balanced braces."""
-    start = text.rfind("\\boxed{")
-    while start != -1:
-        i, depth = start + len("\\boxed{"), 1
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            return text[start + len("\\boxed{") : i - 1]
-        start = text.rfind("\\boxed{", 0, start)
-    return None
+    """Content of the last ``\\boxed{...}`` with balanced braces.
+
+    One pass with a stack of open braces (a ``}`` closes the innermost), so a critique that opens
+    thousands of boxes it never closes costs linear time, not a rescan per box.
+    """
+    open_braces: list[tuple[int, bool]] = []  # (position after the "{", opened by \\boxed{) not closed yet
+    best: tuple[int, int] | None = None
+    for m in re.finditer(r"\\boxed\{|[{}]", text):
+        if m.group() != "}":
+            open_braces.append((m.end(), m.group() != "{"))
+        elif open_braces:
+            start, is_box = open_braces.pop()
+            if is_box and (best is None or start > best[0]):
+                best = (start, m.start())
+    return None if best is None else text[best[0] : best[1]]
 
 
 class BoxedScores:
@@ -119,8 +124,9 @@ class BoxedScores:
 
 
 class JsonScore:
-    def __init__(self, spec: JsonParser) -> None:
+    def __init__(self, spec: JsonParser, expected: int | None = None) -> None:
         self.spec = spec
+        self.expected = expected
 
     def __call__(self, text: str) -> ParsedScore:
         if not text or not text.strip():
@@ -132,7 +138,7 @@ class JsonScore:
         for part in self.spec.field.split("."):
             if isinstance(cur, dict) and part in cur:
                 cur = cur[part]
-            elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            elif isinstance(cur, list) and part.isascii() and part.isdigit() and int(part) < len(cur):
                 cur = cur[int(part)]
             else:
                 return fail(f"JSON has no field {self.spec.field!r}")
@@ -140,11 +146,15 @@ class JsonScore:
             parsed = [_to_float(str(x)) if not isinstance(x, bool) else None for x in cur]
             vals = [v for v in parsed if v is not None and _in_range(v, self.spec.range)]
             if not vals or len(vals) != len(parsed):
-                return fail(f"field {self.spec.field!r} is not a list of in-range numbers: {cur!r}")
-            return ParsedScore(vals)
+                return fail(f"field {self.spec.field!r} is not a list of in-range numbers: {_short(repr(cur))}")
+            if self.expected is not None and len(vals) != self.expected:
+                return fail(f"expected {self.expected} scores, found {len(vals)}")
+            return ParsedScore(vals if self.expected != 1 else vals[0])
+        if self.expected not in (None, 1):
+            return fail(f"field {self.spec.field!r} holds one value; expected a list of {self.expected} scores")
         v = None if isinstance(cur, bool) else _to_float(str(cur))
         if v is None:
-            return fail(f"field {self.spec.field!r} is not a number: {cur!r}")
+            return fail(f"field {self.spec.field!r} is not a number: {_short(repr(cur))}")
         if not _in_range(v, self.spec.range):
             return fail(f"score {v:g} outside range {list(self.spec.range or ())}")
         return ParsedScore(v)
@@ -160,7 +170,7 @@ def _last_json_object(text: str) -> Any:
             if isinstance(obj, dict):
                 best = obj
             i = text.find("{", end)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON; an int past 4300 digits; nested too deeply
             i = text.find("{", i + 1)
     return best
 
@@ -184,6 +194,10 @@ class VerdictChoice:
 
 
 class TargetCall:
+    """A user's ``fn(text, **options)``: what it returns (a number, a list of numbers, a verdict
+    word, a ParsedScore or None) is checked like a builtin parser's value, and an exception it raises
+    on an output it did not expect is a failed parse with the exception as the reason."""
+
     def __init__(self, spec: TargetParser) -> None:
         mod, _, attr = spec.target.partition(":")
         try:
@@ -196,12 +210,30 @@ class TargetCall:
         self.options = spec.options
 
     def __call__(self, text: str) -> ParsedScore:
-        out = self.fn(text, **self.options)
-        if isinstance(out, ParsedScore):
-            return out
-        if out is None:
-            return fail(f"{self.fn.__name__} returned None")
-        return ParsedScore(out)
+        name = getattr(self.fn, "__name__", "parser target")
+        try:
+            out = self.fn(text, **self.options)
+        except Exception as e:  # an output the user's function did not expect is a failed parse, kept with its reason
+            return fail(f"{name} raised {type(e).__name__}: {_short(str(e))}")
+        parsed = out if isinstance(out, ParsedScore) else ParsedScore(out)
+        if parsed.value is None:
+            return fail(parsed.error or f"{name} returned None")
+        return _checked(parsed.value, name)
+
+
+def _short(text: str, n: int = 200) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _checked(value: Any, name: str) -> ParsedScore:
+    """A user parser's value as a score: a finite number, a list of them, or a verdict word."""
+    if isinstance(value, str) and value in ("A", "B", "tie"):
+        return ParsedScore(value)
+    values = value if isinstance(value, list) else [value]
+    numbers = [float(v) for v in values if isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)]
+    if not values or len(numbers) != len(values):
+        return fail(f"{name} returned {_short(repr(value))}; expected a finite number, a list of them, or a verdict A/B/tie")
+    return ParsedScore(numbers if isinstance(value, list) else numbers[0])
 
 
 def logprob_candidates(
@@ -251,12 +283,12 @@ def expected_value(logprobs: Sequence[float], values: Sequence[float]) -> float:
 PARSERS: dict[str, Callable[[Any, int | None], Parser]] = {
     "regex": lambda spec, expected: RegexScore(spec),
     "boxed": BoxedScores,
-    "json": lambda spec, expected: JsonScore(spec),
+    "json": JsonScore,
     "verdict": lambda spec, expected: VerdictChoice(spec),
     "target": lambda spec, expected: TargetCall(spec),
 }
-"""The registry of text parsers by ``type:``, each built from ``(spec, expected)``; only the boxed
-parser reads a list of known length. ``logprob`` is absent: it reads token probabilities, not text."""
+"""The registry of text parsers by ``type:``, each built from ``(spec, expected)``; the boxed and
+json parsers read a list of known length (listwise). ``logprob`` is absent: it reads token probabilities, not text."""
 
 
 def build_parser(spec: ParserSpec, *, expected: int | None = None) -> Parser:

@@ -25,6 +25,7 @@ from grm.config.policy import EngineSpec, OpenAIEngineSpec
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 from grm.judges.base import Judge, check_samples, hash_spec, provenance, spread_seconds
 from grm.judges.errors import JudgeError
+from grm.judges.guard import InputGuard, Lengths
 from grm.judges.parsers import ParsedScore, Parser, build_parser, logprob_candidates
 from grm.judges.templates import Template, load_template
 from grm.judges.types import JudgeResult, Sample, SampleRecord
@@ -54,6 +55,8 @@ class View:
     request: GenerationRequest | None = None
     """None for a view rebuilt from stored records: rescoring sends nothing."""
     records: list[SampleRecord] = field(default_factory=list)
+    truncated: int = 0
+    """The item's responses cut to fit the judge's context (the same in every view of the item)."""
 
 
 class Mode(Protocol):
@@ -125,6 +128,7 @@ class CritiqueSampler:
         self._engine = engine
         self.template: Template = self._load(spec.template)
         self.principles_template: Template | None = self._load(spec.principles.template) if spec.principles else None
+        self.guard = InputGuard(spec)
         self.logprob: LogprobParser | None = spec.parser if isinstance(spec.parser, LogprobParser) else None
         self._parsers: dict[int | None, Parser] = {}
         if self.logprob is None:
@@ -184,12 +188,21 @@ class CritiqueSampler:
         return GenerationRequest(messages=msgs + [{"role": "user", "content": text}])
 
     def views(self, samples: Sequence[Sample], principles: Sequence[str | None], mode: Mode) -> list[View]:
+        """Every presentation of every item, its responses guarded (``grm.judges.guard``). Lengths are
+        judge tokens when the engine is loaded and can count them (``render`` before any scoring
+        counts characters)."""
         out = []
+        lengths = Lengths(self._engine, self.spec.guard)
         for i, (s, p) in enumerate(zip(samples, principles, strict=True)):
             key = s.id or hashlib.sha256(f"{s.prompt}\x00{s.response}\x00{s.responses}".encode()).hexdigest()[:12]
+
+            def prompt_tokens(bare: Sample, note: str, p: str | None = p) -> int:
+                return lengths.prompt(self._request(note + self.template.render(**self._variables(bare, None, p))))
+
+            shown = self.guard.apply(s, key, lengths, prompt_tokens)
             for v, (order, n) in enumerate(mode.orders(s, key)):
-                user = self.template.render(**self._variables(s, order, p))
-                out.append(View(item=i, view=v, order=order, n=n, request=self._request(user)))
+                user = shown.note + self.template.render(**self._variables(shown.sample, order, p))
+                out.append(View(item=i, view=v, order=order, n=n, request=self._request(user), truncated=shown.truncated))
         return out
 
     def render(self, sample: Sample, mode: Mode) -> list[dict[str, Any]]:
@@ -250,6 +263,7 @@ class CritiqueSampler:
             res.principles = principles[i]
             res.samples = recs
             res.parse_failures = sum(1 for r in recs if r.error is not None)
+            res.truncated = max((v.truncated for v in by_item[i]), default=0)
             res.tokens = tokens[i]
             res.provenance = self.provenance()
             results.append(res)

@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 from jinja2 import meta
-from jinja2.sandbox import SandboxedEnvironment, SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from grm.judges.errors import JudgeError
 
@@ -30,8 +30,10 @@ def _letter(i: int) -> str:
     return chr(ord("A") + i)
 
 
-def _env() -> SandboxedEnvironment:
-    env = SandboxedEnvironment(
+def _env() -> ImmutableSandboxedEnvironment:
+    # Immutable: a template reads the sample; it cannot change the metadata or messages every view
+    # and later stage shares (``{{ metadata.update(...) }}`` is refused like ``__class__``).
+    env = ImmutableSandboxedEnvironment(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, trim_blocks=True, lstrip_blocks=True, autoescape=False
     )
     env.filters["letter"] = _letter
@@ -55,14 +57,24 @@ class Template:
         try:
             return self.compiled.render(**variables).strip()
         except SecurityError as e:
-            raise JudgeError(f"{self.path}: template refused by the sandbox: {e}") from None
+            raise JudgeError(f"{self._where(e)}: template refused by the sandbox: {e}") from None
         except jinja2.UndefinedError as e:
             given = ", ".join(sorted(k for k, v in variables.items() if v is not None))
-            raise JudgeError(f"{self.path}: {e.message}; variables given: {given}") from None
+            raise JudgeError(f"{self._where(e)}: {e.message}; variables given: {given}") from None
         except jinja2.TemplateError as e:
-            raise JudgeError(f"{self.path}: template error: {e}") from None
-        except (TypeError, AttributeError, KeyError, IndexError) as e:
-            raise JudgeError(f"{self.path}: template error while rendering: {e}") from None
+            raise JudgeError(f"{self._where(e)}: template error: {e}") from None
+        except Exception as e:  # the template's own expressions may raise anything: 1/0, range(10**6), |letter on a word
+            raise JudgeError(f"{self._where(e)}: template error while rendering: {type(e).__name__}: {e}") from None
+
+    def _where(self, e: BaseException) -> str:
+        """``path:LINE`` of the template line that raised ``e`` (Jinja maps its frames to template
+        lines), or the path alone."""
+        line, tb = None, e.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<template>":
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        return f"{self.path}:{line}" if line else self.path
 
     def used_variables(self) -> set[str]:
         return set(meta.find_undeclared_variables(ENV.parse(self.source)))

@@ -37,13 +37,26 @@ class Sample:
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise JudgeError(f"{where}: unknown field(s) {sorted(unknown)}; expected: {', '.join(cls.__dataclass_fields__)}")
-        for k in ("prompt", "response", "reference", "critique"):
+        data = dict(data)
+        if isinstance(data.get("id"), int) and not isinstance(data["id"], bool):
+            data["id"] = str(data["id"])
+        for k in ("prompt", "response", "reference", "critique", "id"):
             if data.get(k) is not None and not isinstance(data[k], str):
                 raise JudgeError(f"{where}: '{k}' must be a string, found {type(data[k]).__name__}")
         if data.get("responses") is not None and (
             not isinstance(data["responses"], list) or not all(isinstance(r, str) for r in data["responses"])
         ):
             raise JudgeError(f"{where}: 'responses' must be a list of strings")
+        messages = data.get("messages")
+        if messages is not None and not (
+            isinstance(messages, list)
+            and all(isinstance(m, dict) and all(isinstance(m.get(k), str) for k in ("role", "content")) for m in messages)
+        ):
+            raise JudgeError(f"{where}: 'messages' must be a list of objects with text 'role' and 'content'")
+        if data.get("metadata") is None:
+            data.pop("metadata", None)
+        elif not isinstance(data["metadata"], dict):
+            raise JudgeError(f"{where}: 'metadata' must be an object, found {type(data['metadata']).__name__}")
         s = cls(**data)
         if s.prompt is None and s.messages:
             users = [m.get("content", "") for m in s.messages if m.get("role") == "user"]
@@ -110,6 +123,9 @@ class JudgeResult:
     samples: list[SampleRecord] = field(default_factory=list)
     parse_failures: int = 0
     """Samples whose output could not be parsed (retries included)."""
+    truncated: int = 0
+    """Judged responses of this item cut to fit the judge's context (``guard``); the judge saw a
+    marker where their middle was."""
     tokens: int = 0
     """Tokens generated for this item (all stages, retries included)."""
     seconds: float = 0.0

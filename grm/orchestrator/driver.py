@@ -14,12 +14,13 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
 from grm.data.prompts import PromptStream, load_prompts
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
+from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
 from grm.orchestrator.placement import place_roles
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
 from grm.orchestrator.recorder import Recorder, console_line, sample_rows, step_metrics
@@ -35,9 +36,11 @@ class Driver:
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
         self.algorithm = algorithm_of(self.cfg)
         self.roles = place_roles(loaded, self.algorithm, address)
-        recorder.write_placement(self.roles.placement())
+        self.placement = self.roles.placement()
+        recorder.write_placement(self.placement)
         self.stream = PromptStream(load_prompts(self.cfg.data), self.cfg.seed, self.cfg.data.shuffle)
-        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray)
+        self.watch = NodeWatch(ray, self.placement)
+        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch)
         self.weights = {j.name: j.weight for j in self.roles.judges}
         self.required = {j.name: j.required for j in self.roles.judges}
         self.start_step = 0
@@ -89,6 +92,10 @@ class Driver:
             print(f"\ninterrupted: writing a checkpoint at step {done}", flush=True)
             self.checkpoint(done)
             raise KeyboardInterrupt() from None
+        except ray.exceptions.RayActorError as e:  # a lost node says more than the actor it took with it
+            self.lost(self.watch.lost() or actor_lost(e, self.roles, self.placement))
+        except RoleLost as e:
+            self.lost(e)
         self.checkpoint(cfg.train.steps)
         self.recorder.write_report()
         self.recorder.close()
@@ -112,6 +119,21 @@ class Driver:
         self.recorder.checkpoint(
             step, self.roles.policy, self.stream, self.scheduler.untrained_prompts(), self.cfg.checkpoint.keep
         )
+
+    def lost(self, e: RoleLost) -> NoReturn:
+        """A role is gone: checkpoint the trained steps if the policy survived, then stop with a
+        message saying what was lost and how to resume."""
+        done = len(self.recorder.metrics())
+        if not e.policy_lost:
+            print(f"\n{e}: writing a checkpoint at step {done}", flush=True)
+            self.checkpoint(done)
+        latest = self.recorder.latest_checkpoint()
+        how = (
+            f"resume from {latest.name} with --resume {self.recorder.path} once the cluster can hold every pool"
+            if latest is not None
+            else "no checkpoint was written yet (checkpoint.every): start again"
+        )
+        raise RunError(f"step {done + 1}: {e}; {how}") from None
 
     def request_stop(self, *_: Any) -> None:
         """SIGINT/SIGTERM: finish or abandon the step in flight, then checkpoint (see Scheduler)."""

@@ -9,6 +9,7 @@ from typing import Any
 from grm.base import GrmError
 from grm.config.pipeline import PipelineSpec, PoolSpec
 from grm.config.resolve import LoadedPipeline
+from grm.judges.limits import CallLimits, call_limits
 from grm.judges.types import Sample
 
 
@@ -133,6 +134,9 @@ class JudgeHandle:
     required: bool
     actor: Any = None
     local: Any = None
+    limits: CallLimits = CallLimits()
+    """Deadline and concurrency cap of the judge's calls (from its spec's ``limits``); a local
+    judge's calls run at once in this process and are not timed."""
 
     def submit(self, groups: list[list[Sample]]) -> Any:
         if self.local is not None:
@@ -186,7 +190,7 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
         reference = ReferenceActor.options(**rp.options("reference")).remote(*ref_args, rp.threads)
     judges = []
     for j in loaded.judges:
-        handle = JudgeHandle(j.name, j.role.weight, j.role.required)
+        handle = JudgeHandle(j.name, j.role.weight, j.role.required, limits=call_limits(j.spec))
         if j.role.pool is None:
             handle.local = build_judge(j.spec, j.path.parent)
         else:

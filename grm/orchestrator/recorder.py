@@ -46,8 +46,12 @@ class Recorder:
         atomic_write_text(self.path / "placement.json", json.dumps(info, indent=2, default=str))
 
     def log_step(self, metrics: dict[str, Any], samples: list[dict[str, Any]]) -> None:
-        append_jsonl(self.path / "samples.jsonl", samples)
-        append_jsonl(self.path / "metrics.jsonl", [metrics])
+        """samples.jsonl, then metrics.jsonl (its line is what marks the step logged), then TensorBoard."""
+        for name, rows in (("samples.jsonl", samples), ("metrics.jsonl", [metrics])):
+            try:
+                append_jsonl(self.path / name, rows)
+            except OSError as e:
+                raise RunError(f"{self.path / name}: cannot write step {metrics['step']} ({e.strerror or e})") from None
         tb = self.tensorboard()
         if tb is not None:
             for k, v in metrics.items():
@@ -141,11 +145,30 @@ class Recorder:
         taken for steps not yet trained given back. Written atomically; older ones pruned."""
         import ray
 
-        with atomic_dir(self.checkpoint_dir(step)) as tmp:
-            ray.get(policy.save.remote(str(tmp)))
-            state = {"step": step, "stream": stream.state_before(untrained_prompts)}
-            (tmp / "driver.json").write_text(json.dumps(state))
+        try:
+            with atomic_dir(self.checkpoint_dir(step)) as tmp:
+                ray.get(policy.save.remote(str(tmp)))
+                state = {"step": step, "stream": stream.state_before(untrained_prompts)}
+                (tmp / "driver.json").write_text(json.dumps(state))
+        except (OSError, ray.exceptions.RayTaskError) as e:
+            cause = getattr(e, "cause", None) or e  # what the policy actor's save raised
+            latest = self.latest_checkpoint()
+            kept = f"{latest.name} is intact and resumable" if latest is not None else "there is no earlier checkpoint"
+            why = self._why(cause, latest)
+            raise RunError(f"{self.checkpoint_dir(step)}: writing the checkpoint failed ({why}); {kept}") from None
         self.prune(keep)
+
+    def _why(self, cause: BaseException, latest: Path | None) -> str:
+        """A failed checkpoint write in words. torch.save reports a full disk as an "iostream error",
+        so the free space is compared with what the last checkpoint took."""
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        free = shutil.disk_usage(self.ckpt_root).free
+        need = sum(f.stat().st_size for f in latest.rglob("*") if f.is_file()) if latest is not None else 0
+        if free < need:
+            return f"No space left on device: a checkpoint takes {need / 2**20:.0f} MiB, {free / 2**20:.0f} MiB are free"
+        first = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
+        return f"{type(cause).__name__}: {first}; {free / 2**20:.0f} MiB free"
 
     def resume_state(self, policy: Any) -> dict[str, Any]:
         """Load the latest complete checkpoint into ``policy``, drop log lines of later steps;
@@ -216,6 +239,8 @@ def step_metrics(
         vals = [x.reward for x in res if x is not None and x.reward is not None]
         m[f"reward/{name}"] = sum(vals) / len(vals) if vals else float("nan")
         m[f"parse_failures/{name}"] = sum(x.parse_failures for x in res if x is not None)
+        m[f"judge_truncated/{name}"] = sum(x.truncated for x in res if x is not None)  # responses cut to fit its context
+        m[f"judge_timeouts/{name}"] = work.judge_timeouts.get(name, 0)  # calls past their deadline (re-issued, then masked)
     return m
 
 

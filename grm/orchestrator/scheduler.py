@@ -1,7 +1,12 @@
 """The scheduler: what runs when. Rollouts are queued up to ``max_staleness`` steps ahead (async),
-every landed rollout chunk is handed to every judge from one place (``_land``), judge calls past
-their timeout are re-issued once and then masked, and the prompts taken but not yet trained on are
-counted so a checkpoint can give them back.
+every landed rollout chunk is handed to every judge from one place (``_land``), each judge has at
+most ``limits.max_concurrent_calls`` calls in flight (the rest wait in order, across steps), judge
+calls past their deadline are re-issued once and then masked, and the prompts taken but not yet
+trained on are counted so a checkpoint can give them back.
+
+A call's deadline is the judge spec's ``limits.deadline_s`` if set, else the pipeline's
+``faults.judge_timeout_s`` if set, else derived from the judge's sampling and the call's size
+(``grm.judges.limits``); its clock starts when the call is issued, not when it is queued.
 
 Interrupts (Ctrl-C, SIGTERM) only set a flag; it is honoured while a step is still gathering its
 rollouts and judgments (``Interrupted``), never once its training has been submitted, so a
@@ -12,10 +17,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.placement import JudgeHandle, Roles
 from grm.orchestrator.types import Group, JudgeCall, StepWork, rollouts_of
 
@@ -24,14 +30,27 @@ class Interrupted(Exception):
     """A stop was requested while a step was gathering its data; nothing of that step was trained."""
 
 
+class Issued(NamedTuple):
+    """A judge call of some step's work, waiting for a slot or in flight."""
+
+    work: StepWork
+    call: JudgeCall
+    judge: JudgeHandle
+
+
 class Scheduler:
-    def __init__(self, cfg: PipelineSpec, roles: Roles, stream: PromptStream, ray: Any) -> None:
+    def __init__(self, cfg: PipelineSpec, roles: Roles, stream: PromptStream, ray: Any, watch: NodeWatch | None = None) -> None:
         self.cfg, self.roles, self.stream, self.ray = cfg, roles, stream, ray
+        self.watch = watch
         self.queue: deque[StepWork] = deque()
         self.in_flight: StepWork | None = None
         self.next_submit = 0
         self.stop_requested = False
         self.ahead = cfg.schedule.max_staleness if cfg.schedule.mode == "async" else 0
+        self.waiting: dict[str, deque[Issued]] = {j.name: deque() for j in roles.judges}
+        """Per judge: calls held back by its concurrency cap, in the order they will be issued."""
+        self.running: dict[Any, Issued] = {}
+        """Every judge call in flight (of any step), by its Ray ref."""
 
     # ------------------------------------------------------------------ prompts and rollouts
     def take(self, step: int) -> StepWork:
@@ -73,21 +92,14 @@ class Scheduler:
     def collect(self, work: StepWork, prepare: bool = True) -> list[Group]:
         """Wait for the step's rollout chunks, judging each as it lands; once all are in, queue the
         reference/values pass (it needs no rewards) and the rollouts ahead. Returns the judged groups."""
-        ray = self.ray
         while not work.complete:
             if self.stop_requested:
                 raise Interrupted()
             if prepare and work.prepared is None and len(work.landed) == len(work.chunks):
                 self.prepare(work, rollouts_of([g for c in sorted(work.landed) for g in work.landed[c]]))
-            pending = {ref: c for c, ref in enumerate(work.chunks) if c not in work.landed}
-            calls = {c.pending: c for c in work.calls.values() if c.pending is not None}
-            ready, _ = ray.wait([*pending, *calls], num_returns=1, timeout=5.0)
-            for ref in ready:
-                if ref in pending:
-                    self._land(work, pending[ref], ref)
-                else:
-                    self._finish(work, calls[ref], ray.get(ref))
-            self._timeouts(work)
+            self._advance({ref: (work, c) for c, ref in enumerate(work.chunks) if c not in work.landed})
+            if self.watch is not None:
+                self.watch.check()
         if prepare and work.prepared is None:
             self.prepare(work, rollouts_of(work.groups()))
         return work.groups()
@@ -96,7 +108,10 @@ class Scheduler:
         """Judged groups of fresh prompts for this step (dynamic filtering's refill round ``salt``)."""
         extra = self._submit(work.step, salt=salt)
         work.extra_prompts += len(extra.prompts)
-        return self.collect(extra, prepare=False)
+        groups = self.collect(extra, prepare=False)
+        for name, n in extra.judge_timeouts.items():
+            work.judge_timeouts[name] = work.judge_timeouts.get(name, 0) + n
+        return groups
 
     def prepare(self, work: StepWork, rollouts: list[Any]) -> None:
         """Queue the policy's batch pass and, on its own pool, the reference pass over that batch;
@@ -108,23 +123,39 @@ class Scheduler:
 
     def prepared(self, work: StepWork) -> tuple[Any, float]:
         """(batch with reference log-probs and values, seconds of those passes)."""
-        batch, secs = self.ray.get(work.prepared)
+        get = self.watch.get if self.watch is not None else self.ray.get
+        batch, secs = get(work.prepared)
         if work.reference is not None:
-            ref_lp, ref_s = self.ray.get(work.reference)
+            ref_lp, ref_s = get(work.reference)  # a reference on a judge's pool: its node may go
             batch, secs = batch.with_fields(ref_logprobs=ref_lp), secs + ref_s
         return batch, secs
 
     def wait(self, ref: Any) -> Any:
         """``ray.get(ref)`` that meanwhile hands the chunks of queued (async) steps to the judges as
-        they land, so judges work on step t+1 while step t trains."""
+        they land and keeps the judges' calls flowing, so judges work on step t+1 while step t trains."""
         while True:
-            waiting = {r: (w, c) for w in self.queue for c, r in enumerate(w.chunks) if c not in w.landed}
-            ready, _ = self.ray.wait([ref, *waiting], num_returns=1, timeout=5.0)
-            for r in ready:
-                if r in waiting:
-                    self._land(*waiting[r], r)
-            if any(r == ref for r in ready):
+            landing = {r: (w, c) for w in self.queue for c, r in enumerate(w.chunks) if c not in w.landed}
+            if self._advance(landing, ref):
                 return self.ray.get(ref)
+
+    def _advance(self, landing: dict[Any, tuple[StepWork, int]], target: Any = None) -> bool:
+        """Wait (up to 5 s) for a rollout chunk of ``landing``, any judge call in flight or ``target``;
+        land or finish what is ready, then time out judge calls past their deadline. True once
+        ``target`` is ready."""
+        waits = [*landing, *self.running, *([target] if target is not None else [])]
+        ready, _ = self.ray.wait(waits, num_returns=1, timeout=5.0)
+        hit = False
+        for r in ready:
+            if target is not None and r == target:
+                hit = True
+            elif r in landing:
+                self._land(*landing[r], r)
+            elif r in self.running:
+                issued = self.running.pop(r)
+                self._finish(issued.work, issued.call, self.ray.get(r))
+                self._issue(issued.judge)
+        self._timeouts()
+        return hit
 
     # ------------------------------------------------------------------ judges: one fan-out
     def _land(self, work: StepWork, c: int, ref: Any) -> None:
@@ -137,26 +168,51 @@ class Scheduler:
             work.first_judge_start = time.perf_counter()
 
     def _call(self, work: StepWork, c: int, judge: JudgeHandle, retried: bool = False) -> None:
-        call = JudgeCall(judge.name, c, time.perf_counter(), retried=retried)
+        """Judge chunk ``c``: a local judge at once; an actor judge when its concurrency cap allows,
+        after the calls already waiting (a re-issue goes first: it takes its timed-out call's slot)."""
+        groups = work.landed[c]
+        deadline = judge.limits.deadline(judge.limits.samples_in([len(g.rollouts) for g in groups]))
+        if not judge.limits.explicit and self.cfg.faults.judge_timeout_s is not None:
+            deadline = self.cfg.faults.judge_timeout_s
+        call = JudgeCall(judge.name, c, deadline, retried=retried)
         work.calls[(c, judge.name)] = call
-        out = judge.submit([g.samples() for g in work.landed[c]])
         if judge.local is not None:
-            self._finish(work, call, out)
-        else:
-            call.pending = out
+            call.submitted_at = time.perf_counter()
+            self._finish(work, call, judge.submit([g.samples() for g in groups]))
+            return
+        waiting = self.waiting[judge.name]
+        (waiting.appendleft if retried else waiting.append)(Issued(work, call, judge))
+        self._issue(judge)
+
+    def _issue(self, judge: JudgeHandle) -> None:
+        """Issue the judge's waiting calls while it has fewer than its cap in flight."""
+        waiting = self.waiting[judge.name]
+        in_flight = sum(1 for i in self.running.values() if i.judge is judge)
+        while waiting and in_flight < judge.limits.max_concurrent_calls:
+            issued = waiting.popleft()
+            work, call = issued.work, issued.call
+            call.submitted_at = time.perf_counter()
+            call.pending = judge.submit([g.samples() for g in work.landed[call.chunk]])
+            self.running[call.pending] = issued
+            in_flight += 1
 
     def _finish(self, work: StepWork, call: JudgeCall, results: Any) -> None:
+        assert call.submitted_at is not None
         call.pending, call.results = None, results
         work.judge_s[call.judge] = work.judge_s.get(call.judge, 0.0) + time.perf_counter() - call.submitted_at
         work.last_judge_end = time.perf_counter()
 
-    def _timeouts(self, work: StepWork) -> None:
-        """A judge call past its timeout is cancelled and re-issued once, then its items are masked."""
-        limit = self.cfg.faults.judge_timeout_s
-        for call in list(work.calls.values()):
-            if call.pending is None or time.perf_counter() - call.submitted_at < limit:
+    def _timeouts(self) -> None:
+        """A judge call (of any step) past its deadline is cancelled and re-issued once, then its
+        items are masked. Ray cannot stop an actor call already running: a re-issue queues behind it."""
+        now = time.perf_counter()
+        for ref, (work, call, judge) in list(self.running.items()):
+            assert call.submitted_at is not None
+            if now - call.submitted_at < call.deadline_s:
                 continue
-            self.ray.cancel(call.pending, force=False)
+            self.ray.cancel(ref, force=False)
+            del self.running[ref]
+            work.judge_timeouts[call.judge] = work.judge_timeouts.get(call.judge, 0) + 1
             groups = work.landed[call.chunk]
             if call.retried:
                 print(
@@ -164,6 +220,10 @@ class Scheduler:
                     f"{sum(len(g.rollouts) for g in groups)} samples"
                 )
                 call.pending, call.results = None, [[None] * len(g.rollouts) for g in groups]
-                continue
-            judge = next(j for j in self.roles.judges if j.name == call.judge)
-            self._call(work, call.chunk, judge, retried=True)
+            else:
+                print(
+                    f"judge '{call.judge}' passed its {call.deadline_s:.0f} s deadline on step {work.step + 1} "
+                    f"chunk {call.chunk}: re-issuing it"
+                )
+                self._call(work, call.chunk, judge, retried=True)
+            self._issue(judge)

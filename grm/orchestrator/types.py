@@ -76,11 +76,15 @@ GroupResults = list[list[JudgeResult | None]]
 
 @dataclass
 class JudgeCall:
-    """One judge's call over one rollout chunk: pending (a Ray ref), or done."""
+    """One judge's call over one rollout chunk: waiting for a slot under the judge's concurrency
+    cap, in flight (``pending``, a Ray ref), or done (``results``)."""
 
     judge: str
     chunk: int
-    submitted_at: float
+    deadline_s: float
+    """Seconds the call may take once issued; past it, it is re-issued once, then masked."""
+    submitted_at: float | None = None
+    """When the call was issued (None while it waits for a slot): its deadline runs from here."""
     pending: ObjectRef | None = None
     results: GroupResults | None = None
     retried: bool = False
@@ -100,6 +104,8 @@ class StepWork:
     """Prompts taken from the stream for refill rounds (dynamic filtering)."""
     rollout_s: float = 0.0
     judge_s: dict[str, float] = field(default_factory=dict)
+    judge_timeouts: dict[str, int] = field(default_factory=dict)
+    """judge name -> calls that ran past their deadline (a re-issued call that times out again counts twice)."""
     first_judge_start: float | None = None
     last_judge_end: float = 0.0
     prepared: ObjectRef | None = None
@@ -109,7 +115,7 @@ class StepWork:
 
     @property
     def complete(self) -> bool:
-        return len(self.landed) == len(self.chunks) and all(c.pending is None for c in self.calls.values())
+        return len(self.landed) == len(self.chunks) and all(c.results is not None for c in self.calls.values())
 
     def groups(self) -> list[Group]:
         """Landed groups in chunk order, each with every judge's results attached."""

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, run_grm
@@ -146,10 +147,32 @@ def test_judge_actor_killed_mid_run_is_restarted(tmp_path):
     assert sum(m["masked"] for m in ms) == 0
 
 
-def test_two_node_cluster_places_roles_by_pool_resources(tmp_path):
+@pytest.mark.timeout(2400)
+def test_two_node_cluster_places_roles_by_pool_resources_and_survives_losing_a_node(tmp_path):
+    """Roles land on the nodes their pools ask for; when the judge's node dies mid-step the run
+    checkpoints the trained steps and stops naming the lost role; with the node back it resumes."""
     env = {**os.environ, **ENV}
     port = 6390 + os.getpid() % 50
     ray_bin = str(Path(sys.executable).with_name("ray"))
+    node_b_port = port + 100  # the worker node's raylet port, to find its process
+
+    def start_node_b():
+        worker = subprocess.run(
+            [
+                ray_bin,
+                "start",
+                f"--address=127.0.0.1:{port}",
+                "--num-cpus=1",
+                '--resources={"node_b": 1}',
+                "--object-store-memory=400000000",
+                f"--node-manager-port={node_b_port}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert worker.returncode == 0, worker.stderr
+
     subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
     head = subprocess.run(
         [
@@ -168,20 +191,7 @@ def test_two_node_cluster_places_roles_by_pool_resources(tmp_path):
     )
     assert head.returncode == 0, head.stderr
     try:
-        worker = subprocess.run(
-            [
-                ray_bin,
-                "start",
-                f"--address=127.0.0.1:{port}",
-                "--num-cpus=1",
-                '--resources={"node_b": 1}',
-                "--object-store-memory=400000000",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert worker.returncode == 0, worker.stderr
+        start_node_b()
         pipeline = tmp_path / "two-node.yaml"
         text = (ROOT / "pipelines" / "quickstart.yaml").read_text()
         text = text.replace(
@@ -193,19 +203,12 @@ def test_two_node_cluster_places_roles_by_pool_resources(tmp_path):
         text = text.replace("builtin:numeric-answer", str(ROOT / "judges" / "numeric-answer.yaml"))
         pipeline.write_text(text)
         out = tmp_path / "two-node"
-        r = run_grm(
-            "run",
-            str(pipeline),
-            f"out_dir={out}",
-            *SMALL,
-            "train.steps=1",
-            "train.backend.type=torch",
-            "--address",
-            f"127.0.0.1:{port}",
-            timeout=900,
-            env=ENV,
-        )
-        assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+        common = [*SMALL, "train.steps=2", "schedule.mode=sync", "train.backend.type=torch", "checkpoint.every=1"]
+        args = [sys.executable, "-m", "grm", "run", str(pipeline), f"out_dir={out}", *common, "--address", f"127.0.0.1:{port}"]
+        p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 600
+        while time.time() < deadline and not (out / "checkpoints" / "step-1" / "COMPLETE").exists():
+            time.sleep(0.2)
         placement = json.loads((out / "placement.json").read_text())
         code = (
             f"import ray, json; ray.init(address='127.0.0.1:{port}', log_to_driver=False);"
@@ -217,6 +220,42 @@ def test_two_node_cluster_places_roles_by_pool_resources(tmp_path):
         )
         assert nodes[placement["policy"]["node_id"]] == ["node_a"]
         assert nodes[placement["judge:helpfulness-pointwise-logprob"]["node_id"]] == ["node_b"]
+
+        # node_b goes away during step 2: its raylet and every worker under it
+        raylet = next(
+            q
+            for q in psutil.process_iter(["cmdline"])
+            if q.info["cmdline"]
+            and "raylet" in q.info["cmdline"][0]
+            and f"--node_manager_port={node_b_port}" in q.info["cmdline"]
+        )
+        for q in [raylet, *raylet.children(recursive=True)]:
+            q.kill()
+        log, _ = p.communicate(timeout=600)
+        assert p.returncode not in (0, None), log[-3000:]
+        tail = log.strip().splitlines()[-1]
+        # the node's death (or, before Ray has noticed it, its actor's) names the judge's role
+        assert "judge:helpfulness-pointwise-logprob lost" in tail and "pool 'judge'" in tail, log[-3000:]
+        assert "writing a checkpoint at step 1" in log, log[-3000:]
+        assert "resume from step-1" in tail and "Traceback" not in log, log[-3000:]
+
+        start_node_b()  # the node is back: the run resumes and completes
+        r = run_grm(
+            "run",
+            str(pipeline),
+            f"out_dir={out}",
+            *common,
+            "--address",
+            f"127.0.0.1:{port}",
+            "--resume",
+            str(out),
+            timeout=900,
+            env=ENV,
+        )
+        assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+        assert [m["step"] for m in metrics(out)] == [1, 2]
+        rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+        assert len(rows) == 2 * 4 and len({(x["step"], x["prompt_id"], x["response"]) for x in rows}) == len(rows)
     finally:
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
 

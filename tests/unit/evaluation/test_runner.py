@@ -1,7 +1,11 @@
 """Evaluation runner pieces that need no model."""
 
+import json
+
 from grm.config import JudgeSpec
-from grm.evaluation.runner import both_orders
+from grm.evaluation import report
+from grm.evaluation.runner import EvalConfig, both_orders, past_deadline, run
+from grm.judges import build_judge
 
 
 def test_both_orders_forces_swap_on_pairwise_judges_only():
@@ -11,3 +15,18 @@ def test_both_orders_forces_swap_on_pairwise_judges_only():
     assert both_orders(swapped) is swapped
     point = JudgeSpec(name="s", mode="pointwise", model="m", template="t.j2")
     assert both_orders(point) is point
+
+
+def test_a_batch_past_the_judges_deadline_is_reported_not_cut(tmp_path, monkeypatch):
+    spec = JudgeSpec(name="r", mode="rule", rule={"type": "numeric-answer"}, limits={"deadline_s": 5})
+    judge = build_judge(spec)
+    assert past_deadline(judge, 10, 4.9) is None
+    assert "past its 5 s deadline" in past_deadline(judge, 10, 6.0)
+    # through grm eval: every batch of a judge with a near-zero deadline overruns, and is still scored
+    (tmp_path / "r.yaml").write_text("name: r\nmode: rule\nrule: {type: numeric-answer}\nlimits: {deadline_s: 1.0e-9}\n")
+    rows = [{"prompt": f"{i}+{i}?", "response": f"Answer: {2 * i}", "reference": str(2 * i), "human_score": 1} for i in range(3)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console: extra)  # no plots
+    m = run(EvalConfig(judges=[str(tmp_path / "r.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=2))
+    assert m["deadline_overruns_this_run"] == {"r": 2}
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 3

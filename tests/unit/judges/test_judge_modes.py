@@ -115,6 +115,7 @@ def test_listwise_group_sample_and_failed_group(tmp_path):
     ((a, b),) = judge.score_groups([g])
     assert a is not None and b is not None
     assert a.masked and b.masked and a.score is None and a.reward is None
+    assert (a.parse_failures, b.parse_failures) == (1, 0)  # one failed critique, counted once per group
     with pytest.raises(JudgeError, match="at least 2"):
         judge.score_groups([group("q", ["alone"])])
 
@@ -154,7 +155,7 @@ def test_a_word_where_a_score_belongs_is_a_failure(tmp_path):
         parser={"type": "target", "target": "tests.unit.judges.test_judge_modes:word"},
     )
     r = build_judge(spec, tmp_path, ScriptedEngine(lambda *a: "fine")).score(Sample(prompt="q", response="r"))
-    assert r.masked and r.parse_failures == 1 and r.samples[0].error == "expected a score, found 'excellent'"
+    assert r.masked and r.parse_failures == 1 and "returned 'excellent'; expected a finite number" in r.samples[0].error
 
 
 def test_parser_registry_covers_every_text_parser():

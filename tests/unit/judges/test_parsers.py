@@ -1,6 +1,7 @@
 """Parsers on real judge-like strings, malformed ones included: None wherever no valid score exists."""
 
 import pytest
+from pydantic import ValidationError
 
 from grm.config.judge import BoxedParser, JsonParser, LogprobParser, RegexParser, TargetParser, VerdictParser
 from grm.judges.errors import JudgeError
@@ -40,8 +41,9 @@ def test_regex_take_only_and_first():
 
 
 def test_regex_bad_group_is_author_error():
-    with pytest.raises(JudgeError, match="no group 2"):
-        build_parser(RegexParser(pattern=r"Score: (\d)", group=2))("Score: 5")
+    # refused when the spec loads, not when the first output is parsed
+    with pytest.raises(ValidationError, match="group 2: the pattern has 1 group"):
+        RegexParser(pattern=r"Score: (\d)", group=2)
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,22 @@ from grm.judges.templates import lint_template, parse_template
 )
 def test_sandbox_refuses_attribute_escapes(evil):
     t = parse_template("{# expects: prompt #}" + evil, "evil.j2")
-    with pytest.raises(JudgeError, match="evil.j2: (template refused by the sandbox|.*undefined)"):
+    with pytest.raises(JudgeError, match="evil.j2:1: (template refused by the sandbox|.*undefined)"):
         t.render(prompt="hi")
+
+
+def test_templates_cannot_change_what_they_read():
+    t = parse_template("{# expects: metadata #}{{ metadata.update({'a': 1}) }}", "mutate.j2")
+    metadata = {"topic": "m"}
+    with pytest.raises(JudgeError, match="mutate.j2:1: template refused by the sandbox"):
+        t.render(metadata=metadata)
+    assert metadata == {"topic": "m"}
+
+
+def test_any_exception_while_rendering_names_file_and_line():
+    t = parse_template("{# expects: prompt #}\n{{ prompt }}\n{{ 1 / 0 }}", "zero.j2")
+    with pytest.raises(JudgeError, match="zero.j2:3: template error while rendering: ZeroDivisionError"):
+        t.render(prompt="x")
 
 
 def test_strict_undefined_names_the_variable():

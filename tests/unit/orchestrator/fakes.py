@@ -94,3 +94,50 @@ def roles(judges: list[JudgeHandle], policy=None) -> Roles:
 
 def prompts(n: int) -> list[Prompt]:
     return [Prompt(id=f"p{i}", text=f"question {i}", reference=str(i)) for i in range(n)]
+
+
+class Clock:
+    """Fake seconds for the scheduler's ``time.perf_counter``; the timed ray moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class TimedRay(FakeRay):
+    """A fake ray where time passes: every ``wait`` advances the clock by ``tick`` seconds and
+    readies the refs whose ``done_at`` has come (refs without one are ready as given). Past
+    ``limit`` fake seconds it fails the test instead of letting a stuck scheduler spin forever."""
+
+    def __init__(self, clock: Clock, tick: float = 1.0, limit: float = 1000.0) -> None:
+        super().__init__()
+        self.clock, self.tick, self.limit = clock, tick, limit
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        self.clock.now += self.tick
+        assert self.clock.now <= self.limit, "fake time ran out: the scheduler waits on something that never finishes"
+        for r in refs:
+            if getattr(r, "done_at", None) is not None and r.done_at <= self.clock.now and r not in self.cancelled:
+                r.ready = True
+        return super().wait(refs, num_returns, timeout)
+
+
+def timed_actor_judge(ray: TimedRay, seconds=lambda k: 3.0):
+    """An actor judge whose call k finishes ``seconds(k)`` fake seconds after it is issued
+    (``math.inf``: never). ``log`` records, per call, when it was issued, the group keys it judges
+    and how many earlier calls were still in flight then (neither finished nor cancelled)."""
+    judge = LengthJudge()
+    issued: list[Ref] = []
+    log: list[dict] = []
+
+    def remote(groups):
+        in_flight = sum(1 for r in issued if not r.ready and r not in ray.cancelled)
+        ref = Ref(judge.score_groups(groups), ready=False)
+        ref.done_at = ray.clock.now + seconds(len(issued))
+        log.append({"at": ray.clock.now, "keys": [g[0].id.split("/")[0] for g in groups], "in_flight": in_flight})
+        issued.append(ref)
+        return ref
+
+    return SimpleNamespace(score_groups=Method(remote), log=log)

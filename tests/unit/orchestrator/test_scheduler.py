@@ -1,13 +1,30 @@
 """The scheduler with fake actors: judge fan-out from one place, stable ids, async queueing,
-prompt accounting for checkpoints, interrupts and judge timeouts."""
+prompt accounting for checkpoints, interrupts, judge deadlines and concurrency caps."""
+
+import math
+import time
+from itertools import pairwise
 
 import pytest
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.judges.limits import CallLimits
 from grm.orchestrator.placement import JudgeHandle
+from grm.orchestrator.recorder import step_metrics
+from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.scheduler import Interrupted, Scheduler
-from tests.unit.orchestrator.fakes import FakeRay, LengthJudge, fake_actor_judge, prompts, roles
+from tests.unit.orchestrator.fakes import (
+    Clock,
+    FakeRay,
+    LengthJudge,
+    Ref,
+    TimedRay,
+    fake_actor_judge,
+    prompts,
+    roles,
+    timed_actor_judge,
+)
 
 
 def config(**over) -> PipelineSpec:
@@ -26,10 +43,18 @@ def config(**over) -> PipelineSpec:
     return PipelineSpec.model_validate(data)
 
 
-def make(cfg, judges, policy=None):
+def make(cfg, judges, policy=None, ray=None):
     stream = PromptStream(prompts(10), seed=0, shuffle=False)
-    ray = FakeRay()
+    ray = ray or FakeRay()
     return Scheduler(cfg, roles(judges, policy), stream, ray), stream, ray
+
+
+@pytest.fixture
+def timed(monkeypatch) -> TimedRay:
+    """A fake ray whose waits move a fake clock, which the scheduler reads as ``time.perf_counter``."""
+    clock = Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    return TimedRay(clock)
 
 
 def test_every_judge_scores_every_group_with_stable_ids():
@@ -84,9 +109,11 @@ def test_judge_timeout_is_reissued_once_then_masked():
     cfg = config(faults={"judge_timeout_s": 1e-9})
     actor = fake_actor_judge(ready=False)
     sched, _, ray = make(cfg, [JudgeHandle("model", 1.0, True, actor=actor)])
-    groups = sched.collect(sched.take(0))
+    work = sched.take(0)
+    groups = sched.collect(work)
     assert len(actor.score_groups.calls) == 2 and len(ray.cancelled) == 2
     assert all(x is None for g in groups for x in g.judged["model"])
+    assert work.judge_timeouts == {"model": 2}
 
 
 def test_refill_round_takes_fresh_prompts_and_counts_them():
@@ -97,3 +124,80 @@ def test_refill_round_takes_fresh_prompts_and_counts_them():
     assert [g.key for g in more] == ["s0r1g0", "s0r1g1", "s0r1g2"]
     assert [g.rollouts[0].prompt.text for g in more] == ["question 3", "question 4", "question 5"]
     assert sched.untrained_prompts() == 6 and stream.index == 6
+
+
+# ---------------------------------------------------------------- judge deadlines and concurrency caps
+CHUNKED = {"mode": "sync", "stream_prompts": 1}  # three chunks of one prompt (two responses) each
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3])
+def test_calls_beyond_the_cap_wait_in_order_until_a_slot_frees(timed, cap):
+    actor = timed_actor_judge(timed, seconds=lambda k: 3.0)
+    judge = JudgeHandle("model", 1.0, True, actor=actor, limits=CallLimits(max_concurrent_calls=cap))
+    sched, _, _ = make(config(schedule=CHUNKED), [judge], ray=timed)
+    groups = sched.collect(sched.take(0))
+    assert [e["keys"] for e in actor.log] == [["s0r0g0"], ["s0r0g1"], ["s0r0g2"]]  # in order, each once
+    assert max(e["in_flight"] for e in actor.log) == cap - 1  # never more than ``cap`` in flight
+    if cap == 1:  # each call was issued only once the one before it had finished (3 s later)
+        assert all(b["at"] >= a["at"] + 3.0 for a, b in pairwise(actor.log))
+    assert all(x is not None for g in groups for x in g.judged["model"])
+
+
+def test_a_deadline_runs_from_issue_not_from_queueing(timed):
+    actor = timed_actor_judge(timed, seconds=lambda k: 8.0)
+    judge = JudgeHandle("model", 1.0, True, actor=actor, limits=CallLimits(max_concurrent_calls=1, deadline_s=10.0))
+    sched, _, ray = make(config(schedule=CHUNKED), [judge], ray=timed)
+    work = sched.take(0)
+    sched.collect(work)
+    # the third call waited >= 16 s for its slot and then ran 8 s: in time only because its clock
+    # started when it was issued
+    assert actor.log[2]["at"] >= 16.0
+    assert len(actor.score_groups.calls) == 3 and ray.cancelled == [] and work.judge_timeouts == {}
+
+
+@pytest.mark.parametrize(
+    ("limits", "faults", "expected"),
+    [
+        (CallLimits(overhead_s=5.0, sample_s=1.0), {}, 11.0),  # derived: 5 + 6 responses x 1 s
+        (CallLimits(overhead_s=5.0, sample_s=1.0, per_group=True), {}, 8.0),  # listwise: 5 + 3 groups x 1 s
+        (CallLimits(overhead_s=5.0, sample_s=1.0), {"judge_timeout_s": 7.0}, 7.0),  # the pipeline's beats derived
+        (CallLimits(deadline_s=3.0), {"judge_timeout_s": 7.0}, 3.0),  # the judge's own explicit one beats both
+        (CallLimits(), {}, math.inf),  # a handle without a spec: no deadline
+    ],
+)
+def test_which_deadline_a_call_gets(limits, faults, expected):
+    sched, _, _ = make(config(faults=faults), [JudgeHandle("model", 1.0, True, actor=fake_actor_judge(), limits=limits)])
+    work = sched.take(0)
+    sched.collect(work)
+    assert work.calls[(0, "model")].deadline_s == expected
+
+
+def test_a_timed_out_call_takes_its_slot_again_before_waiting_calls_then_is_masked_and_counted(timed):
+    # chunk 0 hangs on both attempts; chunks 1 and 2 take 3 s
+    actor = timed_actor_judge(timed, seconds=lambda k: math.inf if k < 2 else 3.0)
+    judge = JudgeHandle("model", 1.0, True, actor=actor, limits=CallLimits(max_concurrent_calls=1, deadline_s=10.0))
+    sched, _, ray = make(config(schedule=CHUNKED), [judge], ray=timed)
+    work = sched.take(0)
+    groups = sched.collect(work)
+    assert [e["keys"][0] for e in actor.log] == ["s0r0g0", "s0r0g0", "s0r0g1", "s0r0g2"]
+    assert actor.log[1]["at"] >= 10.0 and actor.log[2]["at"] >= 20.0  # after one, then two deadlines
+    assert len(ray.cancelled) == 2 and work.judge_timeouts == {"model": 2}
+    assert groups[0].judged["model"] == [None, None]
+    assert all(x is not None for g in groups[1:] for x in g.judged["model"])
+    m = step_metrics(0, work, groups, reward_groups(groups, {"model": 1.0}, {"model": True}), {}, {}, 0.0, 0.0, 1.0, 0)
+    assert m["judge_timeouts/model"] == 2 and m["masked"] == 2
+
+
+def test_queued_steps_keep_their_judge_calls_flowing_while_a_step_trains(timed):
+    actor = timed_actor_judge(timed, seconds=lambda k: 3.0)
+    judge = JudgeHandle("model", 1.0, True, actor=actor, limits=CallLimits(max_concurrent_calls=1))
+    cfg = config(schedule={"mode": "async", "max_staleness": 1, "stream_prompts": 1}, train={"steps": 2})
+    sched, _, _ = make(cfg, [judge], ray=timed)
+    sched.collect(sched.take(0))
+    ahead = sched.queue[0]
+    training = Ref("trained", ready=False)
+    training.done_at = timed.clock.now + 30.0
+    assert sched.wait(training) == "trained"
+    # step 1's three chunks landed and were judged one call at a time during "training"
+    assert len(ahead.landed) == 3 and len(ahead.calls) == 3
+    assert all(c.results is not None for c in ahead.calls.values())
