@@ -23,7 +23,7 @@ from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
 from grm.orchestrator.placement import place_roles
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
-from grm.orchestrator.recorder import Recorder, console_line, sample_rows, step_metrics
+from grm.orchestrator.recorder import Recorder, print_step, sample_rows, step_metrics
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 from grm.orchestrator.types import Group, StepWork
@@ -79,7 +79,7 @@ class Driver:
                 t_prev = now
                 self.recorder.log_step(metrics, sample_rows(step, groups, row_advantages(batch)))
                 self.scheduler.trained()
-                self.report(metrics)
+                print_step(metrics, cfg.train.steps)
                 if metrics["masked"] > cfg.faults.max_masked_fraction * len(batch):
                     raise RunError(
                         f"step {step + 1}: {metrics['masked']} of {len(batch)} samples masked (> faults."
@@ -92,10 +92,8 @@ class Driver:
             print(f"\ninterrupted: writing a checkpoint at step {done}", flush=True)
             self.checkpoint(done)
             raise KeyboardInterrupt() from None
-        except ray.exceptions.RayActorError as e:  # a lost node says more than the actor it took with it
-            self.lost(self.watch.lost() or actor_lost(e, self.roles, self.placement))
-        except RoleLost as e:
-            self.lost(e)
+        except (ray.exceptions.RayActorError, RoleLost) as e:  # a lost node says more than the actor it took
+            self.lost(e if isinstance(e, RoleLost) else self.watch.lost() or actor_lost(e, self.roles, self.placement))
         self.checkpoint(cfg.train.steps)
         self.recorder.write_report()
         self.recorder.close()
@@ -110,30 +108,18 @@ class Driver:
         self.rewards(groups)
         return groups
 
-    def report(self, metrics: dict[str, Any]) -> None:
-        from rich.console import Console
-
-        Console().print(console_line(metrics, self.cfg.train.steps), highlight=False)
-
     def checkpoint(self, step: int) -> None:
         self.recorder.checkpoint(
             step, self.roles.policy, self.stream, self.scheduler.untrained_prompts(), self.cfg.checkpoint.keep
         )
 
     def lost(self, e: RoleLost) -> NoReturn:
-        """A role is gone: checkpoint the trained steps if the policy survived, then stop with a
-        message saying what was lost and how to resume."""
+        """A role is gone: checkpoint the trained steps if the policy survived; say how to resume."""
         done = len(self.recorder.metrics())
         if not e.policy_lost:
             print(f"\n{e}: writing a checkpoint at step {done}", flush=True)
             self.checkpoint(done)
-        latest = self.recorder.latest_checkpoint()
-        how = (
-            f"resume from {latest.name} with --resume {self.recorder.path} once the cluster can hold every pool"
-            if latest is not None
-            else "no checkpoint was written yet (checkpoint.every): start again"
-        )
-        raise RunError(f"step {done + 1}: {e}; {how}") from None
+        raise RunError(f"step {done + 1}: {e}; {self.recorder.how_to_resume()}") from None
 
     def request_stop(self, *_: Any) -> None:
         """SIGINT/SIGTERM: finish or abandon the step in flight, then checkpoint (see Scheduler)."""

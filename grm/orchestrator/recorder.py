@@ -133,6 +133,12 @@ class Recorder:
         done = [p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()]
         return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
 
+    def how_to_resume(self) -> str:
+        latest = self.latest_checkpoint()
+        if latest is None:
+            return "no checkpoint was written yet (checkpoint.every): start again"
+        return f"resume from {latest.name} with --resume {self.path} once the cluster can hold every pool"
+
     def prune(self, keep: int) -> None:
         done = sorted(
             (p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()), key=lambda p: int(p.name.split("-")[1])
@@ -280,6 +286,12 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                 }
             )
     return rows
+
+
+def print_step(m: dict[str, Any], steps: int) -> None:
+    from rich.console import Console
+
+    Console().print(console_line(m, steps), highlight=False)
 
 
 def console_line(m: dict[str, Any], steps: int) -> str:
