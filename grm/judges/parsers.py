@@ -273,6 +273,18 @@ def logprob_candidates(
     return prefix, cands, values
 
 
+def read_candidates(
+    from_logprobs: Callable[[list[float], list[float]], float], logprobs: dict[str, float | None], values: list[float]
+) -> ParsedScore:
+    """The value read off each candidate's log-prob, or a failure. A candidate the engine could not
+    read (None: not among a server's top log-probs; or not finite) fails the reading: a guessed value
+    would turn "unknown" into a score, so the sample is masked and counted instead."""
+    unread = [c for c, lp in logprobs.items() if lp is None or not math.isfinite(lp)]
+    if unread:
+        return fail(f"no log-prob for candidate(s) {unread} (not among the engine's top log-probs)")
+    return ParsedScore(from_logprobs([float(lp) for lp in logprobs.values() if lp is not None], values))
+
+
 def expected_value(logprobs: Sequence[float], values: Sequence[float]) -> float:
     """Probability-weighted mean of ``values`` renormalised over the candidates."""
     m = max(logprobs)

@@ -11,7 +11,6 @@ and one log-prob pass for the logprob parser.
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -26,7 +25,7 @@ from grm.engines.base import Generation, GenerationEngine, GenerationRequest, Sa
 from grm.judges.base import Judge, check_samples, hash_spec, provenance, spread_seconds
 from grm.judges.errors import JudgeError
 from grm.judges.guard import InputGuard, Lengths
-from grm.judges.parsers import ParsedScore, Parser, build_parser, logprob_candidates
+from grm.judges.parsers import ParsedScore, Parser, build_parser, logprob_candidates, read_candidates
 from grm.judges.templates import Template, load_template
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 
@@ -98,16 +97,6 @@ def same_weights(a: EngineSpec, b: EngineSpec) -> bool:
     if isinstance(a, OpenAIEngineSpec) or isinstance(b, OpenAIEngineSpec):
         return a == b
     return a.type == b.type and a.dtype == b.dtype
-
-
-def read_candidates(mode: Mode, logprobs: dict[str, float | None], values: list[float]) -> tuple[Any, str | None]:
-    """(parsed value, error) from each candidate's log-prob. A candidate the engine could not read
-    (None: not among a server's top log-probs; or not finite) fails the reading: a guessed value
-    would turn "unknown" into a score, so the sample is masked and counted instead."""
-    unread = [c for c, lp in logprobs.items() if lp is None or not math.isfinite(lp)]
-    if unread:
-        return None, f"no log-prob for candidate(s) {unread} (not among the engine's top log-probs)"
-    return mode.from_logprobs([float(lp) for lp in logprobs.values() if lp is not None], values), None
 
 
 def _sent(view: View) -> GenerationRequest:
@@ -337,7 +326,8 @@ class CritiqueSampler:
         scored = self.engine.score_continuations(requests, [cands] * len(requests))
         for (_, r), lps in zip(slots, scored, strict=True):
             r.candidate_logprobs = dict(zip(cands, lps, strict=True))
-            r.parsed, r.error = read_candidates(mode, r.candidate_logprobs, values)
+            read = read_candidates(mode.from_logprobs, r.candidate_logprobs, values)
+            r.parsed, r.error = read.value, read.error
 
     def _meta_rate(self, samples: Sequence[Sample], views: list[View], tokens: list[int]) -> None:
         if self._meta is None:
@@ -386,7 +376,8 @@ class CritiqueSampler:
                 _, _, values = logprob_candidates(self.logprob, self.spec.mode)
                 if len(values) != len(rec.candidate_logprobs):
                     raise JudgeError("the logprob parser's candidates differ from the stored ones")
-                rec.parsed, rec.error = read_candidates(mode, rec.candidate_logprobs, values)
+                read = read_candidates(mode.from_logprobs, rec.candidate_logprobs, values)
+                rec.parsed, rec.error = read.value, read.error
             else:
                 parsed = self._parse(mode, v.order, rec.text)
                 rec.parsed, rec.error = parsed.value, parsed.error
