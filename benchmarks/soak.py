@@ -93,6 +93,10 @@ def rss_summary(samples: list[tuple[float, int, bool]]) -> dict:
         "rss_peak_mb": round(peak / 2**20),
         "rss_growth_pct": round(100 * (end - start) / start, 2),
         "warm_span_s": round(warm[-1][0] - warm[0][0], 1),
+        # RSS at each quarter of the warm span: a leak keeps climbing, an allocator's high-water
+        # mark (larger batches later in the data) steps up and stays
+        "rss_quarters_mb": [round(warm[min(len(warm) - 1, len(warm) * q // 4)][1] / 2**20) for q in range(5)],
+        "rss_growth_second_half_pct": round(100 * (end - warm[len(warm) // 2][1]) / warm[len(warm) // 2][1], 2),
     }
 
 

@@ -78,6 +78,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # A broken pipeline fails here in a blink: the driver imports torch and Ray (seconds) and
     # validates the same way again (milliseconds).
     load_pipeline(args.pipeline, args.overrides)
+    if args.dry_run:
+        from grm.orchestrator.dry_run import dry_run
+
+        dry_run(args.pipeline, args.overrides, args.address)
+        return 0
     from grm.orchestrator.driver import run_pipeline
 
     try:
@@ -145,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override pipeline fields, e.g. train.steps=5")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     run.add_argument("--address", metavar="RAY_ADDRESS", help="join an existing Ray cluster instead of starting one")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, connect to Ray and print the placement (roles, pools, bundles, nodes) without loading a model",
+    )
     run.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check pipeline/judge/policy YAMLs (and what they reference)")

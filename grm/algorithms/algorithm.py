@@ -21,16 +21,26 @@ import torch
 from torch import Tensor
 
 from grm.algorithms.advantages import gae, grpo_advantages, reinforce_pp_advantages, rloo_advantages, whiten
-from grm.algorithms.losses import Aggregation, kl_penalty, masked_mean, ppo_policy_loss, value_loss
+from grm.algorithms.losses import Aggregation, aggregate_loss, kl_penalty, masked_mean, ppo_policy_loss, value_loss
 
 
 class Batch(Protocol):
-    """What a loss reads from a micro-batch (``grm.training.TrainBatch`` satisfies it)."""
+    """What a loss reads from a micro-batch (``grm.training.TrainBatch`` satisfies it). A trainer
+    also sets ``totals`` (``tokens``, ``sequences``: counts over the whole batch of the optimizer
+    step), which the losses divide by; see ``whole_batch_counts``."""
 
     loss_mask: Tensor
     fields: dict[str, Tensor]
 
     def __getitem__(self, key: str) -> Tensor: ...
+
+
+def whole_batch_counts(mb: Any) -> dict[str, float]:
+    """``tokens`` and ``sequences`` of the whole batch ``mb`` is a micro-batch of (``mb.totals``,
+    set by the trainer), as keyword arguments of the losses; ``{}`` when it carries none (the
+    micro-batch is then normalised by its own counts)."""
+    t = getattr(mb, "totals", None)
+    return {} if t is None else {"tokens": float(t.tokens), "sequences": float(t.sequences)}
 
 
 LossFn = Callable[[Tensor, Any, "Tensor | None"], "tuple[Tensor, dict[str, float]]"]
@@ -75,6 +85,7 @@ class PolicyLoss:
         (one optimizer step per batch) the ratio is taken against the detached current log-probs."""
 
         def loss(logprobs: Tensor, mb: Batch, entropy: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+            counts = whole_batch_counts(mb)
             old = mb["old_logprobs"] if "old_logprobs" in mb.fields else logprobs.detach()
             total, m = ppo_policy_loss(
                 logprobs,
@@ -87,11 +98,12 @@ class PolicyLoss:
                 aggregation=self.aggregation,
                 behaviour_logprobs=mb["behaviour_logprobs"] if stale and self.tis_cap else None,
                 tis_cap=self.tis_cap,
+                **counts,
             )
             if self.kl_in_loss:
-                kl = masked_mean(kl_penalty(logprobs, mb["ref_logprobs"], self.kl_estimator), mb.loss_mask)  # type: ignore[arg-type]
-                total = total + self.kl_coef * kl
-                m["kl"] = float(kl.detach())
+                kl = kl_penalty(logprobs, mb["ref_logprobs"], self.kl_estimator)  # type: ignore[arg-type]
+                total = total + self.kl_coef * aggregate_loss(kl, mb.loss_mask, "token-mean", tokens=counts.get("tokens"))
+                m["kl"] = float(masked_mean(kl.detach(), mb.loss_mask))
             if entropy is not None:
                 m["entropy"] = float(masked_mean(entropy, mb.loss_mask))
             return total, m
@@ -207,8 +219,11 @@ class PPO(_Steps):
 
         def loss(values: Tensor, mb: Batch, _: Tensor | None) -> tuple[Tensor, dict[str, float]]:
             # ``valid [b]``: 0 for a sample whose reward was masked; its returns are not a target
+            # (its tokens still count in the whole-batch token count, as in the policy loss)
             mask = mb.loss_mask * mb["valid"][:, None] if "valid" in mb.fields else mb.loss_mask
-            return value_loss(values, mb["old_values"], mb["returns"], mask, clip=clip)
+            return value_loss(
+                values, mb["old_values"], mb["returns"], mask, clip=clip, tokens=whole_batch_counts(mb).get("tokens")
+            )
 
         return loss
 

@@ -21,16 +21,24 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * m).sum() / m.sum().clamp(min=1)
 
 
-def aggregate_loss(loss: Tensor, mask: Tensor, aggregation: Aggregation) -> Tensor:
+def aggregate_loss(
+    loss: Tensor, mask: Tensor, aggregation: Aggregation, *, tokens: float | None = None, sequences: float | None = None
+) -> Tensor:
     """Reduce a per-token loss ``[B, T]`` to a scalar.
 
     token-mean: every response token weighs the same (DAPO); seq-mean-token-mean: mean per sequence,
     then over sequences (original GRPO); seq-mean-token-sum: sum per sequence, mean over sequences
     (Dr. GRPO without length normalisation). Sequences with an empty mask are left out.
+
+    ``tokens`` / ``sequences``: the response tokens and the sequences with any, counted over the
+    whole batch of one optimizer step when ``loss`` is one micro-batch of it. The result is then
+    this micro-batch's share, and the shares of all micro-batches (all ranks) sum to the
+    aggregation over the whole batch, whatever the micro-batch size or rank count. Without them
+    the denominator is this ``mask``'s own count.
     """
     m = mask.to(loss.dtype)
     if aggregation == "token-mean":
-        return (loss * m).sum() / m.sum().clamp(min=1)
+        return (loss * m).sum() / (max(tokens, 1.0) if tokens is not None else m.sum().clamp(min=1))
     per_seq = (loss * m).sum(-1)
     n_tok = m.sum(-1)
     has = n_tok > 0
@@ -38,7 +46,7 @@ def aggregate_loss(loss: Tensor, mask: Tensor, aggregation: Aggregation) -> Tens
         per_seq = per_seq / n_tok.clamp(min=1)
     elif aggregation != "seq-mean-token-sum":
         raise ValueError(f"unknown aggregation {aggregation!r}")
-    return per_seq[has].sum() / has.sum().clamp(min=1)
+    return torch.where(has, per_seq, 0.0).sum() / (max(sequences, 1.0) if sequences is not None else has.sum().clamp(min=1))
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: Literal["k1", "k2", "k3"] = "k3") -> Tensor:
@@ -69,6 +77,8 @@ def ppo_policy_loss(
     aggregation: Aggregation = "token-mean",
     behaviour_logprobs: Tensor | None = None,
     tis_cap: float | None = None,
+    tokens: float | None = None,
+    sequences: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped PPO surrogate (GRPO uses it with sequence-level advantages).
 
@@ -77,8 +87,9 @@ def ppo_policy_loss(
     tokens at ``-A * dual_clip``. With ``behaviour_logprobs`` (the rollout engine's log-probs) and
     ``tis_cap``, each token's loss is weighted by the truncated importance ratio
     ``min(exp(old - behaviour), tis_cap)`` (TIS), correcting for a rollout policy that differs from
-    the trainer's. Returns ``(loss, metrics)``: clip_frac, dual_clip_frac, approx_kl (k3 of old vs
-    new), ratio_mean, tis_weight_mean.
+    the trainer's. ``tokens`` / ``sequences``: whole-batch counts (see ``aggregate_loss``).
+    Returns ``(loss, metrics)``: clip_frac, dual_clip_frac, approx_kl (k3 of old vs new),
+    ratio_mean, tis_weight_mean (metrics over this ``mask``).
     """
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
     adv = adv.to(logprobs.dtype)
@@ -99,7 +110,7 @@ def ppo_policy_loss(
     if behaviour_logprobs is not None and tis_cap is not None:
         tis_w = torch.exp(old_logprobs - behaviour_logprobs).clamp(max=tis_cap).detach()
         loss = loss * tis_w
-    total = aggregate_loss(loss, mask, aggregation)
+    total = aggregate_loss(loss, mask, aggregation, tokens=tokens, sequences=sequences)
     with torch.no_grad():
         metrics = {
             "clip_frac": float(masked_mean(clipped.to(loss.dtype), mask)),
@@ -112,10 +123,17 @@ def ppo_policy_loss(
 
 
 def value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, *, clip: float | None = 0.2
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    *,
+    clip: float | None = 0.2,
+    tokens: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped value loss: ``0.5 * max((v - R)^2, (v_clip - R)^2)`` with
-    ``v_clip = old + clamp(v - old, -clip, clip)``, token mean over ``mask``. ``clip=None``: plain MSE/2."""
+    ``v_clip = old + clamp(v - old, -clip, clip)``, token mean over ``mask`` (over ``tokens`` whole-batch
+    tokens when given, see ``aggregate_loss``). ``clip=None``: plain MSE/2."""
     err = (values - returns) ** 2
     if clip is None:
         per_tok = err
@@ -125,7 +143,7 @@ def value_loss(
         err_clip = (v_clip - returns) ** 2
         per_tok = torch.maximum(err, err_clip)
         clipped = err_clip > err
-    loss = 0.5 * masked_mean(per_tok, mask)
+    loss = 0.5 * aggregate_loss(per_tok, mask, "token-mean", tokens=tokens)
     with torch.no_grad():
         metrics = {
             "vf_clip_frac": float(masked_mean(clipped.to(values.dtype), mask)),

@@ -51,11 +51,23 @@ class JudgeRole(Strict):
     """A masked score from a required judge masks the sample; optional judges are skipped."""
     overrides: list[str] = []
     """``key.path=value`` overrides applied to the judge spec (e.g. ``sampling.n=1``)."""
+    replicas: int = Field(1, ge=1)
+    """Judge actors started on the judge's pool, each one process with its share of the pool's
+    CPUs/GPUs. Each call (one rollout chunk's groups) goes to the least-loaded live replica; the
+    spec's ``limits.max_concurrent_calls`` applies per replica. Needs a pool."""
 
     @field_validator("spec")
     @classmethod
     def _exists(cls, v: str, info: ValidationInfo) -> str:
         return check_file(v, info, "judges")
+
+    @model_validator(mode="after")
+    def _replicas_need_pool(self) -> JudgeRole:
+        if self.replicas > 1 and self.pool is None:
+            raise ValueError(
+                f"replicas: {self.replicas} needs a pool: a judge without one (a rule verifier) runs in the driver process"
+            )
+        return self
 
 
 class DataSpec(Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from grm.config.base import Strict
 
@@ -66,7 +66,10 @@ class SGLangEngineSpec(Strict):
 
     type: Literal["sglang"]
     urls: list[str] = []
-    """Running servers to use (``http://host:port``); empty: launch one per replica."""
+    """Running servers to use (``http://host:port``, the server root: SGLang's native API, not
+    ``/v1``); empty: launch one per replica. Each must hold the policy's initial weights and stay
+    reachable from the policy pool, and the weight-sync directory (the policy actor's temp dir)
+    must be readable by the server: the same machine or a shared filesystem."""
     replicas: int = Field(1, ge=1)
     """Servers launched on the pool when ``urls`` is empty."""
     tp: int = Field(1, ge=1)
@@ -80,6 +83,18 @@ class SGLangEngineSpec(Strict):
     """Requests in flight per server."""
     timeout_s: float = Field(600.0, gt=0)
     launch_timeout_s: float = Field(900.0, gt=0)
+
+    @field_validator("urls")
+    @classmethod
+    def _server_roots(cls, urls: list[str]) -> list[str]:
+        for u in urls:
+            scheme, _, rest = u.partition("://")
+            host, _, path = rest.partition("/")
+            if scheme not in ("http", "https") or not host or path.strip("/"):
+                raise ValueError(f"{u!r} is not a server root like http://127.0.0.1:30000 (no path, no /v1)")
+        if len(set(urls)) != len(urls):
+            raise ValueError("a server is listed twice")
+        return urls
 
 
 def _engine_type(v: Any) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grm.config.judge import JudgeSpec
 from grm.config.loading import ConfigError, apply_overrides, load_yaml, validate
@@ -65,11 +66,7 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
             update={"prompts": str(_resolve(spec.data.prompts, base, "pipelines", located.where(("data", "prompts"))).resolve())}
         )
         spec = spec.model_copy(update={"data": data})
-    if spec.train.backend.ranks > 1:
-        raise ConfigError(
-            f"{located.where(('train', 'backend', 'ranks'))}: train.backend.ranks > 1: multi-rank training "
-            "inside `grm run` is not implemented yet (the DeepSpeed backend itself runs multi-rank)"
-        )
+    check_ranks(spec, located)
     policy = load_policy(spec.policy.spec, base, spec.policy.overrides)
     judges = []
     for i, role in enumerate(spec.judges):
@@ -99,3 +96,31 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
             "metrics are keyed by judge name"
         )
     return LoadedPipeline(path, spec, policy, tuple(judges))
+
+
+def check_ranks(spec: PipelineSpec, located: Any) -> None:
+    """A multi-rank policy's layout: one bundle per rank, ``ranks / nodes`` per node of its pool,
+    each with a whole share of the node's CPUs and GPUs, and the pool to itself."""
+    ranks = spec.train.backend.ranks
+    if ranks == 1:
+        return
+    where = located.where(("train", "backend", "ranks"))
+    name = spec.policy.pool
+    pool = spec.pools[name]
+    if spec.train.backend.type != "deepspeed":
+        raise ConfigError(f"{where}: train.backend.ranks {ranks} needs the deepspeed backend (torch trains on one rank)")
+    if ranks % pool.nodes:
+        raise ConfigError(f"{where}: {ranks} ranks do not spread evenly over pool '{name}''s {pool.nodes} nodes")
+    per_node = ranks // pool.nodes
+    for what, n in (("cpus", pool.cpus), ("gpus", pool.gpus)):
+        if n % per_node or (what == "cpus" and n < per_node):
+            raise ConfigError(
+                f"{located.where(('pools', name, what))}: pool '{name}' has {n} {what} per node for {per_node} policy "
+                f"rank(s) per node (train.backend.ranks {ranks} over {pool.nodes} node(s)); each rank needs an equal, whole share"
+            )
+    others = [f"judges[{i}]" for i, j in enumerate(spec.judges) if j.pool == name]
+    if others:
+        raise ConfigError(
+            f"{located.where(('judges',))}: {', '.join(others)} share pool '{name}' with a {ranks}-rank policy, whose "
+            "ranks take every bundle of it; give the judges a pool of their own"
+        )

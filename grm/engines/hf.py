@@ -1,4 +1,5 @@
-"""Hugging Face transformers backend: batched sampling with left padding and a KV cache, on CPU.
+"""Hugging Face transformers backend: batched sampling with left padding and a KV cache, on the
+model's device (the CPU unless the caller chose one with ``grm.models.device.role_device``).
 
 Our own decode loop rather than ``model.generate`` because we need, per row: its own seeded
 generator (so an output does not depend on batch neighbours), the log-probability of every sampled
@@ -16,6 +17,7 @@ import torch
 
 from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.kvcache import PromptCache, prefill
+from grm.models.device import module_device, to_cpu
 from grm.models.loading import load_model, torch_dtype
 from grm.models.weights import token_logprobs
 
@@ -25,7 +27,8 @@ class HFEngine:
 
     ``max_batch_size`` caps the rows decoded together (requests x n) and ``max_batch_tokens`` the
     KV-cache positions they hold (rows x longest prompt+completion); longer lists are chunked.
-    ``threads`` sets torch's intra-op threads for this process (None leaves it alone).
+    ``threads`` sets torch's intra-op threads for this process (None leaves it alone). ``device``:
+    where the model runs (None leaves it where it is: the CPU for a model loaded here).
     """
 
     def __init__(
@@ -38,6 +41,7 @@ class HFEngine:
         max_batch_tokens: int = 65536,
         model_obj: Any = None,
         tokenizer: Any = None,
+        device: torch.device | str | None = None,
     ) -> None:
         if threads:
             torch.set_num_threads(threads)
@@ -45,7 +49,8 @@ class HFEngine:
         self.dtype = torch_dtype(dtype)
         if model_obj is None:
             model_obj, tokenizer = load_model(model, dtype)
-        self.model = model_obj
+        self.model = model_obj if device is None else model_obj.to(device)
+        self.device = module_device(self.model)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
@@ -86,7 +91,7 @@ class HFEngine:
         rows.sort(key=lambda ij: -len(prompts[ij[0]]))
         out: dict[tuple[int, int], Generation] = {}
         for chunk in self._chunks(rows, [len(prompts[i]) + sampling.max_new_tokens for i, _ in rows]):
-            gens = [self._row_generator(seeds[i], j, prompts[i]) for i, j in chunk]
+            gens = [self._row_generator(seeds[i] if sampling.temperature > 0 else None, j, prompts[i]) for i, j in chunk]
             for (i, j), gen in zip(
                 chunk, self._generate_rows([prompts[i] for i, _ in chunk], chunk, gens, sampling), strict=False
             ):  # noqa: E501
@@ -108,14 +113,14 @@ class HFEngine:
                 chunks.append(([row], size))
         return [c for c, _ in chunks]
 
-    @staticmethod
-    def _row_generator(seed: int | None, j: int, prompt: list[int]) -> torch.Generator | None:
+    def _row_generator(self, seed: int | None, j: int, prompt: list[int]) -> torch.Generator | None:
         """Seeded from (seed, sample index, prompt tokens): the same prompt and seed give the same
-        sample whatever the batch holds, while different prompts draw independent streams."""
+        sample whatever the batch holds, while different prompts draw independent streams. On the
+        model's device (sampling draws there); greedy decoding passes no seed and needs none."""
         if seed is None:
             return None
         key = hashlib.sha256(f"{seed}:{j}:{prompt}".encode()).digest()[:8]
-        g = torch.Generator()
+        g = torch.Generator(device=self.device)
         g.manual_seed(int.from_bytes(key, "little") & ((1 << 63) - 1))
         return g
 
@@ -137,13 +142,14 @@ class HFEngine:
             logprobs = torch.log_softmax(logits, dim=-1)
             next_tok = self._sample(logits, sp, [gens[r] for r in active])
             chosen_lp = logprobs.gather(1, next_tok[:, None])[:, 0]
+            host_tok, host_lp = to_cpu(next_tok).tolist(), to_cpu(chosen_lp).tolist()  # one transfer a step
             live = []
             for k, r in enumerate(active):
                 if finish[r] is not None:
                     continue
-                t = int(next_tok[k])
+                t = host_tok[k]
                 tokens[r].append(t)
-                logps[r].append(float(chosen_lp[k]))
+                logps[r].append(host_lp[k])
                 if t in self.eos_ids:
                     finish[r] = "stop"
                 elif sp.stop:
@@ -160,11 +166,11 @@ class HFEngine:
                 break
             # Dropping rows copies the cache, so finished rows ride along until a quarter are done.
             if len(live) <= 0.75 * len(active):
-                keep = torch.tensor(live, dtype=torch.long)
+                keep = torch.tensor(live, dtype=torch.long, device=self.device)
                 cache.batch_select_indices(keep)
                 attn, next_tok = attn[keep], next_tok[keep]
                 active = [active[k] for k in live]
-            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=1)
+            attn = torch.cat([attn, attn.new_ones((len(active), 1))], dim=1)
             pos = attn.sum(-1, keepdim=True) - 1
             out = self.model(
                 input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
@@ -225,7 +231,7 @@ class HFEngine:
             for b, s in enumerate(seqs):
                 ids[b, : len(s)] = torch.tensor(s)
                 attn[b, : len(s)] = 1
-            lp, _ = token_logprobs(self.model, ids, attn)
+            lp = to_cpu(token_logprobs(self.model, ids, attn)[0])
             for b, (p, c) in enumerate(zip(ps, cs, strict=False)):
                 out.append(lp[b, len(p) - 1 : len(p) - 1 + len(c)].tolist())
         return out
@@ -256,32 +262,44 @@ class HFEngine:
         if pc is not None:
             pc.record = False  # a scored prompt ends a chain: nothing later extends it
         cache, last, attn = prefill(self.model, prompts, self.pad_id, extra=extra, cache=pc)
+        dev = self.device
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        # each candidate's first token is read off the prompt's last position (on the device,
+        # then the picked values to the host at once)
+        heads = [(i, c[0]) for i, conts in enumerate(cont_ids) for c in conts if c]
         first = torch.log_softmax(last, -1)
-        scores: list[list[float | None]] = [
-            [float(first[i][c[0]]) if c else None for c in conts] for i, conts in enumerate(cont_ids)
-        ]
+        picked = iter(
+            to_cpu(
+                first[
+                    torch.tensor([i for i, _ in heads], dtype=torch.long, device=dev),
+                    torch.tensor([t for _, t in heads], dtype=torch.long, device=dev),
+                ]
+            ).tolist()
+        )
+        scores: list[list[float | None]] = [[next(picked) if c else None for c in conts] for conts in cont_ids]
         multi = [(i, k) for i, conts in enumerate(cont_ids) for k, c in enumerate(conts) if len(c) > 1]
         if not multi:
             return scores
-        rows = torch.tensor([i for i, _ in multi])
+        rows = torch.tensor([i for i, _ in multi], dtype=torch.long, device=dev)
         cache.batch_select_indices(rows)
         T = max(len(cont_ids[i][k]) for i, k in multi) - 1
         feed = torch.full((len(multi), T), self.pad_id, dtype=torch.long)
         fmask = torch.zeros_like(feed)
+        target = torch.zeros_like(feed)
         for r, (i, k) in enumerate(multi):
             c = cont_ids[i][k]
             feed[r, : len(c) - 1] = torch.tensor(c[:-1])
             fmask[r, : len(c) - 1] = 1
+            target[r, : len(c) - 1] = torch.tensor(c[1:])
+        feed, fmask, target = feed.to(dev), fmask.to(dev), target.to(dev)
         full_mask = torch.cat([attn[rows], fmask], dim=1)
-        fpos = pos[rows, -1:] + 1 + torch.arange(T)[None, :]
+        fpos = pos[rows, -1:] + 1 + torch.arange(T, device=dev)[None, :]
         logits = self.model(
             input_ids=feed, attention_mask=full_mask, position_ids=fpos, past_key_values=cache, use_cache=True
         ).logits.float()
-        lp = torch.log_softmax(logits, -1)
+        rest = to_cpu(torch.log_softmax(logits, -1).gather(-1, target[..., None])[..., 0]).tolist()
         for r, (i, k) in enumerate(multi):
-            c = cont_ids[i][k]
-            scores[i][k] = float(first[i][c[0]]) + sum(float(lp[r, t, c[t + 1]]) for t in range(len(c) - 1))
+            scores[i][k] = scores[i][k] + sum(rest[r][: len(cont_ids[i][k]) - 1])  # type: ignore[operator]
         return scores
 
     # ----------------------------------------------------------------- weights

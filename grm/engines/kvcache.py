@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from grm.models.device import module_device
+
 
 class SlabLayer(DynamicLayer):
     """Keys/values in a preallocated ``[B, H, capacity, D]`` slab; ``keys``/``values`` are views
@@ -134,11 +136,14 @@ def prefill(
     positions are baked into the cached keys, so the prefix is the same wherever a row sits.
     With a ``cache``, a prompt sharing at least ``cache.min_reuse`` leading tokens with a prompt
     prefilled earlier runs only its remaining tokens on top of those keys/values (one row at a
-    time: such remainders are short), and every prompt prefilled here is offered to the cache."""
+    time: such remainders are short), and every prompt prefilled here is offered to the cache.
+    Everything is built on the model's device, and the returned tensors are there."""
+    dev = module_device(model)
     B, L = len(prompts), max(len(p) for p in prompts)
     attn = torch.zeros((B, L), dtype=torch.long)
     for b, p in enumerate(prompts):
         attn[b, L - len(p) :] = 1
+    attn = attn.to(dev)
     copies: dict[tuple[int, ...], list[int]] = {}
     for b, p in enumerate(prompts):
         copies.setdefault(tuple(p), []).append(b)
@@ -156,8 +161,8 @@ def prefill(
                 k = layer.keys
                 shape = (B, k.shape[1], L + extra, k.shape[-1])
                 slabs.append((k.new_zeros(shape), k.new_zeros(shape)))
-        rows = torch.tensor([b for u in group for b in copies[u]], dtype=torch.long)
-        rep = torch.tensor([r for r, u in enumerate(group) for _ in copies[u]], dtype=torch.long)
+        rows = torch.tensor([b for u in group for b in copies[u]], dtype=torch.long, device=dev)
+        rep = torch.tensor([r for r, u in enumerate(group) for _ in copies[u]], dtype=torch.long, device=dev)
         logits[rows] = last[rep]
         for (sk, sv), layer in zip(slabs, out.past_key_values.layers, strict=False):
             sk[rows, :, L - Lg : L] = layer.keys[rep]
@@ -185,7 +190,12 @@ def prefill(
                 past.update(k[None, :, :n], v[None, :, :n], i)
             keep(
                 [u],
-                model(input_ids=torch.tensor([u[n:]], dtype=torch.long), past_key_values=past, use_cache=True, logits_to_keep=1),
+                model(
+                    input_ids=torch.tensor([u[n:]], dtype=torch.long, device=dev),
+                    past_key_values=past,
+                    use_cache=True,
+                    logits_to_keep=1,
+                ),
             )
             cache.hits += 1
             cache.reused_tokens += n
@@ -196,7 +206,7 @@ def prefill(
     P = min(_common_prefix(uniq), min(len(u) for u in uniq) - 1) if min_fill >= 1.0 else 0
     prefix: list[tuple[torch.Tensor, torch.Tensor]] = []
     if P >= min_prefix:
-        out = model(input_ids=torch.tensor([uniq[0][:P]], dtype=torch.long), use_cache=True, logits_to_keep=1)
+        out = model(input_ids=torch.tensor([uniq[0][:P]], dtype=torch.long, device=dev), use_cache=True, logits_to_keep=1)
         prefix = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
     else:
         P = 0
@@ -207,12 +217,14 @@ def prefill(
         for r, u in enumerate(g):
             ids[r, Lg - len(uniq[u]) :] = torch.tensor(uniq[u][P:], dtype=torch.long)
             mask[r, Lg - len(uniq[u]) :] = 1
+        padded = not bool(mask.all())  # read on the host, before the move
+        ids, mask = ids.to(dev), mask.to(dev)
         if prefix:
             past = DynamicCache()
             for i, (k, v) in enumerate(prefix):
                 past.update(k.expand(len(g), -1, -1, -1).contiguous(), v.expand(len(g), -1, -1, -1).contiguous(), i)
             out = model(input_ids=ids, past_key_values=past, use_cache=True, logits_to_keep=1)
-        elif bool(mask.all()):  # no padding: the causal kernel without a mask is the fast path
+        elif not padded:  # no padding: the causal kernel without a mask is the fast path
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
         else:
             pos = (mask.cumsum(-1) - 1).clamp(min=0)

@@ -6,20 +6,29 @@ log-probs TIS needs. Candidate continuations are scored exactly by teacher forci
 (``logprob_start_len``; the radix cache reuses the shared prompt). Weights reach the servers
 from disk (``/update_weights_from_disk`` on safetensors the sync step writes) or over an NCCL
 group the trainer joins (``/init_weights_update_group`` + ``/update_weights_from_distributed``);
-in-flight rollouts are paused around an update and the prefix cache is flushed after it.
+in-flight rollouts are paused around an update and the prefix cache is flushed after it. A row
+the server says it generated with other weights than the engine last pushed (``meta_info.
+weight_version``) is an error, not a sample: the server holds an earlier run's weights, or an
+update never arrived.
 
-Verified here: request building and response parsing against the documented shapes (unit tests).
-Not verified here: a live server (SGLang needs CUDA; this machine has none).
+Verified here: request building and response parsing (unit tests), and whole runs against a
+stand-in that speaks the same HTTP API over a transformers model (``tests/serving/
+sglang_standin.py``; ``tests/integration/orchestrator/test_sglang_standin.py``). Not verified
+here: a real SGLang server (it needs CUDA; ``test_sglang_gpu.py`` runs the same checks on a GPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import sys
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -66,6 +75,12 @@ def parse_generation(item: dict[str, Any], *, version: int, request_index: int, 
     kind = finish.get("type") if isinstance(finish, dict) else finish
     if kind == "abort":
         raise EngineError(f"sglang aborted request {request_index}: {finish.get('message', '')}")
+    served = meta.get("weight_version")  # "default" until the first update names a version
+    if isinstance(served, str) and served.isdigit() and int(served) != version:
+        raise EngineError(
+            f"sglang generated request {request_index} with weights version {served}, but the policy is at "
+            f"version {version}: the server holds other weights (an earlier run's, or an update that never arrived)"
+        )
     return Generation(
         text=item.get("text", ""),
         token_ids=list(ids),
@@ -94,6 +109,30 @@ def parse_continuation(item: dict[str, Any], n_cont: int) -> float:
     if len(vals) < n_cont:
         raise EngineError(f"sglang returned {len(vals)} input log-probs for a {n_cont}-token continuation")
     return sum(vals[-n_cont:])
+
+
+def post_control(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """POST to a control endpoint (pause, update, flush, ...) -> ``{"success", "message", ...}``.
+    Most answer JSON; ``/flush_cache`` answers plain text, and HTTP 400 with its reason when it
+    refuses. Not retried: the caller decides what a failed update means."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+        raise EngineError(f"{url}: {getattr(e, 'reason', e)}") from None
+    text = raw.decode(errors="replace").strip()
+    try:
+        out = json.loads(text)
+    except ValueError:
+        out = None
+    out = out if isinstance(out, dict) else {"message": text}
+    if status >= 400:
+        out["success"] = False
+        out.setdefault("message", f"HTTP {status}: {text[:500]}")
+    return out
 
 
 def launch_command(model_path: str, port: int, spec: Any) -> list[str]:
@@ -145,6 +184,7 @@ class SGLangEngine:
         # HTTP with retries on 429/5xx/timeouts, shared with the openai engine
         self._http = OpenAIEngine(self.urls[0], model, endpoint="chat", concurrency=concurrency, timeout_s=timeout_s)
         self._post_fn = post
+        self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))
         self._lock = threading.Lock()
 
@@ -179,8 +219,13 @@ class SGLangEngine:
             return self._post_fn(url + path, body)
         return self._http.post_url(url + path, body)
 
+    def _control(self, url: str, path: str, body: dict[str, Any]) -> Any:
+        if self._post_fn is not None:
+            return self._post_fn(url + path, body)
+        return post_control(url + path, body, self.timeout_s)
+
     def _each_server(self, path: str, body: dict[str, Any] | None = None) -> list[Any]:
-        outs = list(self._pool.map(lambda u: self._post(u, path, body or {}), self.urls))
+        outs = list(self._pool.map(lambda u: self._control(u, path, body or {}), self.urls))
         for u, o in zip(self.urls, outs, strict=False):
             if isinstance(o, dict) and o.get("success") is False:
                 raise EngineError(f"{u}{path} failed: {o.get('message', o)}")
@@ -263,8 +308,11 @@ class SGLangEngine:
         try:
             self._each_server("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
             self._each_server("/flush_cache", {})
-        finally:
-            self._each_server("/continue_generation", {})
+        except BaseException:
+            with contextlib.suppress(EngineError):  # the update's error says more than a failed resume
+                self._each_server("/continue_generation", {})
+            raise
+        self._each_server("/continue_generation", {})
         self.version = version
 
     def init_weight_group(
@@ -285,7 +333,7 @@ class SGLangEngine:
                 "group_name": group_name,
                 "backend": backend,
             }
-            out = self._post(url, "/init_weights_update_group", body)
+            out = self._control(url, "/init_weights_update_group", body)
             if isinstance(out, dict) and out.get("success") is False:
                 raise EngineError(f"{url}/init_weights_update_group failed: {out.get('message')}")
 

@@ -46,10 +46,15 @@ def token_logprobs(
 
     ``start``: the first target column that matters (the batch's shortest prompt - 1); columns
     before it are 0 and their logits are never computed (``logits_to_keep``), which saves the LM
-    head's FLOPs and the ``[B, L, vocab]`` memory over the prompts.
+    head's FLOPs and the ``[B, L, vocab]`` memory over the prompts. The inputs move to the model's
+    device; the outputs stay there.
     """
     import torch
 
+    from grm.models.device import module_device
+
+    device = module_device(model)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     L = input_ids.shape[1]
     keep = {"logits_to_keep": L - start} if start > 0 else {}
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep).logits[:, :-1].float()

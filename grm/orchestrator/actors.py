@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import ray
@@ -20,6 +21,19 @@ def _threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
+def _gather(own: Any, others: Sequence[Any], combine: Any) -> Any:
+    """Rank 0 of a policy group: its result combined with the other ranks' (their refs)."""
+    return combine([own, *ray.get(list(others))]) if others else own
+
+
+@ray.remote(num_cpus=0)
+def rendezvous() -> tuple[str, int]:
+    """Address and a free port on this node: where a policy group's ranks meet (run on rank 0's bundle)."""
+    from grm.base import free_port
+
+    return ray.util.get_node_ip_address(), free_port()
+
+
 def where() -> dict[str, Any]:
     """Node and resources of the calling actor (asserted by placement tests)."""
     ctx = ray.get_runtime_context()
@@ -30,17 +44,33 @@ def where() -> dict[str, Any]:
 class PolicyActor:
     """Trainer, rollout engine and (when colocated) reference and critic of the policy."""
 
-    def __init__(self, cfg: Any, policy: Any, algorithm: Any, threads: int, with_reference: bool) -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        policy: Any,
+        algorithm: Any,
+        threads: int,
+        with_reference: bool,
+        dist: tuple[int, int, str, int] | None = None,
+    ) -> None:
+        """``dist``: (rank, world size, rendezvous address, port) of a multi-rank worker group."""
         _threads(threads)
+        self.rank = dist[0] if dist else 0
+        if dist is not None:
+            # Ray gives each rank only its bundle's GPUs, so the rank's device is the first visible one
+            rank, world, addr, port = dist
+            os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=addr, MASTER_PORT=str(port))
         import torch
 
         from grm.engines import build_engine
+        from grm.models.device import role_device
         from grm.models.loading import load_model
         from grm.training.models import ReferenceModel, ValueModel, value_forward
 
         self.cfg = cfg
         self.policy = policy
         self.algorithm = algorithm
+        self.device = role_device(cfg.pools[cfg.policy.pool].gpus)  # DeepSpeed places its own module
         torch.manual_seed(cfg.seed)
         t = cfg.train
         train_model, self.tok = load_model(policy.model, "fp32")
@@ -48,10 +78,15 @@ class PolicyActor:
         # nothing to sync), else with a second copy in the engine's dtype; sglang: servers on the
         # pool's GPUs that sync() feeds from disk
         self.shared = policy.engine.type == "hf" and policy.engine.dtype == "fp32" and t.backend.type == "torch"
+        self.has_engine = policy.engine.type == "hf" or self.rank == 0
         own = {}
-        if policy.engine.type == "hf":
+        if policy.engine.type == "hf" and self.has_engine:
             own["model_obj"] = train_model if self.shared else load_model(policy.model, policy.engine.dtype)[0]
-        self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own)
+        # an hf engine on every rank (rollouts are split across ranks); an sglang engine (its servers
+        # span the pool) on rank 0 only
+        if policy.engine.type == "hf":
+            own["device"] = self.device
+        self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own) if self.has_engine else None
         # one optimizer step per mini-batch: the trainers are built for the mini-batch size
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size // algorithm.mini_batches
         common = dict(
@@ -64,7 +99,9 @@ class PolicyActor:
         )
         self.trainer = self._trainer(train_model, batch, common, entropy=True)
         self.reference = (
-            ReferenceModel(policy.model, dtype="fp32", micro_batch_size=t.micro_batch_size) if with_reference else None
+            ReferenceModel(policy.model, dtype="fp32", micro_batch_size=t.micro_batch_size, device=self.device)
+            if with_reference
+            else None
         )
         self.critic = None
         if algorithm.needs_critic:
@@ -88,18 +125,23 @@ class PolicyActor:
             )
         from grm.training.torch_backend import TorchTrainer
 
-        return TorchTrainer(module, **common, **kw)
+        return TorchTrainer(module, device=self.device, **common, **kw)
 
     def where(self) -> dict[str, Any]:
         return where()
 
     # ------------------------------------------------------------- rollout
-    def rollout(self, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int) -> tuple[list[Group], float]:
+    def rollout(
+        self, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int, others: Sequence[Any] = ()
+    ) -> tuple[list[Group], float]:
         """``n`` responses per prompt with the current weights, as one group per prompt keyed by
-        ``keys``; returns (groups, seconds)."""
+        ``keys``; returns (groups, seconds). Rank 0 of a group appends the ``others`` ranks' parts."""
         from grm.engines.base import GenerationRequest, SamplingParams
+        from grm.orchestrator.policy_group import gather_rollouts
 
         t0 = time.perf_counter()
+        if not prompts:
+            return _gather(([], 0.0), others, gather_rollouts)
         r = self.cfg.rollout
         msgs = []
         for p in prompts:
@@ -131,12 +173,26 @@ class PolicyActor:
                     version=g.version,
                 )
             )
-        return groups, time.perf_counter() - t0
+        return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
 
     # ------------------------------------------------------------- reference, values
-    def prepare(self, rollouts: Sequence[Rollout]) -> tuple[Any, float]:
+    def prepare(
+        self, rollouts: Sequence[Rollout], positions: Sequence[int] | None = None, others: Sequence[Any] = ()
+    ) -> tuple[Any, ...]:
         """Token batch with old (trainer) log-probs, behaviour (rollout) log-probs, reference log-probs
-        when the reference is colocated, and critic values for PPO; returns (batch, seconds)."""
+        when the reference is colocated, and critic values for PPO; returns (batch, seconds). A rank
+        of a group gets its shard of the rollouts and their ``positions``; rank 0 puts the shards'
+        batches back together in the rollouts' order."""
+        from grm.orchestrator.policy_group import gather_prepared
+
+        batch, secs = self._prepare(rollouts)
+        if positions is None:
+            return batch, secs
+        if self.rank:
+            return batch, secs, positions
+        return _gather((batch, secs, positions), others, partial(gather_prepared, pad_id=self.pad_id))
+
+    def _prepare(self, rollouts: Sequence[Rollout]) -> tuple[Any, float]:
         from grm.training import TrainBatch
 
         t0 = time.perf_counter()
@@ -158,8 +214,10 @@ class PolicyActor:
         return batch.with_fields(**fields), time.perf_counter() - t0
 
     # ------------------------------------------------------------- train, sync
-    def train(self, batch: Any) -> dict[str, float]:
-        """Every optimizer step of one batch (policy, then critic); the engine's version advances by one."""
+    def train(self, batch: Any, others: Sequence[Any] = ()) -> dict[str, float]:
+        """Every optimizer step of one batch (policy, then critic); the engine's version advances by
+        one. Each rank of a group trains its shard of the batch (the trainer picks it)."""
+        from grm.orchestrator.policy_group import gather_first
         from grm.orchestrator.policy_update import train_on_batch
 
         t0 = time.perf_counter()
@@ -167,40 +225,54 @@ class PolicyActor:
         metrics["train_seconds"] = time.perf_counter() - t0
         if self.shared:
             self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
-        return metrics
+        return _gather(metrics, others, gather_first)
 
     def version_of_trainer(self) -> int:
         """Policy version = batches trained (a batch may take several optimizer steps)."""
         return self.trainer.step_count // self.algorithm.steps_per_batch
 
-    def sync(self) -> float:
-        """Push trainer weights into the rollout engine (in process); the engine's version advances."""
+    def sync(self, others: Sequence[Any] = ()) -> float:
+        """Push trainer weights into the rollout engine (in process); the engine's version advances.
+        Every rank of a group takes part (ZeRO-3 gathers the weights from all of them)."""
+        from grm.orchestrator.policy_group import gather_max
         from grm.training.sync import push_weights
 
         if self.shared:
             self.engine.version = self.version_of_trainer()
-            return 0.0
-        return push_weights(self.engine, self.trainer.state_dict(), self.version_of_trainer())
+            return _gather(0.0, others, gather_max)
+        state = self.trainer.state_dict()
+        secs = push_weights(self.engine, state, self.version_of_trainer()) if self.engine is not None else 0.0
+        return _gather(secs, others, gather_max)
 
     def version(self) -> int:
         return self.engine.version
 
-    def save(self, path: str) -> None:
+    def save(self, path: str, others: Sequence[Any] = ()) -> None:
+        """Collective: each rank writes its ZeRO shard under ``path`` (a directory every rank can reach)."""
+        from grm.orchestrator.policy_group import gather_first
+
         self.trainer.save(os.path.join(path, "policy"))
         if self.critic is not None:
             self.critic.save(os.path.join(path, "critic"))
+        return _gather(None, others, gather_first)
 
-    def load(self, path: str) -> int:
+    def load(self, path: str, others: Sequence[Any] = ()) -> int:
+        from grm.orchestrator.policy_group import gather_first
+
         self.trainer.load(os.path.join(path, "policy"))
         if self.critic is not None:
             self.critic.load(os.path.join(path, "critic"))
         self.sync()
-        return self.engine.version
+        return _gather(self.version_of_trainer(), others, gather_first)
 
-    def export(self, path: str) -> float:
+    def export(self, path: str, others: Sequence[Any] = ()) -> float:
+        """Full weights as safetensors (rank 0 writes; every rank takes part in the ZeRO-3 gather)."""
         from grm.models.weights import save_weights
+        from grm.orchestrator.policy_group import gather_max
 
-        return save_weights(self.trainer.state_dict(), path, self.version_of_trainer())
+        state = self.trainer.state_dict()
+        secs = save_weights(state, path, self.version_of_trainer()) if self.rank == 0 else 0.0
+        return _gather(secs, others, gather_max)
 
 
 class _HostsReference:
@@ -251,9 +323,11 @@ class JudgeActor(_HostsReference):
         if reference is not None:
             self._load_reference(*reference)
 
+    @ray.method(max_task_retries=0)
     def score_groups(self, groups: Sequence[Sequence[Any]]) -> GroupResults:
         """Per group of one prompt's responses, one result per response (the judge's mode decides
-        how: one call per response, one listwise call per group, ...)."""
+        how: one call per response, one listwise call per group, ...). Not retried by Ray when the
+        actor dies: the scheduler re-issues the call at once, to another replica if one is up."""
         return self.judge.score_groups(groups)
 
     def pid(self) -> int:

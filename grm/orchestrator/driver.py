@@ -3,9 +3,8 @@
     rollout (policy pool) -> judges (their pools, each chunk as it lands) -> rewards
     -> reference log-probs (+ critic values) -> advantages -> train -> weight sync
 
-What runs when (async queueing, judge fan-out, timeouts) is the scheduler's; where each role runs
-is placement's; what is written is the recorder's; the math is the algorithm's.
-"""
+What runs when is the scheduler's; where each role runs, placement's (the policy may be a worker
+group of N ranks, the same handle); what is written, the recorder's; the math, the algorithm's."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ class NodeWatch:
         if not lost:
             return None
         where = sorted({f"node {self.placement[r]['node_id'][:12]} (pool '{self.placement[r]['pool']}')" for r in lost})
-        return RoleLost(lost, f"{', '.join(where)} left the Ray cluster", "policy" in lost)
+        return RoleLost(lost, f"{', '.join(where)} left the Ray cluster", any(r.startswith("policy") for r in lost))
 
     def get(self, ref: Any, wait_s: float = 5.0) -> Any:
         """``ray.get(ref)`` that gives up with ``RoleLost`` when a node hosting roles dies meanwhile."""
@@ -57,8 +57,8 @@ class NodeWatch:
 def actor_lost(error: Exception, roles: Any, placement: dict[str, dict[str, Any]]) -> RoleLost:
     """The ``RoleLost`` for Ray's ``RayActorError`` ``error``: which role's actor it was."""
     actor_id = getattr(error, "actor_id", None)
-    handles = {"policy": roles.policy, "reference": roles.reference}
-    handles.update({f"judge:{j.name}": j.actor for j in roles.judges if j.actor is not None})
+    handles = {**roles.policy.actor_roles(), "reference": roles.reference}
+    handles.update({j.role(i): a for j in roles.judges for i, a in enumerate(j.replicas)})  # judge:NAME#i per replica
     names = [name for name, h in handles.items() if h is not None and actor_id and h._actor_id.hex() == actor_id]
     # a reference hosted in the policy's or a judge's actor dies with it
     role = names[0] if names else "an actor"
@@ -66,4 +66,4 @@ def actor_lost(error: Exception, roles: Any, placement: dict[str, dict[str, Any]
     where = f" (pool '{info['pool']}', pid {info['pid']})" if info else ""
     text = str(error).strip()
     cause = text.splitlines()[0].split(". The task may")[0][:240] if text else type(error).__name__
-    return RoleLost([role], f"its actor{where} died ({type(error).__name__}: {cause})", role == "policy")
+    return RoleLost([role], f"its actor{where} died ({type(error).__name__}: {cause})", role.startswith("policy"))

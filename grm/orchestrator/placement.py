@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grm.base import GrmError
@@ -38,12 +38,51 @@ def start_ray(address: str | None, pools: dict[str, PoolSpec]) -> None:
     )
 
 
+def bundles_of(spec: PoolSpec, ranks: int = 1) -> list[dict[str, float]]:
+    """The pool's placement bundles: one per node, or for a pool holding a ``ranks``-rank policy
+    one per rank (``ranks / nodes`` per node, each with that share of a node's resources)."""
+    per_node = ranks // spec.nodes if ranks > 1 else 1
+    bundle: dict[str, float] = {"CPU": spec.cpus / per_node}
+    if spec.gpus:
+        bundle["GPU"] = spec.gpus / per_node
+    bundle.update({k: v / per_node for k, v in spec.resources.items()})
+    return [dict(bundle) for _ in range(spec.nodes * per_node)]
+
+
+def strategy_of(spec: PoolSpec, bundles: int) -> str:
+    """One node: every bundle on it; one bundle per node: each on another node; several per node:
+    spread (Ray's best effort, so ``create_pools`` checks the nodes it got)."""
+    if spec.nodes == 1:
+        return "STRICT_PACK"
+    return "STRICT_SPREAD" if bundles == spec.nodes else "SPREAD"
+
+
 @dataclass
 class Pool:
     name: str
     spec: PoolSpec
     group: Any
     roles: list[str]
+    ranks: int = 1
+    """Policy ranks on this pool: with more than one, each rank has a bundle (and the pool) to itself."""
+    nodes: tuple[str, ...] = ()
+    """Node id of each bundle, as Ray placed them."""
+
+    def rank_options(self, rank: int) -> dict[str, Any]:
+        """Ray actor options for policy rank ``rank``: its bundle, all of it."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        b = bundles_of(self.spec, self.ranks)[rank]
+        opts: dict[str, Any] = {
+            "num_cpus": b["CPU"],
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=rank),
+        }
+        if "GPU" in b:
+            opts["num_gpus"] = b["GPU"]
+        extra = {k: v for k, v in b.items() if k not in ("CPU", "GPU")}
+        if extra:
+            opts["resources"] = extra
+        return opts
 
     @property
     def processes(self) -> list[str]:
@@ -55,17 +94,33 @@ class Pool:
 
     @property
     def threads(self) -> int:
-        """torch threads for each actor on this pool (the pool's CPUs shared by its processes)."""
-        return max(1, self.spec.cpus // max(1, len(self.processes)))
+        """torch threads for each actor in this pool's first bundle (its CPUs shared by its processes)."""
+        return self.threads_of("")
+
+    def bundle_of(self, role: str) -> int:
+        """The bundle (node) of a role on a pool of one bundle per node: replica ``i`` of a judge
+        (``judge:NAME#i``) on bundle ``i mod nodes``, every other role on the first."""
+        if "#" not in role or role.startswith("policy"):
+            return int(role.split("#")[1]) if role.startswith("policy#") else 0
+        return int(role.split("#")[1]) % len(bundles_of(self.spec, self.ranks))
+
+    def peers(self, role: str) -> list[str]:
+        """The processes sharing ``role``'s bundle (itself included)."""
+        return [r for r in self.processes if self.bundle_of(r) == self.bundle_of(role)] or [role]
+
+    def threads_of(self, role: str) -> int:
+        return max(1, self.spec.cpus // len(self.peers(role)))
 
     def options(self, role: str) -> dict[str, Any]:
-        """Ray actor options placing ``role`` in this pool's first bundle with its share of CPUs."""
+        """Ray actor options placing ``role`` in its bundle with its share of the bundle's CPUs."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        share = 1.0 / max(1, len(self.processes))
+        share = 1.0 / len(self.peers(role))
         opts: dict[str, Any] = {
             "num_cpus": self.spec.cpus * share,
-            "scheduling_strategy": PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=0),
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                self.group, placement_group_bundle_index=self.bundle_of(role)
+            ),
         }
         if self.spec.gpus:
             opts["num_gpus"] = self.spec.gpus * share
@@ -82,8 +137,26 @@ def role_pools(cfg: PipelineSpec, judge_names: list[str]) -> dict[str, list[str]
         out[cfg.reference.pool].append("reference")
     for jr, name in zip(cfg.judges, judge_names, strict=True):
         if jr.pool:
-            out[jr.pool].append(f"judge:{name}")
+            out[jr.pool] += judge_roles(name, jr.replicas)
     return out
+
+
+def missing_resources(cfg: PipelineSpec, total: dict[str, float], used: list[str]) -> list[str]:
+    """What the cluster (``ray.cluster_resources()``) lacks to hold the ``used`` pools, in words."""
+    need: dict[str, dict[str, float]] = {}
+    for name in used:
+        ranks = cfg.train.backend.ranks if name == cfg.policy.pool else 1
+        for b in bundles_of(cfg.pools[name], ranks):
+            for key, amount in b.items():
+                need.setdefault(key, {}).setdefault(name, 0.0)
+                need[key][name] += amount
+    have = ", ".join(f"{k}={v:g}" for k, v in sorted(total.items()) if not k.startswith(("node:", "object_store", "memory")))
+    out = []
+    for key, by_pool in sorted(need.items()):
+        if sum(by_pool.values()) > total.get(key, 0.0) + 1e-9:
+            pools = ", ".join(f"pool '{p}' needs {v:g} {key}" for p, v in by_pool.items())
+            out.append(f"{pools}: {sum(by_pool.values()):g} {key} in all, the cluster has {total.get(key, 0.0):g}")
+    return [f"{m} (cluster resources: {have})" for m in out]
 
 
 def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 60.0) -> dict[str, Pool]:
@@ -93,55 +166,77 @@ def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 6
 
     total = ray.cluster_resources()
     roles = role_pools(cfg, judge_names)
+    missing = missing_resources(cfg, total, [n for n in cfg.pools if roles[n]])
+    if missing:
+        raise PlacementError(f"the Ray cluster cannot hold the pools: {'; '.join(missing)}")
     pools = {}
     for name, spec in cfg.pools.items():
         if not roles[name]:
             continue
-        bundle: dict[str, float] = {"CPU": float(spec.cpus)}
-        if spec.gpus:
-            bundle["GPU"] = float(spec.gpus)
-        bundle.update({k: float(v) for k, v in spec.resources.items()})
-        for key, amount in bundle.items():
-            have = total.get(key, 0.0)
-            if amount * spec.nodes > have:
-                raise PlacementError(
-                    f"pool '{name}' needs {amount * spec.nodes:g} {key} but the Ray cluster has {have:g}"
-                    f" (cluster resources: {', '.join(f'{k}={v:g}' for k, v in sorted(total.items()) if not k.startswith('node:'))})"  # noqa: E501
-                )
-        strategy = "STRICT_SPREAD" if spec.nodes > 1 else "STRICT_PACK"
-        pg = placement_group([dict(bundle) for _ in range(spec.nodes)], strategy=strategy, name=f"grm-{name}")
+        ranks = cfg.train.backend.ranks if name == cfg.policy.pool else 1
+        bundles = bundles_of(spec, ranks)
+        pg = placement_group(bundles, strategy=strategy_of(spec, len(bundles)), name=f"grm-{name}")
         ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
         if not ready:
             ray.util.remove_placement_group(pg)
             raise PlacementError(
-                f"pool '{name}' ({bundle} x {spec.nodes} node(s)) could not be placed within {timeout_s:.0f} s;"
-                " other pools or jobs may hold the resources"
+                f"pool '{name}' ({len(bundles)} bundle(s) of {bundles[0]} over {spec.nodes} node(s)) could not be "
+                f"placed within {timeout_s:.0f} s; other pools or jobs may hold the resources"
             )
-        pools[name] = Pool(name, spec, pg, roles[name])
+        table = ray.util.placement_group_table(pg)["bundles_to_node_id"]
+        nodes = tuple(table[i] for i in range(len(bundles)))
+        if len(set(nodes)) != spec.nodes:
+            ray.util.remove_placement_group(pg)
+            raise PlacementError(f"pool '{name}' asks for {spec.nodes} nodes; Ray placed its bundles on {len(set(nodes))}")
+        pools[name] = Pool(name, spec, pg, roles[name], ranks, nodes)
     return pools
 
 
 # --------------------------------------------------------------------------- roles -> actors
 
 
+def judge_roles(name: str, replicas: int) -> list[str]:
+    """Role names of a judge's actors: ``judge:NAME``, or ``judge:NAME#i`` for each of several replicas."""
+    return [f"judge:{name}"] if replicas == 1 else [f"judge:{name}#{i}" for i in range(replicas)]
+
+
 @dataclass
 class JudgeHandle:
-    """A judge as the scheduler sees it, wherever it runs: an actor on its pool (model judges) or
-    this process (rule verifiers without a pool). ``submit`` returns a Ray ref or the results."""
+    """A judge as the scheduler sees it, wherever it runs: actors on its pool (model judges, one
+    per replica) or this process (rule verifiers without a pool). ``submit`` returns a Ray ref or
+    the results."""
 
     name: str
     weight: float
     required: bool
     actor: Any = None
+    """Its first replica's actor (the one hosting a reference placed on the judge's pool)."""
     local: Any = None
     limits: CallLimits = CallLimits()
-    """Deadline and concurrency cap of the judge's calls (from its spec's ``limits``); a local
-    judge's calls run at once in this process and are not timed."""
+    """Deadline and concurrency cap of the judge's calls (from its spec's ``limits``; the cap is
+    per replica); a local judge's calls run at once in this process and are not timed."""
+    replicas: list[Any] = field(default_factory=list)
+    """Every actor of the judge (``replicas: R`` in the pipeline), ``actor`` first."""
 
-    def submit(self, groups: list[list[Sample]]) -> Any:
+    def __post_init__(self) -> None:
+        if self.actor is not None and not self.replicas:
+            self.replicas = [self.actor]
+        if self.replicas:
+            self.actor = self.replicas[0]
+
+    def role(self, replica: int) -> str:
+        """Replica ``replica``'s role name (placement.json, lost-role messages)."""
+        return judge_roles(self.name, len(self.replicas))[replica]
+
+    def submit(self, groups: list[list[Sample]], replica: int = 0) -> Any:
         if self.local is not None:
             return self.local.score_groups(groups)
-        return self.actor.score_groups.remote(groups)
+        return self.replicas[replica].score_groups.remote(groups)
+
+    def probe(self, replica: int) -> Any:
+        """A ref that resolves once replica ``replica`` is up again (Ray queues calls to a
+        restarting actor), or fails with ``RayActorError`` when its restarts are spent."""
+        return self.replicas[replica].pid.remote()
 
 
 @dataclass
@@ -158,29 +253,50 @@ class Roles:
         """Node, pid, resources and pool of every role, reported from inside its actor."""
         import ray
 
-        refs = {"policy": self.policy.where.remote()}
+        refs = {role: actor.where.remote() for role, actor in self.policy.actor_roles().items()}
         if self.reference is not None:
             refs["reference"] = self.reference.where.remote()
-        refs.update({f"judge:{j.name}": j.actor.where.remote() for j in self.judges if j.actor is not None})
+        refs.update({j.role(i): a.where.remote() for j in self.judges for i, a in enumerate(j.replicas)})
         info = {k: ray.get(v) for k, v in refs.items()}
         for k, v in info.items():
-            v["pool"] = next(p.name for p in self.pools.values() if k in p.roles)
+            v["pool"] = next(p.name for p in self.pools.values() if k in p.roles or k.split("#")[0] in p.roles)
+            v["bundle"] = self.pools[v["pool"]].bundle_of(k)
+            if k.startswith("policy"):
+                v["rank"] = v["bundle"]
         return info
+
+
+def start_policy(cfg: PipelineSpec, loaded: LoadedPipeline, algorithm: Any, pool: Pool, with_reference: bool) -> Any:
+    """The policy's worker group: one PolicyActor, or ``ranks`` of them (one per bundle of its pool)
+    joined in one torch.distributed group whose rendezvous is on rank 0's node."""
+    from grm.orchestrator.actors import PolicyActor, rendezvous
+    from grm.orchestrator.policy_group import PolicyGroup
+
+    args = (cfg, loaded.policy, algorithm)
+    hf = loaded.policy.engine.type == "hf"
+    if pool.ranks == 1:
+        return PolicyGroup([PolicyActor.options(**pool.options("policy")).remote(*args, pool.threads, with_reference)], hf)
+    import ray
+
+    addr, port = ray.get(rendezvous.options(**{**pool.rank_options(0), "num_cpus": 0}).remote())
+    threads = max(1, int(bundles_of(pool.spec, pool.ranks)[0]["CPU"]))
+    actors = [
+        PolicyActor.options(**pool.rank_options(r)).remote(*args, threads, with_reference, (r, pool.ranks, addr, port))
+        for r in range(pool.ranks)
+    ]
+    return PolicyGroup(actors, hf)
 
 
 def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> Roles:
     """Start (or join) Ray, reserve every pool and start each role's actor in its pool."""
     from grm.judges import build_judge
-    from grm.orchestrator.actors import JudgeActor, PolicyActor, ReferenceActor
+    from grm.orchestrator.actors import JudgeActor, ReferenceActor
 
     cfg = loaded.spec
     start_ray(address, cfg.pools)
     pools = create_pools(cfg, [j.name for j in loaded.judges])
     remote_ref = cfg.reference is not None and cfg.reference.pool != cfg.policy.pool
-    pp = pools[cfg.policy.pool]
-    policy = PolicyActor.options(**pp.options("policy")).remote(
-        cfg, loaded.policy, algorithm, pp.threads, cfg.reference is not None and not remote_ref
-    )
+    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], cfg.reference is not None and not remote_ref)
     ref_args = (loaded.policy.model, cfg.train.micro_batch_size)
     # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
     host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule" and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
@@ -195,9 +311,16 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
             handle.local = build_judge(j.spec, j.path.parent)
         else:
             jp = pools[j.role.pool]
-            handle.actor = JudgeActor.options(
-                max_restarts=cfg.faults.judge_restarts, max_task_retries=2, **jp.options(f"judge:{j.name}")
-            ).remote(j.spec, str(j.path.parent), jp.threads, ref_args if j is host else None)
+            # Ray restarts a dead replica; its judge calls are not retried by Ray (see
+            # JudgeActor.score_groups) but re-issued by the scheduler, to the other replicas first
+            restarts = {"max_restarts": cfg.faults.judge_restarts, "max_task_retries": 2}
+            handle.replicas = [
+                JudgeActor.options(**restarts, **jp.options(role)).remote(
+                    j.spec, str(j.path.parent), jp.threads_of(role), ref_args if j is host and i == 0 else None
+                )
+                for i, role in enumerate(judge_roles(j.name, j.role.replicas))
+            ]
+            handle.actor = handle.replicas[0]
             if j is host:
                 reference = handle.actor
         judges.append(handle)

@@ -211,7 +211,8 @@ def step_metrics(
     version: int,
 ) -> dict[str, Any]:
     """One metrics.jsonl line: rewards (overall and per judge), masking, lengths, staleness, seconds
-    per phase and the judges' share of the step, advantage and trainer statistics."""
+    per phase and the judges' share of the step, samples and seconds per judge replica, advantage
+    and trainer statistics."""
     rollouts = rollouts_of(groups)
     rewards = [x for g in groups for x in g.rewards]
     valid = [x for x in rewards if not math.isnan(x)]
@@ -237,6 +238,9 @@ def step_metrics(
         "seconds_idle": max(0.0, step_s - (work.rollout_s + ref_s + train_s + sync_s)),
         "judge_share": judging / step_s if step_s else 0.0,
         **{f"seconds_judge/{k}": v for k, v in work.judge_s.items()},
+        # per actor-judge replica (``<judge>/<replica index>``): samples judged and seconds of its calls
+        **{f"judge_items/{k}": v for k, v in work.replica_items.items()},
+        **{f"judge_seconds/{k}": v for k, v in work.replica_s.items()},
         **extra,
         **{k: v for k, v in train.items() if k != "train_seconds"},
     }

@@ -4,6 +4,13 @@ most ``limits.max_concurrent_calls`` calls in flight (the rest wait in order, ac
 calls past their deadline are re-issued once and then masked, and the prompts taken but not yet
 trained on are counted so a checkpoint can give them back.
 
+A judge with ``replicas: R`` has R actors: each call goes to the least-loaded live replica (fewest
+calls in flight, then fewest samples judged), the cap applying per replica. A replica whose actor
+dies (``RayActorError`` on a call) has every call in flight on it put back at the head of the queue
+and re-issued at once to the live replicas (not masked, not counted as a timeout); Ray restarts it
+(``faults.judge_restarts``) and a probe call says when it is back. When every replica of a judge is
+lost for good, the probe's error ends the run (the driver names the role, ``judge:NAME#i``).
+
 A call's deadline is the judge spec's ``limits.deadline_s`` if set, else the pipeline's
 ``faults.judge_timeout_s`` if set, else derived from the judge's sampling and the call's size
 (``grm.judges.limits``); its clock starts when the call is issued, not when it is queued.
@@ -23,7 +30,7 @@ from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.placement import JudgeHandle, Roles
-from grm.orchestrator.types import Group, JudgeCall, StepWork, rollouts_of
+from grm.orchestrator.types import Group, JudgeCall, Replica, StepWork, rollouts_of
 
 
 class Interrupted(Exception):
@@ -36,6 +43,14 @@ class Issued(NamedTuple):
     work: StepWork
     call: JudgeCall
     judge: JudgeHandle
+
+
+def least_loaded(replicas: list[Replica], in_flight: list[int], cap: int) -> Replica | None:
+    """The live replica with the fewest calls in flight (``in_flight[index]``), ties going to the
+    one that judged the fewest samples, then the lowest index; None if every live replica has
+    ``cap`` calls in flight or none is live."""
+    free = [r for r in replicas if r.state == "live" and in_flight[r.index] < cap]
+    return min(free, key=lambda r: (in_flight[r.index], r.items, r.index), default=None)
 
 
 class Scheduler:
@@ -51,6 +66,12 @@ class Scheduler:
         """Per judge: calls held back by its concurrency cap, in the order they will be issued."""
         self.running: dict[Any, Issued] = {}
         """Every judge call in flight (of any step), by its Ray ref."""
+        self.replicas = {j.name: [Replica(i) for i in range(len(j.replicas))] for j in roles.judges}
+        """Per judge: its actors' dispatch state (none for a local judge)."""
+        self.probes: dict[Any, tuple[JudgeHandle, Replica]] = {}
+        """Restarting replicas, by the ref of the probe call that returns once they are back."""
+        # what a dead actor's call raises (unit tests' fake rays have none: nothing to catch)
+        self.actor_died: Any = getattr(getattr(ray, "exceptions", None), "RayActorError", ())
 
     # ------------------------------------------------------------------ prompts and rollouts
     def take(self, step: int) -> StepWork:
@@ -80,7 +101,10 @@ class Scheduler:
             self.roles.policy.rollout.remote(prompts[i : i + k], keys[i : i + k], a.group_size, seed)
             for i in range(0, len(prompts), k)
         ]
-        return StepWork(step, prompts, chunks)
+        per_replica = [f"{j.name}/{i}" for j in self.roles.judges for i in range(len(j.replicas))]
+        return StepWork(
+            step, prompts, chunks, replica_items=dict.fromkeys(per_replica, 0), replica_s=dict.fromkeys(per_replica, 0.0)
+        )
 
     def fill_ahead(self, step: int) -> None:
         """Queue the rollouts of the next ``max_staleness`` steps (async) behind this step's work."""
@@ -111,6 +135,9 @@ class Scheduler:
         groups = self.collect(extra, prepare=False)
         for name, n in extra.judge_timeouts.items():
             work.judge_timeouts[name] = work.judge_timeouts.get(name, 0) + n
+        for key, n in extra.replica_items.items():
+            work.replica_items[key] = work.replica_items.get(key, 0) + n
+            work.replica_s[key] = work.replica_s.get(key, 0.0) + extra.replica_s[key]
         return groups
 
     def prepare(self, work: StepWork, rollouts: list[Any]) -> None:
@@ -139,10 +166,10 @@ class Scheduler:
                 return self.ray.get(ref)
 
     def _advance(self, landing: dict[Any, tuple[StepWork, int]], target: Any = None) -> bool:
-        """Wait (up to 5 s) for a rollout chunk of ``landing``, any judge call in flight or ``target``;
-        land or finish what is ready, then time out judge calls past their deadline. True once
-        ``target`` is ready."""
-        waits = [*landing, *self.running, *([target] if target is not None else [])]
+        """Wait (up to 5 s) for a rollout chunk of ``landing``, any judge call in flight, a replica's
+        probe or ``target``; land or finish what is ready, then time out judge calls past their
+        deadline. True once ``target`` is ready."""
+        waits = [*landing, *self.running, *self.probes, *([target] if target is not None else [])]
         ready, _ = self.ray.wait(waits, num_returns=1, timeout=5.0)
         hit = False
         for r in ready:
@@ -152,8 +179,15 @@ class Scheduler:
                 self._land(*landing[r], r)
             elif r in self.running:
                 issued = self.running.pop(r)
-                self._finish(issued.work, issued.call, self.ray.get(r))
+                try:
+                    results = self.ray.get(r)
+                except self.actor_died as e:
+                    self._replica_died(issued, e)
+                    continue
+                self._finish(issued.work, issued.call, results)
                 self._issue(issued.judge)
+            elif r in self.probes:
+                self._probed(r)
         self._timeouts()
         return hit
 
@@ -185,22 +219,74 @@ class Scheduler:
         self._issue(judge)
 
     def _issue(self, judge: JudgeHandle) -> None:
-        """Issue the judge's waiting calls while it has fewer than its cap in flight."""
-        waiting = self.waiting[judge.name]
-        in_flight = sum(1 for i in self.running.values() if i.judge is judge)
-        while waiting and in_flight < judge.limits.max_concurrent_calls:
+        """Issue the judge's waiting calls, each to its least-loaded live replica, while one has
+        fewer than the cap in flight."""
+        waiting, replicas = self.waiting[judge.name], self.replicas[judge.name]
+        in_flight = [0] * len(replicas)
+        for i in self.running.values():
+            if i.judge is judge:
+                in_flight[i.call.replica] += 1  # type: ignore[index]
+        while waiting and (rep := least_loaded(replicas, in_flight, judge.limits.max_concurrent_calls)) is not None:
             issued = waiting.popleft()
             work, call = issued.work, issued.call
-            call.submitted_at = time.perf_counter()
-            call.pending = judge.submit([g.samples() for g in work.landed[call.chunk]])
+            call.submitted_at, call.replica = time.perf_counter(), rep.index
+            call.pending = judge.submit([g.samples() for g in work.landed[call.chunk]], rep.index)
             self.running[call.pending] = issued
-            in_flight += 1
+            in_flight[rep.index] += 1
 
     def _finish(self, work: StepWork, call: JudgeCall, results: Any) -> None:
         assert call.submitted_at is not None
+        secs = time.perf_counter() - call.submitted_at
         call.pending, call.results = None, results
-        work.judge_s[call.judge] = work.judge_s.get(call.judge, 0.0) + time.perf_counter() - call.submitted_at
+        work.judge_s[call.judge] = work.judge_s.get(call.judge, 0.0) + secs
+        if call.replica is not None:  # an actor judge: per-replica counts
+            n, key = sum(len(g.rollouts) for g in work.landed[call.chunk]), f"{call.judge}/{call.replica}"
+            work.replica_items[key] = work.replica_items.get(key, 0) + n
+            work.replica_s[key] = work.replica_s.get(key, 0.0) + secs
+            self.replicas[call.judge][call.replica].items += n
         work.last_judge_end = time.perf_counter()
+
+    # ------------------------------------------------------------------ judges: replicas that die
+    def _replica_died(self, issued: Issued, error: Exception) -> None:
+        """``issued`` failed because its replica's actor died: every call in flight on that replica
+        goes back to the head of the judge's queue, in issue order, and is re-issued at once to the
+        live replicas (its deadline restarts then); the replica is probed until Ray restarts it."""
+        judge, index = issued.judge, issued.call.replica
+        assert index is not None
+        rep = self.replicas[judge.name][index]
+        back = [issued] + [
+            self.running.pop(ref) for ref, i in list(self.running.items()) if i.judge is judge and i.call.replica == index
+        ]
+        for i in back:
+            i.call.pending = None
+        self.waiting[judge.name].extendleft(sorted(back, key=lambda i: i.call.submitted_at or 0.0, reverse=True))
+        rep.state, rep.probe = "restarting", judge.probe(index)
+        self.probes[rep.probe] = (judge, rep)
+        others = any(r.state == "live" for r in self.replicas[judge.name])
+        print(
+            f"judge '{judge.name}' replica {index} died ({type(error).__name__}): re-issuing its {len(back)} call(s)"
+            + (" to the other replicas" if others else " once Ray has restarted it"),
+            flush=True,
+        )
+        self._issue(judge)
+
+    def _probed(self, ref: Any) -> None:
+        """A restarting replica's probe returned: it is back (and takes calls), or lost for good; when
+        every replica of the judge is lost, the probe's ``RayActorError`` ends the run."""
+        judge, rep = self.probes.pop(ref)
+        rep.probe = None
+        try:
+            self.ray.get(ref)
+        except self.actor_died:
+            rep.state = "lost"
+            left = [r.index for r in self.replicas[judge.name] if r.state != "lost"]
+            print(f"judge '{judge.name}' replica {rep.index} is lost (faults.judge_restarts spent); replicas left: {left}")
+            if not left:
+                raise
+            return
+        rep.state = "live"
+        print(f"judge '{judge.name}' replica {rep.index} is back", flush=True)
+        self._issue(judge)
 
     def _timeouts(self) -> None:
         """A judge call (of any step) past its deadline is cancelled and re-issued once, then its

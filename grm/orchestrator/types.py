@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from grm.data.prompts import Prompt
 from grm.judges.types import JudgeResult, Sample
@@ -88,6 +88,21 @@ class JudgeCall:
     pending: ObjectRef | None = None
     results: GroupResults | None = None
     retried: bool = False
+    replica: int | None = None
+    """Index of the judge replica the call was last issued to (None: a local judge, or not yet issued)."""
+
+
+@dataclass
+class Replica:
+    """One actor of a judge (``replicas: R``) as the scheduler dispatches to it: ``live`` takes
+    calls; ``restarting`` died and is waited for (``probe``, a call that returns once Ray has
+    restarted it); ``lost`` died for good (its restarts are spent)."""
+
+    index: int
+    state: Literal["live", "restarting", "lost"] = "live"
+    items: int = 0
+    """Samples it judged over the run: breaks ties between equally busy replicas."""
+    probe: ObjectRef | None = None
 
 
 @dataclass
@@ -106,6 +121,10 @@ class StepWork:
     judge_s: dict[str, float] = field(default_factory=dict)
     judge_timeouts: dict[str, int] = field(default_factory=dict)
     """judge name -> calls that ran past their deadline (a re-issued call that times out again counts twice)."""
+    replica_items: dict[str, int] = field(default_factory=dict)
+    """``<judge>/<replica>`` -> samples that replica judged for this step (actor judges only)."""
+    replica_s: dict[str, float] = field(default_factory=dict)
+    """``<judge>/<replica>`` -> seconds of that replica's finished calls for this step."""
     first_judge_start: float | None = None
     last_judge_end: float = 0.0
     prepared: ObjectRef | None = None

@@ -3,19 +3,37 @@
 Token-level tensors are ``[B, L - 1]``, aligned with the *targets* ``input_ids[:, 1:]``: position t
 holds the quantity for predicting token t + 1. ``loss_mask`` is 1 where that target is a response
 token. Sequence-level fields (advantages, rewards) are ``[B]``.
+
+Batches are built on the CPU; ``to(device)`` moves one (a micro-batch) to a module's device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
+from grm.models.device import to_cpu
 from grm.models.weights import token_logprobs
 
-__all__ = ["TrainBatch", "first_target", "token_logprobs"]
+__all__ = ["BatchTotals", "TrainBatch", "balanced_partition", "first_target", "token_logprobs"]
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """Counts over the whole batch of one optimizer step (every micro-batch, every rank): what its
+    loss is normalised by, so that the gradient does not depend on how the batch is split."""
+
+    tokens: float
+    """Response tokens (``loss_mask`` ones)."""
+    sequences: float
+    """Rows with at least one response token."""
+
+    @classmethod
+    def of(cls, loss_mask: Tensor) -> BatchTotals:
+        return cls(float(loss_mask.sum()), float((loss_mask.sum(-1) > 0).sum()))
 
 
 @dataclass
@@ -31,6 +49,8 @@ class TrainBatch:
     returns) or [B] sequence-level (advantages)."""
     ids: tuple[str, ...] = ()
     """Stable id of each row's sample (from rollout to loss row), when the caller gave them."""
+    totals: BatchTotals | None = None
+    """Counts of the whole batch this one is part of (set by the trainer; the losses divide by them)."""
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -39,13 +59,40 @@ class TrainBatch:
         return self.fields[key]
 
     def with_fields(self, **extra: Tensor) -> TrainBatch:
-        return TrainBatch(self.input_ids, self.attention_mask, self.loss_mask, {**self.fields, **extra}, self.ids)
+        return replace(self, fields={**self.fields, **extra})
+
+    def with_totals(self) -> TrainBatch:
+        """This batch marked as a whole: its parts (``select``, ``micro_batches``) carry its counts."""
+        return replace(self, totals=BatchTotals.of(self.loss_mask))
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """Every tensor on ``device`` (ids and totals unchanged)."""
+        return replace(
+            self,
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            loss_mask=self.loss_mask.to(device),
+            fields={k: v.to(device) for k, v in self.fields.items()},
+        )
 
     def select(self, idx: slice | Tensor) -> TrainBatch:
         ids = self.ids[idx] if isinstance(idx, slice) else tuple(self.ids[int(i)] for i in idx) if self.ids else ()
         return TrainBatch(
-            self.input_ids[idx], self.attention_mask[idx], self.loss_mask[idx], {k: v[idx] for k, v in self.fields.items()}, ids
+            self.input_ids[idx],
+            self.attention_mask[idx],
+            self.loss_mask[idx],
+            {k: v[idx] for k, v in self.fields.items()},
+            ids,
+            self.totals,
         )
+
+    def shard(self, rank: int, ranks: int) -> TrainBatch:
+        """Rank ``rank``'s share of ``ranks``: ``balanced_partition`` of the rows by their tokens
+        (prompt + response), the same on every rank."""
+        if ranks == 1:
+            return self
+        lengths = [int(n) for n in self.attention_mask.sum(-1).tolist()]
+        return self.select(torch.tensor(balanced_partition(lengths, ranks)[rank], dtype=torch.long))
 
     def micro_batches(self, size: int) -> list[TrainBatch]:
         """Split into consecutive micro-batches of ``size`` sequences, each trimmed to its longest row."""
@@ -58,9 +105,9 @@ class TrainBatch:
 
     def map_micro_batches(self, size: int, fn: Callable[[TrainBatch], Tensor]) -> Tensor:
         """``fn`` over micro-batches of ``size`` rows, its ``[b, w]`` outputs right-padded back to the
-        batch's width and concatenated: ``[B, L-1]``, 0 outside ``loss_mask``."""
+        batch's width and concatenated on the CPU: ``[B, L-1]``, 0 outside ``loss_mask``."""
         width = self.loss_mask.shape[1]
-        outs = [fn(mb) for mb in self.micro_batches(size)]
+        outs = [to_cpu(fn(mb)) for mb in self.micro_batches(size)]
         return torch.cat([torch.nn.functional.pad(o, (0, width - o.shape[1])) for o in outs]) * self.loss_mask
 
     def trim(self, width: int) -> TrainBatch:
@@ -68,8 +115,12 @@ class TrainBatch:
         if width >= self.input_ids.shape[1]:
             return self
         tok = {k: (v[:, : width - 1] if v.dim() == 2 else v) for k, v in self.fields.items()}
-        return TrainBatch(
-            self.input_ids[:, :width], self.attention_mask[:, :width], self.loss_mask[:, : width - 1], tok, self.ids
+        return replace(
+            self,
+            input_ids=self.input_ids[:, :width],
+            attention_mask=self.attention_mask[:, :width],
+            loss_mask=self.loss_mask[:, : width - 1],
+            fields=tok,
         )
 
     @classmethod
@@ -110,3 +161,33 @@ def first_target(loss_mask: Tensor) -> int:
     """The first column of ``loss_mask`` [B, L-1] that any row trains on (0 if none)."""
     cols = loss_mask.any(0).nonzero()
     return int(cols[0]) if len(cols) else 0
+
+
+def balanced_partition(sizes: Sequence[int], parts: int) -> list[list[int]]:
+    """Row indices cut into ``parts`` shards of equal count (every rank must run the same number of
+    micro-batches) with balanced token totals: rows by size, largest first, dealt out in a snake
+    (0, 1, ..., p-1, p-1, ..., 0, ...); each shard keeps its rows in their original order. The
+    same ``sizes`` give the same shards on every rank. ``len(sizes)`` must divide by ``parts``."""
+    if len(sizes) % parts:
+        raise ValueError(f"{len(sizes)} rows do not split into {parts} equal shards")
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    shards: list[list[int]] = [[] for _ in range(parts)]
+    for k, i in enumerate(order):
+        lap, pos = divmod(k, parts)
+        shards[pos if lap % 2 == 0 else parts - 1 - pos].append(i)
+    return [sorted(s) for s in shards]
+
+
+def concat_batches(batches: Sequence[TrainBatch], pad_id: int = 0) -> TrainBatch:
+    """Rows of several batches in one, right-padded to the widest (token fields with 0)."""
+    width = max(b.input_ids.shape[1] for b in batches)
+    pad = torch.nn.functional.pad
+    ids = tuple(i for b in batches for i in b.ids)
+    input_ids = torch.cat([pad(b.input_ids, (0, width - b.input_ids.shape[1]), value=pad_id) for b in batches])
+    attn = torch.cat([pad(b.attention_mask, (0, width - b.attention_mask.shape[1])) for b in batches])
+    loss_mask = torch.cat([pad(b.loss_mask, (0, width - 1 - b.loss_mask.shape[1])) for b in batches])
+    fields = {}
+    for k in batches[0].fields:
+        ts = [b.fields[k] for b in batches]
+        fields[k] = torch.cat([pad(t, (0, width - 1 - t.shape[1])) if t.dim() == 2 else t for t in ts])
+    return TrainBatch(input_ids, attn, loss_mask, fields, ids)

@@ -1,5 +1,5 @@
 """What every trainer backend shares: the protocol, forward functions, LR schedule, micro-batch
-accumulation and RNG state."""
+accumulation with whole-batch loss normalisation, step metrics and RNG state."""
 
 from __future__ import annotations
 
@@ -12,13 +12,19 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import Tensor
 
+from grm.models.device import scalar
 from grm.training.batch import TrainBatch, first_target, token_logprobs
 
 LossFn = Callable[[Tensor, TrainBatch, "Tensor | None"], "tuple[Tensor, dict[str, float]]"]
 """(outputs [b, L-1], micro-batch, entropy [b, L-1] or None) -> (scalar loss, metrics).
-``outputs`` are the module's per-token log-probs (policy) or values (critic)."""
+``outputs`` are the module's per-token log-probs (policy) or values (critic), the micro-batch is
+on their device and carries ``totals`` (counts over the step's whole batch): the loss is this
+micro-batch's share of the whole batch's loss (divided by ``totals``, not by its own counts), so
+the trainer sums shares and the gradient does not depend on micro-batch size or rank count."""
 
 Forward = Callable[[torch.nn.Module, TrainBatch, bool], "tuple[Tensor, Tensor | None]"]
+"""(module, micro-batch on the CPU, with entropy) -> (outputs [b, L-1], entropy or None) on the
+module's device; the forward moves the batch tensors it feeds the module."""
 
 
 class TrainerBackend(Protocol):
@@ -62,6 +68,43 @@ def lr_lambda(
         return min_ratio + (1 - min_ratio) * decay
 
     return f
+
+
+def accumulate(
+    module: torch.nn.Module,
+    micro: list[TrainBatch],
+    forward: Forward,
+    loss_fn: LossFn,
+    entropy: bool,
+    backward: Callable[[Tensor], None],
+) -> tuple[Tensor | None, list[dict[str, float]]]:
+    """Forward, loss and ``backward`` for each micro-batch; returns the summed loss shares (on the
+    module's device, detached) and the loss function's metrics per micro-batch."""
+    total: Tensor | None = None
+    rows = []
+    for mb in micro:
+        out, ent = forward(module, mb, entropy)
+        loss, metrics = loss_fn(out, mb.to(out.device), ent)
+        backward(loss)
+        total = loss.detach() if total is None else total + loss.detach()
+        rows.append(metrics)
+    return total, rows
+
+
+def step_metrics(
+    loss: Tensor | None, rows: list[dict[str, float]], all_reduce: Callable[[Tensor], Tensor] | None = None
+) -> dict[str, float]:
+    """``loss``: the summed shares (the whole batch's loss); every other metric averaged over the
+    micro-batches that report it. ``all_reduce`` (a sum over ranks) makes both global: every rank
+    then returns the same numbers. Every rank must report the same metric names."""
+    keys = sorted({k for r in rows for k in r} - {"loss"})
+    sums = [sum(r[k] for r in rows if k in r) for k in keys]
+    counts = [sum(1.0 for r in rows if k in r) for k in keys]
+    t = torch.tensor([scalar(loss) if loss is not None else 0.0, *sums, *counts], dtype=torch.float64)
+    if all_reduce is not None:
+        t = all_reduce(t)
+    n = len(keys)
+    return {"loss": float(t[0]), **{k: float(t[1 + i] / t[1 + n + i]) for i, k in enumerate(keys)}}
 
 
 def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:

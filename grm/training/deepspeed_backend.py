@@ -1,7 +1,13 @@
 """DeepSpeed trainer: ZeRO stage 0-3, bf16 or fp32, CPU (gloo) or GPU, one or more ranks.
 
 On CPU set ``DS_ACCELERATOR=cpu`` (done here when no GPU is visible). We pass torch's AdamW so
-DeepSpeed does not JIT-compile its fused CPU Adam (45-105 s on first use).
+DeepSpeed does not JIT-compile its fused CPU Adam (45-105 s on first use). DeepSpeed moves the
+module to its accelerator (``engine.device``); micro-batches follow it there.
+
+Every rank gets the whole batch and trains on its token-balanced shard; each micro-batch's loss
+is its share of the whole batch's loss (``LossFn``). DeepSpeed divides gradients by the
+accumulation steps and averages them over ranks, so the trainer backpropagates share x ranks
+without the 1/gas scaling: the update is the whole batch's gradient, as with one rank.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from torch import Tensor
 
 from grm.base import atomic_dir, check_complete, free_port
 from grm.training.batch import TrainBatch
-from grm.training.core import Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state
+from grm.training.core import Forward, LossFn, accumulate, lr_lambda, policy_forward, rng_state, set_rng_state, step_metrics
 
 
 def init_distributed(port: int | None = None) -> None:
@@ -93,39 +99,41 @@ class DeepSpeedTrainer:
     def module(self) -> torch.nn.Module:
         return self.engine.module
 
-    def _shard(self, batch: TrainBatch) -> TrainBatch:
-        """This rank's share of a global batch (contiguous slices)."""
-        if self.world == 1:
-            return batch
-        per = len(batch) // self.world
-        return batch.select(slice(self.rank * per, (self.rank + 1) * per))
-
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
-        """Outputs for the whole batch given to this rank (not sharded: every rank may ask)."""
+        """Outputs for the whole batch given to this rank (not sharded: every rank may ask), on the CPU."""
         self.engine.eval()
         out = batch.map_micro_batches(self.micro_batch_size, lambda mb: self.forward(self.engine, mb, False)[0])
         self.engine.train()
         return out
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over the global ``batch`` (every rank passes the same one); returns
+        the global metrics on every rank."""
         if len(batch) != self.global_batch_size:
             raise ValueError(f"batch of {len(batch)} sequences; this trainer was built for {self.global_batch_size}")
-        micro = self._shard(batch).micro_batches(self.micro_batch_size)
-        rows = []
-        for mb in micro:
-            out, ent = self.forward(self.engine, mb, self.entropy)
-            loss, metrics = loss_fn(out, mb, ent)
-            self.engine.backward(loss)  # DeepSpeed scales by 1 / gradient_accumulation_steps
+        micro = batch.with_totals().shard(self.rank, self.world).micro_batches(self.micro_batch_size)
+
+        def backward(loss: Tensor) -> None:
+            self.engine.backward(loss * self.world, scale_wrt_gas=False)
             self.engine.step()  # steps the optimizer at the accumulation boundary only
-            rows.append({"loss": float(loss.detach()), **metrics})
+
+        loss, rows = accumulate(self.engine, micro, self.forward, loss_fn, self.entropy, backward)
         self.step_count += 1
         grad_norm = self.engine.get_global_grad_norm()
         return {
-            **mean_metrics(rows),
+            **step_metrics(loss, rows, self._all_reduce if self.world > 1 else None),
             "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
             "lr": self.scheduler.get_last_lr()[0],
         }
+
+    def _all_reduce(self, t: Tensor) -> Tensor:
+        """Sum over ranks (on the engine's device: NCCL reduces accelerator tensors only)."""
+        import torch.distributed as dist
+
+        on_device = t.to(self.engine.device)
+        dist.all_reduce(on_device)
+        return on_device.cpu()
 
     def state_dict(self) -> dict[str, Tensor]:
         """Full weights on CPU (gathered from every rank under ZeRO-3), in the module's dtype."""

@@ -5,23 +5,28 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from grm.models.device import module_device
 from grm.training.batch import TrainBatch, first_target, token_logprobs
 
 
 class ReferenceModel:
-    """Frozen copy of the initial policy; gives reference log-probs for the KL term."""
+    """Frozen copy of the initial policy; gives reference log-probs for the KL term. ``device``:
+    where the model runs (``grm.models.device.role_device``); None leaves it where it is."""
 
-    def __init__(self, model: str | nn.Module, *, dtype: str = "fp32", micro_batch_size: int = 8) -> None:
+    def __init__(
+        self, model: str | nn.Module, *, dtype: str = "fp32", micro_batch_size: int = 8, device: torch.device | str | None = None
+    ) -> None:
         if isinstance(model, str):
             from grm.models.loading import load_model
 
             model = load_model(model, dtype)[0]
-        self.module = model
+        self.module = model if device is None else model.to(device)
         self.module.eval().requires_grad_(False)
         self.micro_batch_size = micro_batch_size
 
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
+        """``[B, L-1]`` on the CPU, 0 outside ``loss_mask``."""
         return batch.map_micro_batches(
             self.micro_batch_size,
             lambda mb: token_logprobs(self.module, mb.input_ids, mb.attention_mask, start=first_target(mb.loss_mask))[0],
@@ -51,5 +56,7 @@ class ValueModel(nn.Module):
 
 
 def value_forward(module: nn.Module, mb: TrainBatch, with_entropy: bool) -> tuple[Tensor, None]:
-    """Forward for a critic trainer: the value of the state before each target token, ``[b, L-1]``."""
-    return module(mb.input_ids, mb.attention_mask)[:, :-1].float(), None
+    """Forward for a critic trainer: the value of the state before each target token, ``[b, L-1]``,
+    on the module's device."""
+    device = module_device(module)
+    return module(mb.input_ids.to(device), mb.attention_mask.to(device))[:, :-1].float(), None

@@ -12,12 +12,16 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from grm.base import atomic_dir, check_complete
+from grm.models.device import scalar, to_cpu
 from grm.models.weights import tied_aliases, unique_tensors
 from grm.training.batch import TrainBatch
-from grm.training.core import Forward, LossFn, lr_lambda, mean_metrics, policy_forward, rng_state, set_rng_state
+from grm.training.core import Forward, LossFn, accumulate, lr_lambda, policy_forward, rng_state, set_rng_state, step_metrics
 
 
 class TorchTrainer:
+    """``device``: where the module is moved (``grm.models.device.role_device``); None leaves it
+    where it is."""
+
     def __init__(
         self,
         module: torch.nn.Module,
@@ -31,8 +35,9 @@ class TorchTrainer:
         weight_decay: float = 0.0,
         forward: Forward = policy_forward,
         entropy: bool = False,
+        device: torch.device | str | None = None,
     ) -> None:
-        self.module = module
+        self.module = module if device is None else module.to(device)
         self.module.train()
         self.forward = forward
         self.micro_batch_size = micro_batch_size
@@ -47,28 +52,26 @@ class TorchTrainer:
         return batch.map_micro_batches(self.micro_batch_size, lambda mb: self.forward(self.module, mb, False)[0])
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
-        micro = batch.micro_batches(self.micro_batch_size)
+        """The loss of each micro-batch is its share of the whole batch's (see ``LossFn``): the
+        shares' gradients add up to the whole batch's gradient."""
+        micro = batch.with_totals().micro_batches(self.micro_batch_size)
         self.optimizer.zero_grad(set_to_none=True)
-        rows = []
-        for mb in micro:
-            out, ent = self.forward(self.module, mb, self.entropy)
-            loss, metrics = loss_fn(out, mb, ent)
-            (loss / len(micro)).backward()
-            rows.append({"loss": float(loss.detach()), **metrics})
+        loss, rows = accumulate(self.module, micro, self.forward, loss_fn, self.entropy, lambda loss: loss.backward())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.step_count += 1
-        return {**mean_metrics(rows), "grad_norm": float(grad_norm), "lr": self.scheduler.get_last_lr()[0]}
+        return {**step_metrics(loss, rows), "grad_norm": scalar(grad_norm), "lr": self.scheduler.get_last_lr()[0]}
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        """Weights on the CPU (copies)."""
+        return {k: to_cpu(v.detach(), copy=True) for k, v in self.module.state_dict().items()}
 
     def save(self, path: str | Path) -> None:
         with atomic_dir(path) as tmp:
-            state = self.module.state_dict()
             # tied weights (embeddings = lm head) are stored once
-            save_file(unique_tensors(state), str(tmp / "model.safetensors"))
+            unique = unique_tensors(self.module.state_dict())
+            save_file({k: to_cpu(v) for k, v in unique.items()}, str(tmp / "model.safetensors"))
             torch.save(
                 {
                     "optimizer": self.optimizer.state_dict(),
@@ -90,7 +93,7 @@ class TorchTrainer:
                 f"{path}: checkpoint does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
             )
         self.module.load_state_dict(saved, strict=False)
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
+        state = torch.load(path / "trainer_state.pt", weights_only=False, map_location="cpu")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step_count = state["step"]

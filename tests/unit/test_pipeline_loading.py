@@ -46,8 +46,8 @@ def test_validate_refuses_what_run_refuses(tmp_path):
     pairwise = BASE.replace("  - {spec: builtin:numeric-answer}", "  - {spec: builtin:pairwise-logprob, pool: a}")
     with pytest.raises(ConfigError, match=r"p.yaml:5: judge 'pairwise-logprob' is pairwise"):
         validate_tree(write(tmp_path, pairwise))
-    ranks = BASE + "train: {backend: {ranks: 2}, micro_batch_size: 1}\n"
-    with pytest.raises(ConfigError, match=r"p.yaml:7: train.backend.ranks > 1"):
+    ranks = BASE + "train: {backend: {ranks: 2}, micro_batch_size: 1}\n"  # pool a has 1 CPU for 2 ranks
+    with pytest.raises(ConfigError, match=r"p.yaml:2: pool 'a' has 1 cpus per node for 2 policy rank\(s\) per node"):
         validate_tree(write(tmp_path, ranks))
     twice = BASE.replace(
         "  - {spec: builtin:numeric-answer}", "  - {spec: builtin:numeric-answer}\n  - {spec: builtin:numeric-answer}"
@@ -71,3 +71,33 @@ def test_algorithm_variants_keep_ppo_fields_on_ppo(tmp_path):
                 BASE + "algorithm: {group_size: 2, prompts_per_step: 2, mini_batches: 3}\ntrain: {micro_batch_size: 1}\n",
             )
         )
+
+
+@pytest.mark.parametrize(
+    "pools,train,error",
+    [
+        ("{a: {cpus: 2}}", "{backend: {ranks: 2}, micro_batch_size: 1}", None),
+        ("{a: {cpus: 4, nodes: 2}}", "{backend: {ranks: 4, zero_stage: 3}, micro_batch_size: 1}", None),
+        ("{a: {cpus: 2}}", "{backend: {ranks: 2, type: torch}, micro_batch_size: 1}", r"p.yaml:7: .*needs the deepspeed backend"),
+        ("{a: {cpus: 2, nodes: 4}}", "{backend: {ranks: 2}, micro_batch_size: 1}", r"p.yaml:7: 2 ranks do not spread evenly"),
+        ("{a: {cpus: 2, gpus: 1}}", "{backend: {ranks: 2}, micro_batch_size: 1}", r"p.yaml:2: pool 'a' has 1 gpus per node"),
+    ],
+)
+def test_multi_rank_layouts_are_checked_at_load(tmp_path, pools, train, error):
+    """A multi-rank policy takes one whole share of its pool per rank (checked by validate and run)."""
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    text = BASE.replace("pools: {a: {cpus: 1}}", f"pools: {pools}") + f"train: {train}\n"
+    if error is None:
+        assert load_pipeline(write(tmp_path, text)).spec.train.backend.ranks > 1
+    else:
+        with pytest.raises(ConfigError, match=error):
+            validate_tree(write(tmp_path, text))
+
+
+def test_a_judge_cannot_share_a_multi_rank_policy_pool(tmp_path):
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    text = BASE.replace("pools: {a: {cpus: 1}}", "pools: {a: {cpus: 2}}").replace(
+        "  - {spec: builtin:numeric-answer}", "  - {spec: builtin:pointwise-logprob, pool: a}"
+    )
+    with pytest.raises(ConfigError, match=r"judges\[0\] share pool 'a' with a 2-rank policy"):
+        validate_tree(write(tmp_path, text + "train: {backend: {ranks: 2}, micro_batch_size: 1}\n"))

@@ -14,6 +14,7 @@ from grm.engines.sglang import (
     launch_command,
     parse_continuation,
     parse_generation,
+    post_control,
 )
 
 
@@ -60,6 +61,16 @@ def test_parse_generation_reads_ids_logprobs_and_finish():
     item["meta_info"]["finish_reason"] = {"type": "abort", "message": "weights updating"}
     with pytest.raises(EngineError, match="aborted"):
         parse_generation(item, version=0, request_index=0, sample_index=0)
+
+
+def test_a_row_from_other_weights_is_an_error_not_a_sample():
+    item = {"output_ids": [5], "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-0.5, 5, None]]}}
+    for served, version in (("default", 0), ("3", 3), (None, 2)):  # before any update, matching, not reported
+        item["meta_info"]["weight_version"] = served
+        assert parse_generation(item, version=version, request_index=0, sample_index=0).version == version
+    item["meta_info"]["weight_version"] = "2"
+    with pytest.raises(EngineError, match="weights version 2, but the policy is at version 3"):
+        parse_generation(item, version=3, request_index=1, sample_index=0)
 
 
 def test_continuation_scoring_teacher_forces_the_candidate():
@@ -222,3 +233,74 @@ def test_batched_generate_over_real_http_returns_a_list():
         assert [g.token_ids for g in gens] == [[ord("b")], [ord("d")]] and gens[0].logprobs == [-0.5]
     finally:
         httpd.shutdown()
+
+
+def test_control_calls_read_json_plain_text_and_refusals():
+    """SGLang's /flush_cache answers plain text (HTTP 400 when it refuses); a failed
+    /update_weights_from_disk answers HTTP 400 with JSON; a missing endpoint 404."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = {
+        "/flush_cache": (200, "text/plain", "Cache flushed.\nPlease check backend logs for more details.\n"),
+        "/busy/flush_cache": (400, "text/plain", "Cache flushed.\n(When there are running or waiting requests...)\n"),
+        "/update_weights_from_disk": (
+            400,
+            "application/json",
+            json.dumps({"success": False, "message": "Failed to update weights: missing x", "num_paused_requests": 0}),
+        ),
+        "/pause_generation": (
+            200,
+            "application/json",
+            json.dumps({"message": "Generation paused successfully.", "status": "ok"}),
+        ),
+    }
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            status, kind, text = answers.get(self.path, (404, "application/json", json.dumps({"detail": "Not Found"})))
+            data = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        assert post_control(url + "/flush_cache", {}, 5)["message"].startswith("Cache flushed.")
+        assert post_control(url + "/flush_cache", {}, 5).get("success") is not False
+        assert post_control(url + "/busy/flush_cache", {}, 5)["success"] is False
+        assert post_control(url + "/pause_generation", {}, 5)["status"] == "ok"
+        assert post_control(url + "/nope", {}, 5)["success"] is False
+        eng = SGLangEngine([url], "m", Tok())
+        # the update's reason, not the resume's 404 that follows it
+        with pytest.raises(EngineError, match="missing x"):
+            eng.update_weights_from_disk("/w", 1)
+        assert eng.version == 0
+    finally:
+        httpd.shutdown()
+    with pytest.raises(EngineError, match="127.0.0.1"):
+        post_control(url + "/flush_cache", {}, 2)  # nothing listens any more
+
+
+def test_engine_urls_must_be_server_roots():
+    from pydantic import ValidationError
+
+    from grm.config.policy import SGLangEngineSpec
+
+    assert SGLangEngineSpec(type="sglang", urls=["http://10.0.0.2:30000", "https://h/"]).urls[0] == "http://10.0.0.2:30000"
+    for urls, why in (
+        (["127.0.0.1:30000"], "not a server root"),
+        (["http://h:30000/v1"], "no /v1"),
+        (["http://h:1", "http://h:1"], "listed twice"),
+    ):
+        with pytest.raises(ValidationError, match=why):
+            SGLangEngineSpec(type="sglang", urls=urls)

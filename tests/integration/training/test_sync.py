@@ -87,7 +87,7 @@ def test_critic_trains_towards_returns():
     b = batch.with_fields(returns=returns, old_values=old)
 
     def loss_fn(values, mb, _):
-        return value_loss(values, mb["old_values"], mb["returns"], mb.loss_mask, clip=None)
+        return value_loss(values, mb["old_values"], mb["returns"], mb.loss_mask, clip=None, tokens=mb.totals.tokens)
 
     losses = [trainer.step(b, loss_fn)["loss"] for _ in range(15)]
     assert losses[-1] < losses[0] * 0.2, losses

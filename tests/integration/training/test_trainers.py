@@ -10,7 +10,7 @@ import torch
 
 from grm.training.deepspeed_backend import DeepSpeedTrainer
 from grm.training.torch_backend import TorchTrainer
-from tests.integration.training.tiny import fixed_batch, grpo_loss, nll_loss, tiny_llama
+from tests.integration.training.tiny import fixed_batch, grpo_loss, mixed_steps, nll_loss, tiny_llama
 
 pytestmark = pytest.mark.slow
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -40,9 +40,13 @@ def test_ten_steps_lower_the_loss_zero2():
 @pytest.mark.parametrize("stage", [0, 2, 3])
 def test_zero_stages_match_torch_backend(stage):
     batch = fixed_batch()
-    ref = _run(_torch(), 4, batch)
-    got = _run(_ds(stage), 4, batch)
-    assert got == pytest.approx(ref, abs=2e-4), (stage, ref, got)
+    plain, ds = _torch(), _ds(stage)
+    ref = [plain.step(batch, nll_loss) for _ in range(4)]
+    got = [ds.step(batch, nll_loss) for _ in range(4)]
+    # the same whole-batch loss and gradient (DeepSpeed's 1/gas undone); other metrics averaged alike
+    # (ZeRO-0 with a client optimizer does not track the gradient norm: NaN)
+    for key in ("loss", "nll_mb_mean") if stage == 0 else ("loss", "grad_norm", "nll_mb_mean"):
+        assert [m[key] for m in got] == pytest.approx([m[key] for m in ref], rel=1e-4, abs=2e-4), (stage, key, ref, got)
 
 
 def test_bf16_trains():
@@ -120,10 +124,14 @@ def test_torch_checkpoint_load_is_strict_but_for_the_tied_head(tmp_path):
         _torch().load(tmp_path / "ok")
 
 
-def test_two_ranks_gloo_match_one_rank(tmp_path):
+@pytest.mark.parametrize("stage", [2, 3])
+def test_two_ranks_gloo_match_one_rank(stage, tmp_path):
+    """Two ranks, each training on its token-balanced half of the same global batch (rows of
+    different lengths), take the same steps as one rank on the whole batch, which takes the same
+    steps as the plain torch trainer."""
     script = Path(__file__).with_name("two_ranks.py")
     root = Path(__file__).resolve().parents[3]
-    port = 29500 + os.getpid() % 1000
+    port = 29500 + (os.getpid() + stage) % 1000
     procs = []
     for rank in range(2):
         env = {
@@ -139,21 +147,39 @@ def test_two_ranks_gloo_match_one_rank(tmp_path):
         }
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(script), str(tmp_path / f"rank{rank}.pt")],
+                [sys.executable, str(script), str(tmp_path / f"rank{rank}.pt"), str(stage)],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
         )
-    outs = [p.communicate(timeout=300) for p in procs]
+    outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
-    one = _ds(2)
-    ref = _run(one, 3, fixed_batch())
-    # ranks see different halves but average gradients: same weights everywhere, same as 1 rank
-    for k, v in one.state_dict().items():
-        assert torch.allclose(r0["weights"][k], r1["weights"][k], atol=1e-6)
-        assert torch.allclose(r0["weights"][k], v, atol=1e-4), k
-    assert r0["losses"][0] != pytest.approx(r1["losses"][0])  # they did see different data
-    assert (r0["losses"][0] + r1["losses"][0]) / 2 == pytest.approx(ref[0], abs=1e-4)
+    # the ranks trained on different, token-balanced halves...
+    batch = fixed_batch()
+    assert sorted(r0["shard"] + r1["shard"]) == sorted(batch.ids) and len(r0["shard"]) == len(r1["shard"]) == 4
+    tokens = {i: int(n) for i, n in zip(batch.ids, batch.attention_mask.sum(-1), strict=True)}
+    assert abs(sum(tokens[i] for i in r0["shard"]) - sum(tokens[i] for i in r1["shard"])) <= max(tokens.values())
+    # ...and both report the global metrics, equal to one rank's on the whole batch
+    one = _ds(stage)
+    ref = mixed_steps(one)
+    assert [m["loss"] for m in r0["metrics"]] == [m["loss"] for m in r1["metrics"]]
+    for got, want in zip(r0["metrics"], ref, strict=True):
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-3), (r0["metrics"], ref)
+        assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-3)
+    w1 = one.state_dict()
+    for k in w1:
+        assert torch.equal(r0["weights"][k], r1["weights"][k]), k
+    weight_gap = max(float((r0["weights"][k] - v).abs().max()) for k, v in w1.items())
+    loss_gap = max(abs(g["loss"] - w["loss"]) / abs(w["loss"]) for g, w in zip(r0["metrics"], ref, strict=True))
+    print(f"ZeRO-{stage}, 2 ranks vs 1: losses within {loss_gap:.1e} relative, weights {weight_gap:.1e} max abs")
+    assert weight_gap < 1e-4
+    # one DeepSpeed rank = the plain torch trainer (same micro-batches, same whole-batch loss)
+    plain = _torch()
+    plain_metrics = mixed_steps(plain)
+    for key in ("loss", "grad_norm"):  # Adam hides a gradient scale in the weights, not in the norm
+        assert [m[key] for m in plain_metrics] == pytest.approx([m[key] for m in ref], rel=1e-3), key
+    wt = plain.state_dict()
+    assert max(float((wt[k] - v).abs().max()) for k, v in w1.items()) < 1e-4

@@ -125,6 +125,66 @@ def test_ppo_aggregation_modes():
     close(aggregate_loss(T([[1.0, 1.0], [5.0, 5.0]]), T([[1, 1], [0, 0]]), "seq-mean-token-mean"), 1.0)
 
 
+def test_aggregation_over_whole_batch_counts():
+    # a micro-batch of a batch with 10 response tokens in 4 sequences (3 with tokens):
+    # per-token loss [1, 2, (pad)] and [4, (pad), (pad)]
+    loss, m = T([[1.0, 2.0, 9.0], [4.0, 9.0, 9.0]]), T([[1, 1, 0], [1, 0, 0]])
+    # token-mean share: (1 + 2 + 4) / 10
+    close(aggregate_loss(loss, m, "token-mean", tokens=10, sequences=3), 0.7)
+    # seq-mean-token-mean share: (3/2 + 4/1) / 3 sequences
+    close(aggregate_loss(loss, m, "seq-mean-token-mean", tokens=10, sequences=3), 5.5 / 3)
+    # seq-mean-token-sum share: (3 + 4) / 3
+    close(aggregate_loss(loss, m, "seq-mean-token-sum", tokens=10, sequences=3), 7 / 3)
+    # empty batch: the denominators never go below 1
+    close(aggregate_loss(loss, torch.zeros(2, 3), "token-mean", tokens=0, sequences=0), 0.0)
+    # shares of two micro-batches add up to the aggregation over their union
+    whole, wm = T([[1.0, 2.0, 9.0], [4.0, 9.0, 9.0], [3.0, 3.0, 3.0]]), T([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
+        counts = {"tokens": 6, "sequences": 3}
+        parts = aggregate_loss(whole[:1], wm[:1], agg, **counts) + aggregate_loss(whole[1:], wm[1:], agg, **counts)
+        close(parts, aggregate_loss(whole, wm, agg))
+    # through the PPO loss (ratio 1: per-token loss -A) and the value loss (0.5 * err^2, token share)
+    lp = torch.zeros(2, 3)
+    close(ppo_policy_loss(lp, lp, -loss, m, aggregation="token-mean", tokens=10, sequences=3)[0], 0.7)
+    close(value_loss(T([[1.0, 3.0]]), T([[0.0, 0.0]]), T([[0.0, 0.0]]), T([[1, 1]]), clip=None, tokens=4)[0], 0.5 * 10 / 4)
+
+
+def test_loss_objects_read_the_trainers_counts():
+    from grm.algorithms import PPO, PolicyLoss
+    from grm.algorithms.algorithm import whole_batch_counts
+
+    class Totals:
+        tokens, sequences = 8.0, 4.0
+
+    class MB:
+        loss_mask = T([[1.0, 1.0], [1.0, 0.0]])
+        fields = {
+            "advantages": T([1.0, -2.0]),
+            "ref_logprobs": torch.zeros(2, 2),
+            "old_values": torch.zeros(2, 2),
+            "returns": T([[1.0, 1.0], [2.0, 0.0]]),
+        }
+        totals = Totals()
+
+        def __getitem__(self, k):
+            return self.fields[k]
+
+    assert whole_batch_counts(MB()) == {"tokens": 8.0, "sequences": 4.0}
+    assert whole_batch_counts(object()) == {}
+    # ratio 1, per-token loss -A: -1, -1, +2 -> token share 0 / 8; seq-mean-token-sum (-2 + 2) / 4
+    lp = torch.zeros(2, 2)
+    close(PolicyLoss(aggregation="token-mean").loss_fn(False)(lp, MB(), None)[0], 0.0)
+    # seq-mean-token-mean: (-1 + 2) / 4 sequences
+    close(PolicyLoss(aggregation="seq-mean-token-mean").loss_fn(False)(lp, MB(), None)[0], 0.25)
+    # KL in the loss (k1 = logp - ref = 1 on the 3 tokens): 0.5 x 3 / 8 on top of the policy share;
+    # the reported kl is this micro-batch's mean (1)
+    value, metrics = PolicyLoss(kl_coef=0.5, kl_estimator="k1").loss_fn(False)(torch.ones(2, 2), MB(), None)
+    close(value, 0.0 + 0.5 * 3 / 8)
+    assert metrics["kl"] == pytest.approx(1.0)
+    # critic: 0.5 x (1 + 1 + 4) / 8 whole-batch tokens
+    close(PPO(value_clip=None).critic_loss_fn()(torch.zeros(2, 2), MB(), None)[0], 0.5 * 6 / 8)
+
+
 def test_ppo_tis_cap():
     lp = torch.zeros(1, 2)
     old = torch.zeros(1, 2)

@@ -1,0 +1,100 @@
+"""``grm run --dry-run``: the placement a pipeline needs, checked against a real Ray cluster (local
+or ``--address``) without loading a model.
+
+Prints roles -> pools -> bundles -> nodes with the threads and GPUs each process gets. When the
+cluster can hold every pool, the placement groups are reserved (so the node of every bundle is
+Ray's real answer) and released again; when it cannot, the plan is printed with what is missing and
+the command fails with a ``PlacementError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from grm.config.resolve import LoadedPipeline, load_pipeline
+from grm.orchestrator.placement import PlacementError, Pool, bundles_of, create_pools, missing_resources, role_pools, start_ray
+
+
+def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
+    """One line per pool, then one per process placed on it (bundle, node, threads, GPUs)."""
+    cfg = loaded.spec
+    replicas = {f"judge:{j.name}": getattr(j.role, "replicas", 1) for j in loaded.judges}
+    lines = []
+    for name, pool in pools.items():
+        bundles = bundles_of(pool.spec, pool.ranks)
+        b = ", ".join(f"{k}={v:g}" for k, v in bundles[0].items())
+        lines.append(f"pool '{name}': {len(bundles)} bundle(s) of {{{b}}} over {pool.spec.nodes} node(s)")
+        for role in pool.processes:
+            if role == "policy":
+                n, each = pool.ranks, bundles[0]
+                for r in range(n):
+                    node = _node(pool, r if n > 1 else 0)
+                    label = "policy" if n == 1 else f"policy rank {r}"
+                    bundle = r if n > 1 else 0
+                    cpus, gpus = (each["CPU"], each.get("GPU", 0)) if n > 1 else _share(pool)
+                    extra = " + reference" if cfg.reference is not None and cfg.reference.pool == name else ""
+                    lines.append(f"  {label}{extra}: bundle {bundle}, node {node}, {_threads(cpus)} thread(s), {gpus:g} GPU")
+                continue
+            cpus, gpus = _share(pool)
+            hosted = (
+                " + reference"
+                if role.startswith("judge:") and "reference" in pool.roles and "reference" not in pool.processes
+                else ""
+            )
+            for i in range(replicas.get(role, 1)):
+                label = role if replicas.get(role, 1) == 1 else f"{role} replica {i}"
+                lines.append(f"  {label}{hosted}: bundle 0, node {_node(pool, 0)}, {_threads(cpus)} thread(s), {gpus:g} GPU")
+    local = [j.name for j in loaded.judges if j.role.pool is None]
+    if local:
+        lines.append(f"in the driver process: {', '.join(local)} (rule judges, no pool)")
+    return lines
+
+
+def _share(pool: Pool) -> tuple[float, float]:
+    n = max(1, len(pool.processes))
+    return pool.spec.cpus / n, pool.spec.gpus / n
+
+
+def _threads(cpus: float) -> int:
+    return max(1, int(cpus))
+
+
+def _node(pool: Pool, bundle: int) -> str:
+    return pool.nodes[bundle][:12] if pool.nodes else "?"
+
+
+def dry_run(path: str, overrides: Sequence[str] = (), address: str | None = None) -> list[str]:
+    """Validate, connect to Ray, print the placement; raise ``PlacementError`` if it cannot hold it."""
+    import ray
+
+    loaded = load_pipeline(path, overrides)
+    cfg = loaded.spec
+    names = [j.name for j in loaded.judges]
+    roles = role_pools(cfg, names)
+    start_ray(address, cfg.pools)
+    try:
+        total = ray.cluster_resources()
+        used = [n for n in cfg.pools if roles[n]]
+        missing = missing_resources(cfg, total, used)
+        where = f"the Ray cluster at {address}" if address else "a local Ray (this machine)"
+        if missing:
+            plan = {n: Pool(n, cfg.pools[n], None, roles[n], _ranks(cfg, n)) for n in used}
+            lines = [f"placement of {cfg.name} (not placeable on {where}):", *describe(loaded, plan)]
+            print("\n".join(lines), flush=True)
+            raise PlacementError("missing resources:\n  " + "\n  ".join(missing))
+        pools = create_pools(cfg, names)
+        try:
+            lines = [f"placement of {cfg.name} on {where} ({len(ray.nodes())} node(s)):", *describe(loaded, pools)]
+        finally:
+            for p in pools.values():
+                ray.util.remove_placement_group(p.group)
+        print("\n".join(lines), flush=True)
+        return lines
+    finally:
+        if not address:
+            ray.shutdown()
+
+
+def _ranks(cfg: Any, pool: str) -> int:
+    return cfg.train.backend.ranks if pool == cfg.policy.pool else 1

@@ -1,0 +1,161 @@
+"""The policy as a worker group: ``train.backend.ranks`` PolicyActor ranks, one per bundle of the
+policy's pool, joined in one torch.distributed group (gloo on CPU, NCCL on GPUs) that DeepSpeed's
+ZeRO data parallelism runs over.
+
+The driver and scheduler see one handle with the actor's methods: ``group.train.remote(batch)``
+returns one Ray ref, so a 1-rank and an N-rank run take the same code path. Work is split so that
+N ranks reproduce one:
+
+- rollout: a chunk's prompts are cut into N contiguous parts, one per rank; the hf engine seeds each
+  row from (seed, sample index, prompt tokens), so a row's samples do not depend on which rank or
+  batch generates them (an sglang engine lives on rank 0 only and serves the whole pool);
+- prepare (old log-probs, reference, critic values): the rollouts are cut into N equal, token-
+  balanced shards (ZeRO-3 needs every rank to run the same number of forwards), and the batch is
+  put back together in the rollouts' order;
+- train: every rank gets the whole batch and trains its token-balanced shard of each mini-batch;
+  the loss is normalised over the whole batch and the trainers reduce their metrics;
+- sync, save, load: collective (ZeRO-3 gathers weights, every rank writes its shard).
+
+Rank 0 gathers: its call takes the other ranks' refs and returns the combined result, so a caller
+waits on one ref (and can hand it to another actor, as the reference pass does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+class GroupMethod:
+    """``group.NAME.remote(*args)``: one call per rank, one ref back (rank 0's, which gathers)."""
+
+    def __init__(self, group: PolicyGroup, name: str) -> None:
+        self.group, self.name = group, name
+
+    def remote(self, *args: Any) -> Any:
+        if self.group.ranks > 1:  # one copy in the object store for every rank (a batch is large)
+            import ray
+
+            args = tuple(ray.put(a) for a in args)
+        return self.group.call(self.name, [args] * self.group.ranks)
+
+
+class PolicyGroup:
+    def __init__(self, actors: Sequence[Any], hf_rollout: bool) -> None:
+        self.actors = list(actors)
+        self.hf_rollout = hf_rollout
+        """hf engines on every rank (rollouts split across ranks); otherwise rank 0's engine only."""
+
+    @property
+    def ranks(self) -> int:
+        return len(self.actors)
+
+    def call(self, method: str, args: Sequence[tuple[Any, ...]]) -> Any:
+        """``method`` on every rank with its own arguments; rank 0's ref, which gathers the others'."""
+        others = [getattr(a, method).remote(*a_args) for a, a_args in zip(self.actors[1:], args[1:], strict=True)]
+        return (
+            getattr(self.actors[0], method).remote(*args[0], others=others)
+            if others
+            else getattr(self.actors[0], method).remote(*args[0])
+        )
+
+    # methods whose arguments are the same on every rank (or only rank 0 has work)
+    @property
+    def version(self) -> GroupMethod:
+        return _Rank0(self, "version")
+
+    @property
+    def sync(self) -> GroupMethod:
+        return GroupMethod(self, "sync")
+
+    @property
+    def save(self) -> GroupMethod:
+        return GroupMethod(self, "save")
+
+    @property
+    def load(self) -> GroupMethod:
+        return GroupMethod(self, "load")
+
+    @property
+    def train(self) -> GroupMethod:
+        return GroupMethod(self, "train")
+
+    @property
+    def rollout(self) -> _Split:
+        return _Split(self, "rollout", split_rollout if self.hf_rollout else None)
+
+    @property
+    def prepare(self) -> _Split:
+        return _Split(self, "prepare", split_prepare)
+
+    def actor_roles(self) -> dict[str, Any]:
+        """Role name -> actor: ``policy`` for one rank, ``policy#R`` for each of several."""
+        if self.ranks == 1:
+            return {"policy": self.actors[0]}
+        return {f"policy#{r}": a for r, a in enumerate(self.actors)}
+
+
+class _Rank0(GroupMethod):
+    def remote(self, *args: Any) -> Any:
+        return getattr(self.group.actors[0], self.name).remote(*args)
+
+
+class _Split(GroupMethod):
+    """A method whose first argument is cut across ranks by ``split`` (None: rank 0 does it all)."""
+
+    def __init__(self, group: PolicyGroup, name: str, split: Callable[..., list[tuple[Any, ...]]] | None) -> None:
+        super().__init__(group, name)
+        self.split = split
+
+    def remote(self, *args: Any) -> Any:
+        if self.group.ranks == 1 or self.split is None:
+            return getattr(self.group.actors[0], self.name).remote(*args)
+        return self.group.call(self.name, self.split(self.group.ranks, *args))
+
+
+# --------------------------------------------------------------------------- splitting work
+
+
+def split_rollout(ranks: int, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int) -> list[tuple[Any, ...]]:
+    """A chunk's prompts (and group keys) cut into ``ranks`` contiguous parts, as even as they go."""
+    bounds = [len(prompts) * r // ranks for r in range(ranks + 1)]
+    return [(list(prompts[a:b]), list(keys[a:b]), n, seed) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def split_prepare(ranks: int, rollouts: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Rollouts cut into ``ranks`` equal shards balanced by tokens; each shard carries the rollouts'
+    positions so rank 0 can put the batch back in order."""
+    from grm.training.batch import balanced_partition
+
+    sizes = [len(r.prompt_ids) + len(r.token_ids or [0]) for r in rollouts]
+    shards = balanced_partition(sizes, ranks)
+    return [([rollouts[i] for i in shard], shard) for shard in shards]
+
+
+# --------------------------------------------------------------------------- gathering results
+
+
+def gather_rollouts(parts: Sequence[tuple[list[Any], float]]) -> tuple[list[Any], float]:
+    """Groups of every rank in rank order (the chunk's prompt order); seconds of the slowest rank."""
+    return [g for groups, _ in parts for g in groups], max(s for _, s in parts)
+
+
+def gather_prepared(parts: Sequence[tuple[Any, float, Sequence[int]]], pad_id: int = 0) -> tuple[Any, float]:
+    """Shard batches back into one batch in the rollouts' order; seconds of the slowest rank."""
+    import torch
+
+    from grm.training.batch import concat_batches
+
+    order = [i for _, _, positions in parts for i in positions]
+    batch = concat_batches([b for b, _, _ in parts], pad_id)
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return batch.select(torch.tensor(inverse)), max(s for _, s, _ in parts)
+
+
+def gather_first(parts: Sequence[Any]) -> Any:
+    """Rank 0's result (train metrics are reduced across ranks by the trainer already)."""
+    return parts[0]
+
+
+def gather_max(parts: Sequence[float]) -> float:
+    return max(parts)

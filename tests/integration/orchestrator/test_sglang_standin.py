@@ -1,0 +1,139 @@
+"""The SGLang path end to end on the CPU: grm's sglang engine against a stand-in server that speaks
+SGLang's HTTP API over a transformers model (tests/serving/sglang_standin.py).
+
+The engine alone (no Ray): batched, seeded generation, behaviour log-probs, continuation scoring,
+weight updates from disk with the served version advancing, a refused update. Then a 3-step async
+arith-verifier run with ``policy.engine: {type: sglang, urls: [stand-in]}`` (plus a brevity rule,
+see ``write_brevity_judge``): after each sync the
+served weights version advances and the served log-probs of a fixed sequence equal the trainer's
+(from the run's checkpoints) within 1e-4."""
+
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from grm.base import free_port
+from grm.engines.base import EngineError, SamplingParams
+from grm.engines.base import GenerationRequest as Req
+from tests.conftest import ROOT, run_grm
+from tests.integration.orchestrator.sglang_checks import (
+    WeightWatch,
+    check_served_weights,
+    get_json,
+    probe_ids,
+    served_logprobs,
+    trainer_logprobs,
+    write_brevity_judge,
+)
+
+pytestmark = pytest.mark.slow
+MODEL = "smollm2-135m-instruct"
+STANDIN = ROOT / "tests" / "serving" / "sglang_standin.py"
+ENV = {"RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
+
+
+@pytest.fixture
+def standin_url(tmp_path):
+    """A stand-in server in its own process, as SGLang would be."""
+    from grm.engines.openai_api import ServerProcess
+    from grm.models import resolve_model
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, str(STANDIN), "--model-path", resolve_model(MODEL), "--port", str(port)]
+    server = ServerProcess(cmd, url, timeout_s=600, log_path=str(tmp_path / "standin.log"), health_path="/health")
+    yield url
+    server.stop()
+
+
+def test_engine_against_the_standin(standin_url):
+    import torch
+
+    from grm.engines.sglang import SGLangEngine
+    from grm.models import resolve_model
+    from grm.models.loading import load_model
+
+    model, tok = load_model(MODEL, "fp32")
+    eng = SGLangEngine([standin_url], MODEL, tok)
+    reqs = [Req(messages=[{"role": "user", "content": "What is 2 + 3?"}]), Req(messages=[{"role": "user", "content": "Hi"}])]
+    sp = SamplingParams(n=2, temperature=0.8, max_new_tokens=12, seed=7, stop=("\n",))
+    gens = eng.generate(reqs, sp)
+    assert [(g.request_index, g.sample_index) for g in gens] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(len(g.logprobs) == len(g.token_ids) > 0 and g.version == 0 for g in gens)
+    assert all("\n" not in g.text for g in gens)
+    assert [g.token_ids for g in eng.generate(reqs, sp)] == [g.token_ids for g in gens]  # seeded per row
+    # behaviour log-probs are the model's own log-probs of the sampled tokens
+    g = gens[0]
+    ids = eng.encode(reqs[0]) + g.token_ids
+    want = trainer_logprobs(model, None, ids)[-len(g.token_ids) :]
+    assert max(abs(a - b) for a, b in zip(g.logprobs, want, strict=True)) < 1e-4
+    # a continuation's score is its teacher-forced log-prob
+    [[s5]] = eng.score_continuations(reqs[:1], [[" 5"]])
+    cont = eng.tokenize(" 5")
+    want = sum(trainer_logprobs(model, None, eng.encode(reqs[0]) + cont)[-len(cont) :])
+    assert s5 == pytest.approx(want, abs=1e-4)
+
+    # a disk update reaches the server: its version and its log-probs change, old copies go
+    # (named_parameters names a tied LM head once: the update keeps it tied, as a trainer's does)
+    sd = {k: v.detach() + 0.01 * torch.randn_like(v) for k, v in model.named_parameters()}
+    eng.update_weights(sd, 1)
+    info = get_json(standin_url + "/get_model_info")
+    assert info["weight_version"] == "1" and info["model_path"].endswith("/v1") and eng.version == 1
+    probe = probe_ids(resolve_model(MODEL))
+    version, served = served_logprobs(standin_url, probe)
+    want = trainer_logprobs(model, sd, probe)
+    assert version == "1" and max(abs(a - b) for a, b in zip(served, want, strict=True)) < 1e-4
+    assert eng.generate(reqs[:1], SamplingParams(max_new_tokens=2))[0].version == 1
+
+    # a refused update keeps the served weights and the engine's version
+    bad = Path(eng.sync_dir) / "broken"
+    bad.mkdir()
+    with pytest.raises(EngineError, match="no \\*.safetensors"):
+        eng.update_weights_from_disk(str(bad), 2)
+    assert eng.version == 1 and get_json(standin_url + "/get_model_info")["weight_version"] == "1"
+    eng.version = 0  # an engine that believes the server holds other weights than it does
+    with pytest.raises(EngineError, match="weights version 1, but the policy is at version 0"):
+        eng.generate(reqs[:1], SamplingParams(max_new_tokens=2))
+    eng.close()
+
+
+@pytest.mark.timeout(1800)
+def test_async_run_serves_each_synced_version(tmp_path, standin_url):
+    from grm.models import resolve_model
+
+    out = tmp_path / "run"
+    path = resolve_model(MODEL)
+    brevity = write_brevity_judge(tmp_path)
+    t0 = time.perf_counter()
+    with WeightWatch(standin_url, probe_ids(path)) as watch:
+        r = run_grm(
+            "run",
+            "pipelines/arith-verifier.yaml",
+            f"out_dir={out}",
+            "train.steps=3",
+            "schedule.mode=async",
+            "algorithm.prompts_per_step=2",
+            "algorithm.group_size=4",
+            "rollout.max_new_tokens=24",
+            "train.micro_batch_size=4",
+            "checkpoint.every=1",
+            "checkpoint.keep=3",
+            f"judges=[{{spec: builtin:numeric-answer, weight: 1.0}}, {{spec: {brevity}, weight: 0.2}}]",
+            f'policy.overrides=["engine={{type: sglang, urls: [{standin_url}]}}"]',
+            timeout=1500,
+            env=ENV,
+        )
+        assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+        time.sleep(1.0)  # the last sync's reading
+    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [m["step"] for m in ms] == [1, 2, 3]
+    versions = {json.loads(x)["policy_version"] for x in (out / "samples.jsonl").read_text().splitlines()}
+    assert 0 in versions and max(versions) >= 1 and versions <= {0, 1, 2}  # async: rollouts from synced weights
+    gaps = check_served_weights(standin_url, out, watch, path, steps=3, tol=1e-4)
+    with urllib.request.urlopen(standin_url + "/get_model_info") as resp:
+        assert json.loads(resp.read())["model_path"].endswith("/v3")
+    print(f"run {time.perf_counter() - t0:.0f} s; served vs trainer per step: {gaps}")
