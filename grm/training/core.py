@@ -77,29 +77,37 @@ def accumulate(
     loss_fn: LossFn,
     entropy: bool,
     backward: Callable[[Tensor], None],
-) -> tuple[Tensor | None, list[dict[str, float]]]:
+) -> tuple[Tensor | None, list[dict[str, float]], list[float]]:
     """Forward, loss and ``backward`` for each micro-batch; returns the summed loss shares (on the
-    module's device, detached) and the loss function's metrics per micro-batch."""
+    module's device, detached), the loss function's metrics per micro-batch and each micro-batch's
+    response tokens (the weight of its metrics, which are means over its tokens)."""
     total: Tensor | None = None
-    rows = []
+    rows, tokens = [], []
     for mb in micro:
         out, ent = forward(module, mb, entropy)
         loss, metrics = loss_fn(out, mb.to(out.device), ent)
         backward(loss)
         total = loss.detach() if total is None else total + loss.detach()
         rows.append(metrics)
-    return total, rows
+        tokens.append(float(mb.loss_mask.sum()))
+    return total, rows, tokens
 
 
 def step_metrics(
-    loss: Tensor | None, rows: list[dict[str, float]], all_reduce: Callable[[Tensor], Tensor] | None = None
+    loss: Tensor | None,
+    rows: list[dict[str, float]],
+    all_reduce: Callable[[Tensor], Tensor] | None = None,
+    weights: list[float] | None = None,
 ) -> dict[str, float]:
     """``loss``: the summed shares (the whole batch's loss); every other metric averaged over the
-    micro-batches that report it. ``all_reduce`` (a sum over ranks) makes both global: every rank
+    micro-batches that report it, each weighted by ``weights`` (its response tokens: the metrics are
+    means over tokens, so the result is the mean over the whole batch's tokens whatever the split
+    into micro-batches and ranks). ``all_reduce`` (a sum over ranks) makes both global: every rank
     then returns the same numbers. Every rank must report the same metric names."""
+    w = weights if weights is not None else [1.0] * len(rows)
     keys = sorted({k for r in rows for k in r} - {"loss"})
-    sums = [sum(r[k] for r in rows if k in r) for k in keys]
-    counts = [sum(1.0 for r in rows if k in r) for k in keys]
+    sums = [sum(r[k] * wi for r, wi in zip(rows, w, strict=True) if k in r) for k in keys]
+    counts = [sum(wi for r, wi in zip(rows, w, strict=True) if k in r) for k in keys]
     t = torch.tensor([scalar(loss) if loss is not None else 0.0, *sums, *counts], dtype=torch.float64)
     if all_reduce is not None:
         t = all_reduce(t)

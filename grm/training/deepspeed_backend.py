@@ -118,11 +118,11 @@ class DeepSpeedTrainer:
             self.engine.backward(loss * self.world, scale_wrt_gas=False)
             self.engine.step()  # steps the optimizer at the accumulation boundary only
 
-        loss, rows = accumulate(self.engine, micro, self.forward, loss_fn, self.entropy, backward)
+        loss, rows, tokens = accumulate(self.engine, micro, self.forward, loss_fn, self.entropy, backward)
         self.step_count += 1
         grad_norm = self.engine.get_global_grad_norm()
         return {
-            **step_metrics(loss, rows, self._all_reduce if self.world > 1 else None),
+            **step_metrics(loss, rows, self._all_reduce if self.world > 1 else None, tokens),
             "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
             "lr": self.scheduler.get_last_lr()[0],
         }

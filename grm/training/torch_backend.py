@@ -56,12 +56,12 @@ class TorchTrainer:
         shares' gradients add up to the whole batch's gradient."""
         micro = batch.with_totals().micro_batches(self.micro_batch_size)
         self.optimizer.zero_grad(set_to_none=True)
-        loss, rows = accumulate(self.module, micro, self.forward, loss_fn, self.entropy, lambda loss: loss.backward())
+        loss, rows, tokens = accumulate(self.module, micro, self.forward, loss_fn, self.entropy, lambda loss: loss.backward())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.step_count += 1
-        return {**step_metrics(loss, rows), "grad_norm": scalar(grad_norm), "lr": self.scheduler.get_last_lr()[0]}
+        return {**step_metrics(loss, rows, weights=tokens), "grad_norm": scalar(grad_norm), "lr": self.scheduler.get_last_lr()[0]}
 
     def state_dict(self) -> dict[str, Tensor]:
         """Weights on the CPU (copies)."""

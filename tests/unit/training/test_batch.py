@@ -61,3 +61,11 @@ def test_step_metrics_sum_the_loss_and_average_the_rest():
     out = step_metrics(torch.tensor(0.75), rows, lambda t: t + other)
     assert out == pytest.approx({"loss": 1.0, "clip_frac": (0.6 + 1.4) / 4, "kl": 6.0 / 2})
     assert step_metrics(torch.zeros((), device="meta"), [])["loss"] != step_metrics(torch.zeros((), device="meta"), [])["loss"]
+
+
+def test_step_metrics_weigh_micro_batches_by_their_tokens():
+    """A per-token mean (kl, clip_frac) over micro-batches of 3 and 1 tokens: the whole batch's
+    mean, not the mean of the two means, so any split into micro-batches or ranks gives the same."""
+    rows = [{"kl": 1.0}, {"kl": 5.0}]
+    assert step_metrics(None, rows, weights=[3.0, 1.0])["kl"] == pytest.approx((3 * 1.0 + 5.0) / 4)
+    assert step_metrics(None, rows)["kl"] == pytest.approx(3.0)  # unweighted: the plain mean
