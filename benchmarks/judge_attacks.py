@@ -240,7 +240,16 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=16, help="samples per score_batch call")
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated items")
     ap.add_argument("--out", default=None, help="write every number as JSON here")
+    ap.add_argument(
+        "--table", metavar="FILE.json", help="print the machine and table of a saved --out file (e.g. of a stopped run)"
+    )
     args = ap.parse_args()
+    if args.table:
+        saved = json.loads(Path(args.table).read_text())
+        print(json.dumps(saved["machine"]))
+        print(f"(from {args.table}: {len(saved['results'])} judge(s), --limit {saved['args']['limit']})")
+        print(table(saved["results"], [a for a in ATTACKS if a in saved["args"]["attacks"].split(",") or a == "none"]))
+        return 0
 
     facts = machine()
     print(json.dumps(facts), flush=True)

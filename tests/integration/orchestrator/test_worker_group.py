@@ -44,6 +44,7 @@ def samples(out: Path) -> list[tuple]:
     return [(s["step"], s["id"], s["response"], s["reward"]) for s in rows]
 
 
+@pytest.mark.timeout(2400)  # two `grm run`s in a row
 @pytest.mark.parametrize("zero", [2, 3])
 def test_two_ranks_reproduce_one_rank(tmp_path, zero):
     """Same global batch and seed: the same rollouts, rewards, losses and KL (1e-3 relative) and the
@@ -89,6 +90,7 @@ def test_dry_run_prints_the_placement_and_what_is_missing():
     assert (ROOT / "pipelines" / "cluster-example.yaml").exists()
 
 
+@pytest.mark.timeout(3000)  # three `grm run`s in a row
 def test_two_node_cluster_one_rank_per_node_runs_and_resumes_to_the_same_result(tmp_path):
     """A pool of 2 nodes x 1 CPU holds a 2-rank policy, one rank per node (placement.json says
     which); a run stopped after step 1 and resumed ends where the straight run ends."""
