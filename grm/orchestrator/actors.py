@@ -34,6 +34,14 @@ def rendezvous() -> tuple[str, int]:
     return ray.util.get_node_ip_address(), free_port()
 
 
+def _actor_device() -> Any:
+    """The device of a judge's or remote reference's model: the GPU Ray gave this actor (its pool
+    has GPUs), else the CPU."""
+    from grm.models.device import role_device
+
+    return role_device(len(ray.get_gpu_ids()))
+
+
 def where() -> dict[str, Any]:
     """Node and resources of the calling actor (asserted by placement tests)."""
     ctx = ray.get_runtime_context()
@@ -283,7 +291,7 @@ class _HostsReference:
     def _load_reference(self, model: str, micro_batch_size: int) -> None:
         from grm.training.models import ReferenceModel
 
-        self.ref = ReferenceModel(model, dtype="fp32", micro_batch_size=micro_batch_size)
+        self.ref = ReferenceModel(model, dtype="fp32", micro_batch_size=micro_batch_size, device=_actor_device())
 
     def logprobs(self, prepared: Any) -> tuple[Any, float]:
         """Reference log-probs of a batch, or of ``PolicyActor.prepare``'s ``(batch, seconds)``
@@ -317,7 +325,12 @@ class JudgeActor(_HostsReference):
         _threads(threads)
         from grm.judges import build_judge
 
-        self.judge = build_judge(spec, base_dir)
+        engine = None
+        if spec.mode != "rule" and spec.engine.type == "hf":
+            from grm.engines import build_engine
+
+            engine = build_engine(spec.engine, spec.model, device=_actor_device())
+        self.judge = build_judge(spec, base_dir, engine)
         if spec.mode != "rule":
             _ = self.judge.engine  # load the model now, not inside the first timed call
         if reference is not None:
