@@ -19,7 +19,6 @@ from grm.orchestrator.placement import PlacementError, Pool, bundles_of, create_
 def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
     """One line per pool, then one per process placed on it (bundle, node, threads, GPUs)."""
     cfg = loaded.spec
-    replicas = {f"judge:{j.name}": getattr(j.role, "replicas", 1) for j in loaded.judges}
     lines = []
     for name, pool in pools.items():
         bundles = bundles_of(pool.spec, pool.ranks)
@@ -32,27 +31,26 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
                     node = _node(pool, r if n > 1 else 0)
                     label = "policy" if n == 1 else f"policy rank {r}"
                     bundle = r if n > 1 else 0
-                    cpus, gpus = (each["CPU"], each.get("GPU", 0)) if n > 1 else _share(pool)
+                    cpus, gpus = (each["CPU"], each.get("GPU", 0)) if n > 1 else _share(pool, "policy")
                     extra = " + reference" if cfg.reference is not None and cfg.reference.pool == name else ""
                     lines.append(f"  {label}{extra}: bundle {bundle}, node {node}, {_threads(cpus)} thread(s), {gpus:g} GPU")
                 continue
-            cpus, gpus = _share(pool)
+            cpus, gpus = _share(pool, role)
             hosted = (
                 " + reference"
                 if role.startswith("judge:") and "reference" in pool.roles and "reference" not in pool.processes
                 else ""
             )
-            for i in range(replicas.get(role, 1)):
-                label = role if replicas.get(role, 1) == 1 else f"{role} replica {i}"
-                lines.append(f"  {label}{hosted}: bundle 0, node {_node(pool, 0)}, {_threads(cpus)} thread(s), {gpus:g} GPU")
+            b = pool.bundle_of(role)  # judge replicas (judge:NAME#i) each have a line of their own
+            lines.append(f"  {role}{hosted}: bundle {b}, node {_node(pool, b)}, {_threads(cpus)} thread(s), {gpus:g} GPU")
     local = [j.name for j in loaded.judges if j.role.pool is None]
     if local:
         lines.append(f"in the driver process: {', '.join(local)} (rule judges, no pool)")
     return lines
 
 
-def _share(pool: Pool) -> tuple[float, float]:
-    n = max(1, len(pool.processes))
+def _share(pool: Pool, role: str) -> tuple[float, float]:
+    n = len(pool.peers(role))
     return pool.spec.cpus / n, pool.spec.gpus / n
 
 
