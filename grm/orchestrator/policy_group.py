@@ -45,6 +45,12 @@ class PolicyGroup:
         self.actors = list(actors)
         self.hf_rollout = hf_rollout
         """hf engines on every rank (rollouts split across ranks); otherwise rank 0's engine only."""
+        # the actor's methods, each one call per rank (rank 0 gathering), rank 0 alone, or with its
+        # first argument cut across the ranks
+        self.sync, self.save, self.load, self.train = (GroupMethod(self, m) for m in ("sync", "save", "load", "train"))
+        self.version = _Rank0(self, "version")
+        self.rollout = _Split(self, "rollout", split_rollout if hf_rollout else None)
+        self.prepare = _Split(self, "prepare", split_prepare)
 
     @property
     def ranks(self) -> int:
@@ -58,35 +64,6 @@ class PolicyGroup:
             if others
             else getattr(self.actors[0], method).remote(*args[0])
         )
-
-    # methods whose arguments are the same on every rank (or only rank 0 has work)
-    @property
-    def version(self) -> GroupMethod:
-        return _Rank0(self, "version")
-
-    @property
-    def sync(self) -> GroupMethod:
-        return GroupMethod(self, "sync")
-
-    @property
-    def save(self) -> GroupMethod:
-        return GroupMethod(self, "save")
-
-    @property
-    def load(self) -> GroupMethod:
-        return GroupMethod(self, "load")
-
-    @property
-    def train(self) -> GroupMethod:
-        return GroupMethod(self, "train")
-
-    @property
-    def rollout(self) -> _Split:
-        return _Split(self, "rollout", split_rollout if self.hf_rollout else None)
-
-    @property
-    def prepare(self) -> _Split:
-        return _Split(self, "prepare", split_prepare)
 
     def actor_roles(self) -> dict[str, Any]:
         """Role name -> actor: ``policy`` for one rank, ``policy#R`` for each of several."""
