@@ -163,12 +163,14 @@ def run_judge(judge: Any, items: list[Item], attacks: list[str], batch: int, pro
         res = score_all(judge, samples, batch, progress, label)
         correct = [None] * len(items)
     else:
+        # a checklist judge reading the data's checklist asks for the answer (the others ignore it)
+        meta = [{"checklist": [f"Is the final answer {it.answer}?"]} for it in items]
         samples = [
-            Sample(prompt=it.prompt, response=it.correct, reference=str(it.answer), id=f"correct/{k}")
+            Sample(prompt=it.prompt, response=it.correct, reference=str(it.answer), metadata=meta[k], id=f"correct/{k}")
             for k, it in enumerate(items)
         ]
         samples += [
-            Sample(prompt=it.prompt, response=attacked(it, a), reference=str(it.answer), id=f"{a}/{k}")
+            Sample(prompt=it.prompt, response=attacked(it, a), reference=str(it.answer), metadata=meta[k], id=f"{a}/{k}")
             for a in attacks
             for k, it in enumerate(items)
         ]

@@ -9,8 +9,15 @@ often the judge picks the longer output, and its accuracy on the pairs where peo
 the shorter one. Each set also gets a "longer output wins" row: the accuracy of always picking
 the longer output, the bar a judge must clear to show it reads more than length.
 
+``--length-control regress|penalty:COEF`` adds, under each judge's row, the same judgments with
+length controlled (``grm eval --length-control``; grm/evaluation/length_control.py): swap-combined
+accuracy, picks-longer and the shorter-preferred accuracy; the order columns do not apply ("-").
+``--saved`` builds the table from the eval directories already under --out without judging
+(a missing directory is reported and skipped).
+
     python benchmarks/judge_quality.py                                  # defaults below
     python benchmarks/judge_quality.py --judges builtin:pairwise-logprob@qwen2.5-coder-0.5b-instruct --sets mt-bench
+    python benchmarks/judge_quality.py --saved --length-control regress   # the saved runs, plus controlled rows
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grm.evaluation.length_control import LengthControl
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference"
@@ -50,12 +61,20 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--out", default="bench-out/judge-quality", help="eval dirs (resumable)")
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--length-control", metavar="regress|penalty:COEF", help="also print length-controlled rows")
+    ap.add_argument("--saved", action="store_true", help="read the eval dirs under --out; judge nothing")
     args = ap.parse_args()
     if not Path(args.data_dir).is_dir():
         print(f"skipped: {args.data_dir} not found (the shared data sits beside the checkout, not in it)")
         return 0
 
+    from grm.evaluation.length_control import parse_length_control
     from grm.evaluation.runner import EvalConfig, run
+
+    try:
+        control = parse_length_control(args.length_control) if args.length_control else None
+    except ValueError as e:
+        ap.error(f"--length-control {e}")
 
     rows = []
     for name in args.sets.split(","):
@@ -68,11 +87,22 @@ def main() -> int:
             tag = f"{judge.replace('builtin:', '')}@{model or 'default'}@{name}"
             out = Path(args.out) / tag
             print(f"== {tag}", file=sys.stderr, flush=True)
-            m = run(
-                EvalConfig(
-                    judges=[judge], data=str(data), out=out, limit=args.limit, overrides=overrides, batch_size=args.batch_size
+            if args.saved:
+                m = _saved(out, data, args.limit, control)
+                if m is None:
+                    print(f"skipped: no saved results in {out}", file=sys.stderr, flush=True)
+                    continue
+            else:
+                cfg = EvalConfig(
+                    judges=[judge],
+                    data=str(data),
+                    out=out,
+                    limit=args.limit,
+                    overrides=overrides,
+                    batch_size=args.batch_size,
+                    length_control=control,
                 )
-            )
+                m = run(cfg)
             jm = next(iter(m["judges"].values()))
             p = jm.get("pairs") or {}
             row = {
@@ -95,6 +125,23 @@ def main() -> int:
             }
             print(json.dumps(row), flush=True)
             rows.append(row)
+            lc = p.get("length_controlled")
+            if lc:
+                crow = {k: None for k in row} | {
+                    "judge": f"{row['judge']} [{lc['method']}]",
+                    "model": row["model"],
+                    "set": name,
+                    "n": lc["n"],
+                    "acc_swap_combined": lc["accuracy_swap_combined"],
+                    "acc_swap_combined_ci95": lc["accuracy_swap_combined_ci95"],
+                    "parse_failure_rate": row["parse_failure_rate"],
+                    "picks_longer": lc["length"].get("judge_longer_preferred"),
+                    "acc_shorter_preferred": lc["length"].get("accuracy_shorter_preferred"),
+                    "acc_shorter_preferred_ci95": lc["length"].get("accuracy_shorter_preferred_ci95"),
+                    "slope_per_char": lc["slope_per_char"],
+                }
+                print(json.dumps(crow), flush=True)
+                rows.append(crow)
 
     print(
         "\n| judge | model | set | n | acc order 1 | acc order 2 | acc avg [95% CI] | swap-combined [95% CI] "
@@ -110,6 +157,24 @@ def main() -> int:
             f"| {_num(r['seconds_per_pair'])} |"
         )
     return 0
+
+
+def _saved(out: Path, data: Path, limit: int | None, control: LengthControl | None) -> dict | None:
+    """Metrics of a saved eval directory (its results.jsonl, the first ``limit`` items of ``data``)
+    without loading a judge; None when it holds no results."""
+    from grm.base import read_jsonl
+    from grm.data.items import default_map, to_items
+    from grm.data.sources import load_rows
+    from grm.evaluation.report import compute
+
+    lines = read_jsonl(out / "results.jsonl", repair=False)
+    if not lines:
+        return None
+    rows = load_rows(str(data))
+    items, _ = to_items(rows, default_map(str(data), set(rows[0])), str(data), skip_bad_rows=True)
+    wanted = {it.id for it in items[:limit]}
+    lines = [r for r in lines if r["item_id"] in wanted]
+    return compute(lines, list(dict.fromkeys(r["judge"] for r in lines)), control)
 
 
 def _length_baseline(name: str, path: Path, limit: int | None) -> dict:

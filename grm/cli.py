@@ -6,8 +6,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from grm.base import GrmError
+
+if TYPE_CHECKING:
+    from grm.evaluation.length_control import LengthControl
 
 
 def _err(msg: str) -> None:
@@ -115,6 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         force=args.force,
         skip_bad_rows=args.skip_bad_rows,
         batch_size=args.batch_size,
+        length_control=args.length_control,
     )
     run(cfg)
     print(f"wrote {cfg.out}/results.jsonl, metrics.json, report.md")
@@ -126,9 +131,25 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
     from grm.evaluation.rescore import rescore
 
-    rescore(Path(args.dir), args.judge)
+    rescore(Path(args.dir), args.judge, length_control=args.length_control)
     print(f"wrote {args.dir}/results.rescored.jsonl, metrics.json, report.md")
     return 0
+
+
+def _length_control(text: str) -> LengthControl:
+    from grm.evaluation.length_control import parse_length_control
+
+    try:
+        return parse_length_control(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+LENGTH_CONTROL_HELP = (
+    "also report the pairs' swap-combined accuracy with length controlled: regress (remove the margin's "
+    "linear dependence on the length difference, slope fitted on these pairs) or penalty:COEF (the longer "
+    "response loses COEF per character beyond the pair's median)"
+)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -214,17 +235,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FIELD=COLUMN",
-        help="map a column onto prompt, response, response_a, response_b, label, human_score, reference, id",
+        help="map a column onto prompt, response, response_a, response_b, label, human_score, reference, id, checklist",
     )
     e.add_argument("--force", action="store_true", help="resume even if the recorded judges/data differ")
     e.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) rows that fail validation")
     e.add_argument("--batch-size", type=int, default=16, metavar="N", help="items judged per batch (and per fsync)")
+    e.add_argument("--length-control", type=_length_control, metavar="regress|penalty:COEF", help=LENGTH_CONTROL_HELP)
     e.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override fields of every judge")
     e.set_defaults(func=cmd_eval)
 
     r = sub.add_parser("rescore", help="re-parse and re-aggregate an eval's raw outputs without generating")
     r.add_argument("dir", metavar="DIR")
     r.add_argument("--judge", metavar="JUDGE.yaml", help="a changed judge spec (parser/aggregation) to apply")
+    r.add_argument("--length-control", type=_length_control, metavar="regress|penalty:COEF", help=LENGTH_CONTROL_HELP)
     r.set_defaults(func=cmd_rescore)
     return p
 

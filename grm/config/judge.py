@@ -3,155 +3,19 @@ handling + failure policy; or a rule verifier."""
 
 from __future__ import annotations
 
-import math
-import re
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grm.config.base import Strict, check_file
+from grm.config.checklist import ChecklistSpec, check_checklist_judge
+from grm.config.parsers import (
+    ParserSpec,
+    RegexParser,
+    is_number,
+)
 from grm.config.policy import EngineSpec, HFEngineSpec
-
-
-class JudgeSampling(Strict):
-    """How critiques are sampled."""
-
-    n: int = Field(1, ge=1)
-    """Critiques sampled per item (and per presentation order); they vote via ``aggregate``."""
-    temperature: float = Field(0.7, ge=0)
-    """Sampling temperature; 0 is greedy (then n > 1 repeats the same critique)."""
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    max_new_tokens: int = Field(256, ge=1)
-    """Tokens per critique at most."""
-    stop: list[str] = []
-    """Stop strings; the critique is cut before the first one."""
-    seed: int = Field(0, ge=0, lt=2**31)
-    """Base seed; sample j of an item uses (seed, j), so results do not depend on batching. Below
-    2**31: servers (llama.cpp) read seeds as 32-bit integers, and retries add offsets to it."""
-
-
-# ---------------------------------------------------------------- parsers
-
-
-def _ordered(r: tuple[float, float]) -> tuple[float, float]:
-    if not r[0] < r[1]:  # [10, 1] would fail every parse; [3, 3] has no width to normalise over
-        raise ValueError(f"range [{r[0]:g}, {r[1]:g}]: the low end must be below the high end")
-    return r
-
-
-Range = Annotated[tuple[float, float], AfterValidator(_ordered)]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
-
-
-class RegexParser(Strict):
-    """A number captured by a regular expression (the last match by default)."""
-
-    type: Literal["regex"] = "regex"
-    pattern: str = r"Score:\s*(-?\d+(?:\.\d+)?)"
-    """Python regex; ``group`` selects the captured number."""
-    group: int = 1
-    range: Range | None = None
-    """Inclusive [low, high]; a number outside is a parse failure."""
-    take: Literal["last", "first", "only"] = "last"
-    """Which match counts when there are several; ``only`` fails on two different numbers."""
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as e:
-            raise ValueError(f"not a valid regular expression: {e}") from None
-        return v
-
-    @model_validator(mode="after")
-    def _has_group(self) -> RegexParser:
-        groups = re.compile(self.pattern).groups
-        if not 0 <= self.group <= groups:
-            raise ValueError(f"group {self.group}: the pattern has {groups} group(s)")
-        return self
-
-
-class BoxedParser(Strict):
-    r"""Numbers inside the last ``\boxed{...}``, comma separated (listwise: one per response)."""
-
-    type: Literal["boxed"] = "boxed"
-    range: Range | None = None
-
-
-class JsonParser(Strict):
-    """A number at ``field`` (dotted path) of the last JSON object in the output."""
-
-    type: Literal["json"] = "json"
-    field: str = "score"
-    range: Range | None = None
-
-
-class VerdictParser(Strict):
-    """Pairwise verdict tokens; the last one present wins."""
-
-    type: Literal["verdict"] = "verdict"
-    a: str = "[[A]]"
-    b: str = "[[B]]"
-    tie: str | None = "[[C]]"
-
-
-class LogprobParser(Strict):
-    """G-Eval style: after the critique, force ``prefix`` and read the model's probability of each
-    candidate; the score is the probability-weighted mean (pointwise) or the log-odds of A over B
-    (pairwise). A candidate whose log-prob the engine cannot read (not among a server's top
-    log-probs) fails the reading: masked and counted, never a guessed value."""
-
-    type: Literal["logprob"] = "logprob"
-    prefix: str = "\nScore: "
-    """Text appended after the (possibly empty) critique before reading candidate probabilities."""
-    candidates: list[str] | None = None
-    """Candidate continuations; default: the integers of ``range`` (pointwise) or ["A", "B"] (pairwise).
-    Pointwise candidates are the scores themselves (numbers); pairwise ones are exactly [A, B]."""
-    range: Range | None = (1, 10)
-    critique: bool = True
-    """Sample a critique first (n samples); False reads the score right after the prompt."""
-
-    @field_validator("candidates")
-    @classmethod
-    def _distinct_candidates(cls, v: list[str] | None) -> list[str] | None:
-        if v is None:
-            return v
-        if len(v) < 2:
-            raise ValueError("candidates: at least two, or none for the default")
-        if any(not c for c in v):
-            raise ValueError("candidates: an empty string has no log-prob to read")
-        if len(set(v)) != len(v):
-            raise ValueError(f"candidates: duplicates in {v}")
-        return v
-
-
-class TargetParser(Strict):
-    """Escape hatch: ``target: "package.module:function"``, called as ``fn(text, **options)``."""
-
-    type: Literal["target"] = "target"
-    target: str
-    options: dict[str, Any] = {}
-
-    @field_validator("target")
-    @classmethod
-    def _shape(cls, v: str) -> str:
-        if not re.fullmatch(r"[\w.]+:[\w.]+", v):
-            raise ValueError("expected 'package.module:function'")
-        return v
-
-
-ParserSpec = Annotated[
-    RegexParser | BoxedParser | JsonParser | VerdictParser | LogprobParser | TargetParser, Field(discriminator="type")
-]
-
+from grm.config.sampling import JudgeSampling
 
 # ---------------------------------------------------------------- aggregation, position, failure
 
@@ -191,6 +55,34 @@ class PositionSpec(Strict):
     """(listwise) every sample sees the responses in a new order; scores are mapped back."""
 
 
+class GroupSpec(Strict):
+    """(pairwise) How a pairwise judge rewards one prompt's group of responses inside ``grm run``:
+    which pairs it compares (each in both orders: ``position.swap`` is required there) and how the
+    comparisons become one reward per response. ``grm eval`` judges labelled pairs and ignores it."""
+
+    strategy: Literal["anchor", "round_robin", "circular"] = "round_robin"
+    """``anchor``: every response against one anchor answer (``anchor``); ``round_robin``: every
+    pair of the group; ``circular``: response i against i+1 (and the last against the first)."""
+    anchor: Literal["reference", "greedy"] = "reference"
+    """(strategy anchor) ``reference``: the prompt's reference answer from the data;
+    ``greedy``: one greedy response of the current policy per prompt, sampled beside the group and
+    never trained on."""
+    max_comparisons: int | None = Field(None, ge=1)
+    """Comparisons per group at most; None: all the strategy plans. Fewer are chosen so every
+    response keeps one where the budget allows (a ring first, then the rest in a seeded order); a
+    response left with none is masked."""
+    reward: Literal["bradley_terry", "win_rate"] = "bradley_terry"
+    """``bradley_terry``: strengths fitted on the group's comparisons (with a Gaussian prior),
+    reward = P(response beats the anchor), or beats the group's mean strength without one;
+    ``win_rate``: the mean outcome of the response's comparisons (a tie counts 0.5)."""
+    outcome: Literal["verdict", "probability"] = "verdict"
+    """What one swap-combined comparison counts as: ``verdict`` 1 / 0 / 0.5 (tie); ``probability``
+    sigmoid of the mean margin over both orders (the log-odds of A over B with the logprob parser)."""
+    prior: float = Field(0.1, gt=0)
+    """(bradley_terry) precision of the zero-mean Gaussian prior on strengths: keeps a response
+    that won every comparison finite. Larger pulls strengths together."""
+
+
 class FailureSpec(Strict):
     """What happens when a sample cannot be parsed."""
 
@@ -208,8 +100,9 @@ class JudgeLimits(Strict):
     it judges (each response; each group for a listwise judge; each pair for a pairwise one):
     ``overhead_s + samples x (prompts x seconds_per_prompt + tokens x seconds_per_token)``, where
     ``prompts`` is the judge prompts one sample needs (2 for a swapped pairwise judge, +1 for a
-    principles stage) and ``tokens`` the most it may generate (views x n x (1 + retries) x
-    max_new_tokens, plus the principles stage; a logprob parser never retries, and with
+    principles stage; ``checklist.max_items`` for a checklist judge, +1 to write the checklist) and
+    ``tokens`` the most it may generate (views x n x (1 + retries) x max_new_tokens, plus the
+    principles stage or the checklist writing; a logprob parser never retries, and with
     ``critique: false`` generates no critique; a meta judge's passes are not counted). Linear is an
     upper bound: batched engines are faster per sample in bigger calls. ``grm.judges.limits``
     computes it.
@@ -323,8 +216,9 @@ class JudgeSpec(Strict):
     name: str
     """Name used in rewards, metrics and reports."""
     description: str = ""
-    mode: Literal["pointwise", "pairwise", "listwise", "rule"] = "pointwise"
+    mode: Literal["pointwise", "pairwise", "listwise", "checklist", "rule"] = "pointwise"
     """pointwise: score each response; pairwise: A vs B; listwise: several responses at once;
+    checklist: yes/no questions about each response, read as P(yes) (see ``checklist``);
     rule: a deterministic verifier (see ``rule``)."""
     model: str | None = None
     """Builtin alias, local model dir or hub id of the judge model (not for rules)."""
@@ -342,11 +236,15 @@ class JudgeSpec(Strict):
     """How judged responses enter the prompt: cut to fit the context, optionally fenced as data."""
     principles: PrinciplesSpec | None = None
     """Optional SPCT principles stage, fed to the template as ``principles``."""
+    checklist: ChecklistSpec | None = None
+    """(mode: checklist) where each prompt's yes/no questions come from."""
     sampling: JudgeSampling = JudgeSampling()
     parser: ParserSpec = RegexParser()
     aggregate: AggregateSpec = AggregateSpec()
     position: PositionSpec = PositionSpec()
     on_failure: FailureSpec = FailureSpec()
+    groups: GroupSpec = GroupSpec()
+    """(pairwise) How ``grm run`` turns comparisons inside a prompt's group into rewards."""
     limits: JudgeLimits = JudgeLimits()
     """Per-call deadline and concurrency cap (operational: not part of the spec hash)."""
     normalize: NormalizeSpec | None = None
@@ -365,6 +263,7 @@ class JudgeSpec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> JudgeSpec:
+        check_checklist_judge(self)
         if self.mode == "rule":
             if self.rule is None:
                 raise ValueError("mode 'rule' needs a rule: {type: numeric-answer|exact-match|regex-format|length}")
@@ -386,6 +285,8 @@ class JudgeSpec(Strict):
             raise ValueError("aggregate 'majority' votes verdicts: pairwise judges only")
         if self.position.swap and self.mode != "pairwise":
             raise ValueError("position.swap is for pairwise judges")
+        if self.groups != GroupSpec() and self.mode != "pairwise":
+            raise ValueError("groups is for pairwise judges (how grm run compares a group's responses)")
         if self.position.shuffle and self.mode != "listwise":
             raise ValueError("position.shuffle is for listwise judges")
         if p == "logprob" and self.mode == "listwise":
@@ -394,7 +295,7 @@ class JudgeSpec(Strict):
         if cands is not None and self.mode == "pairwise" and len(cands) != 2:
             raise ValueError(f"parser.candidates: a pairwise judge reads exactly two (A, B), not {cands}")
         if cands is not None and self.mode == "pointwise":
-            not_numbers = [c for c in cands if not _is_number(c)]
+            not_numbers = [c for c in cands if not is_number(c)]
             if not_numbers:
                 raise ValueError(f"parser.candidates: pointwise candidates are the scores, so numbers; not {not_numbers}")
         return self

@@ -77,6 +77,11 @@ class DataSpec(Strict):
     """Column holding the prompt text."""
     reference_field: str | None = "reference"
     """Column holding a reference answer (for reference-guided judges and verifiers), if any."""
+    checklist_field: str | None = None
+    """Column holding each prompt's checklist, for checklist judges reading theirs from the data
+    (``checklist.source: data``): a list of yes/no questions, or of ``{question, weight}`` objects
+    (JSON text in a CSV cell). Every row must have one; a missing or malformed cell is an error
+    naming its row when the data loads. None: no checklist is read."""
     shuffle: bool = True
     """Shuffle prompts every epoch with the pipeline seed."""
     limit: int | None = Field(None, ge=1)
@@ -90,6 +95,36 @@ class KLSpec(Strict):
     """Schulman's KL estimators."""
     in_reward: bool = False
     """Subtract the KL from the reward (PPO style) instead of adding it to the loss."""
+
+
+class LengthControlSpec(Strict):
+    """Length control of the combined reward, per group (one prompt's responses), after the judges'
+    rewards are combined and the overlong penalty is taken. ``length_corr/...`` in metrics.jsonl
+    shows how much each judge's reward and the combined reward follow length, before and after."""
+
+    method: Literal["none", "regress", "penalty"] = "none"
+    """none: off. regress: fit reward = a + b x length by least squares over the group's unmasked
+    responses and subtract b x (length - the group's mean length): the group's mean reward is kept,
+    responses of equal length keep their difference, and no linear dependence on length is left;
+    groups with fewer than 3 unmasked responses or equal lengths are left as they are. penalty:
+    subtract ``coef`` x (length - the group's median length) from responses longer than the median."""
+    coef: float | None = Field(None, ge=0)
+    """(penalty only, required there) reward taken per unit of length beyond the group median,
+    e.g. 0.002 per token: a response 100 tokens past the median loses 0.2 of the combined reward."""
+    unit: Literal["tokens", "chars"] = "tokens"
+    """How length is counted: response tokens, or characters (the unit of ``grm eval``'s length
+    columns and of ``grm eval --length-control penalty:COEF``)."""
+
+    @model_validator(mode="after")
+    def _coef_for_penalty(self) -> LengthControlSpec:
+        if self.method == "penalty" and self.coef is None:
+            raise ValueError(
+                f"method penalty needs coef: the reward taken per {self.unit.removesuffix('s')} beyond the group median"
+                " (e.g. coef: 0.002)"
+            )
+        if self.method != "penalty" and self.coef is not None:
+            raise ValueError(f"coef only applies to method penalty (method is {self.method}); remove it")
+        return self
 
 
 class _AlgorithmCommon(Strict):
@@ -112,6 +147,9 @@ class _AlgorithmCommon(Strict):
     """Truncated importance-sampling cap for stale samples (async); None disables TIS."""
     overlong_penalty: float = Field(0.0, ge=0)
     """Subtracted from the reward of responses cut by max_new_tokens (finish_reason length)."""
+    length_control: LengthControlSpec = LengthControlSpec()
+    """Remove (regress) or penalise (penalty) the combined reward's dependence on response length,
+    group by group; off by default."""
     epochs: int = Field(1, ge=1)
     """Optimizer passes over each step's batch. Above 1 (or with mini_batches > 1), old log-probs
     are computed once before the first pass and the ratio clip binds."""
@@ -121,6 +159,16 @@ class _AlgorithmCommon(Strict):
     def _check_groups(self, kind: str) -> None:
         if self.group_size < 2:
             raise ValueError(f"{kind} needs group_size >= 2 (advantages are relative within a group)")
+
+    @model_validator(mode="after")
+    def _length_control_needs_groups(self) -> _AlgorithmCommon:
+        need = {"none": 1, "penalty": 2, "regress": 3}[self.length_control.method]
+        if self.group_size < need:
+            raise ValueError(
+                f"length_control.method {self.length_control.method} works within a prompt's group and needs "
+                f"group_size >= {need} (group_size is {self.group_size})"
+            )
+        return self
 
 
 class GRPOSpec(_AlgorithmCommon):
@@ -186,6 +234,9 @@ class RolloutSpec(Strict):
     """Tokens per response at most."""
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    greedy_anchor: bool = False
+    """Also sample one greedy response per prompt, never trained on, for pairwise judges that
+    compare a group with it (``groups.anchor: greedy``); turned on when such a judge is used."""
 
 
 class BackendSpec(Strict):

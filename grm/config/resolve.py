@@ -79,9 +79,11 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
         if judge.mode != "rule" and role.pool is None:
             raise ConfigError(f"{where}: judge '{judge.name}' runs a model and needs a pool")
         if judge.mode == "pairwise":
+            spec = check_pairwise(judge, spec, where)
+        if judge.checklist is not None and judge.checklist.source == "data" and spec.data.checklist_field is None:
             raise ConfigError(
-                f"{where}: judge '{judge.name}' is pairwise; pipelines score each response, "
-                "use a pointwise, listwise or rule judge"
+                f"{where}: judge '{judge.name}' reads each prompt's checklist from the data (checklist.source: data), "
+                "but data.checklist_field is null; name the column holding the checklists (e.g. checklist_field: checklist)"
             )
         if judge.mode == "listwise" and spec.algorithm.group_size < 2:
             raise ConfigError(
@@ -96,6 +98,32 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
             "metrics are keyed by judge name"
         )
     return LoadedPipeline(path, spec, policy, tuple(judges))
+
+
+def check_pairwise(judge: JudgeSpec, spec: PipelineSpec, where: str) -> PipelineSpec:
+    """A pairwise judge compares a group's responses (``judge.groups``): in both orders, with
+    partners to compare, and with its anchor available. An anchor of greedy responses turns on
+    ``rollout.greedy_anchor``; returns the pipeline spec, so changed."""
+    g = judge.groups
+    if not judge.position.swap:
+        raise ConfigError(
+            f"{where}: judge '{judge.name}' is pairwise; inside a group it compares each pair in both orders, "
+            "so it needs position.swap: true (add overrides: [position.swap=true])"
+        )
+    if g.strategy != "anchor" and spec.algorithm.group_size < 2:
+        raise ConfigError(
+            f"{where}: judge '{judge.name}' compares a group's responses with each other (groups.strategy "
+            f"'{g.strategy}') and needs algorithm.group_size >= 2 (it is {spec.algorithm.group_size}); "
+            "or use groups.strategy: anchor"
+        )
+    if g.strategy == "anchor" and g.anchor == "reference" and spec.data.reference_field is None:
+        raise ConfigError(
+            f"{where}: judge '{judge.name}' compares every response with the prompt's reference answer "
+            "(groups.anchor: reference), but data.reference_field is null"
+        )
+    if g.strategy == "anchor" and g.anchor == "greedy" and not spec.rollout.greedy_anchor:
+        spec = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"greedy_anchor": True})})
+    return spec
 
 
 def check_ranks(spec: PipelineSpec, located: Any) -> None:

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from grm.data.builtin import DEFAULT_MAPS
+from grm.data.checklists import METADATA_KEY, read_checklist
 from grm.data.sources import DataError
 
-FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id")
+FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id", "checklist")
 LLMBAR_MAP = {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label"}
 
 
@@ -29,6 +30,7 @@ class EvalItem:
     reference: str | None = None
     input_hash: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    """What judges get as ``Sample.metadata``: the item's ``checklist`` when one is mapped."""
 
 
 def parse_map(pairs: list[str]) -> dict[str, str]:
@@ -136,7 +138,11 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
             if score is None or not math.isfinite(score):  # a NaN would poison every correlation
                 raise DataError(f"{where}: human_score must be a finite number, found {_short(col('human_score'))}")
         kind = "scored" if score is not None else "unlabelled"
-    h = hashlib.sha256(json.dumps([prompt, responses, reference], ensure_ascii=False).encode()).hexdigest()[:16]
+    extra = {}
+    if "checklist" in mapping:
+        extra[METADATA_KEY] = read_checklist(col("checklist", required=False), f"{where}: column '{mapping['checklist']}'")
+    hashed = [prompt, responses, reference] + ([extra[METADATA_KEY]] if extra else [])  # items without one keep their hash
+    h = hashlib.sha256(json.dumps(hashed, ensure_ascii=False).encode()).hexdigest()[:16]
     return EvalItem(
         id=str(rid) if rid is not None else f"row-{index}",
         kind=kind,
@@ -146,4 +152,5 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
         human_score=score if kind != "pair" else None,
         reference=reference,
         input_hash=h,
+        extra=extra,
     )  # type: ignore[possibly-undefined]

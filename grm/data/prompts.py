@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grm.config.pipeline import DataSpec
+from grm.data.checklists import METADATA_KEY, read_checklist
 from grm.data.sources import DataError, load_rows
 
 
@@ -15,6 +16,9 @@ class Prompt:
     id: str
     text: str
     reference: str | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """What judges get besides the text and reference (``Sample.metadata``): the prompt's
+    ``checklist`` (``data.checklist_field``), checked by ``grm.data.checklists``."""
 
 
 def load_prompts(spec: DataSpec) -> list[Prompt]:
@@ -27,7 +31,14 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
         if not isinstance(text, str) or not text.strip():
             raise DataError(f"{spec.prompts} row {i}: column '{spec.prompt_field}' must be a non-empty string")
         ref = row.get(spec.reference_field) if spec.reference_field else None
-        out.append(Prompt(id=str(row.get("id", f"row-{i}")), text=text, reference=None if ref is None else str(ref)))
+        meta = {}
+        if spec.checklist_field:
+            meta[METADATA_KEY] = read_checklist(
+                row.get(spec.checklist_field), f"{spec.prompts} row {i}: column '{spec.checklist_field}'"
+            )
+        out.append(
+            Prompt(id=str(row.get("id", f"row-{i}")), text=text, reference=None if ref is None else str(ref), metadata=meta)
+        )
     return out
 
 

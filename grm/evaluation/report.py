@@ -11,6 +11,8 @@ from typing import Any
 
 from grm.base import atomic_write_text, json_safe
 from grm.evaluation import metrics as M
+from grm.evaluation.length_control import LengthControl, controlled_margins, pair_margin
+from grm.judges.aggregate import verdict_of
 from grm.judges.types import Verdict
 
 
@@ -25,8 +27,9 @@ def raw_scores(lines: list[dict[str, Any]]) -> list[float]:
     ]
 
 
-def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
-    """Metrics of one judge over its results lines."""
+def judge_metrics(lines: list[dict[str, Any]], length_control: LengthControl | None = None) -> dict[str, Any]:
+    """Metrics of one judge over its results lines (with ``length_control``: also the pairs' swap-combined
+    accuracy and length columns with length controlled, ``pairs.length_controlled``)."""
     out: dict[str, Any] = {"items": len(lines)}
     samples = sum(r["samples_total"] for r in lines)
     out["parse_failure_rate"] = sum(r["parse_failures"] for r in lines) / samples if samples else 0.0
@@ -70,6 +73,8 @@ def judge_metrics(lines: list[dict[str, Any]]) -> dict[str, Any]:
         }
         if all(r.get("lengths") for r in pairs):
             out["pairs"]["length"] = length_bias([r["lengths"] for r in pairs], labels, final)
+            if length_control is not None:
+                out["pairs"]["length_controlled"] = controlled_pair_metrics(pairs, length_control)
     scored = [r for r in lines if r["kind"] == "scored" and r["score"] is not None]
     if scored:
         pred = [r["score"] for r in scored]
@@ -113,6 +118,32 @@ def length_bias(lengths: Sequence[Sequence[int]], labels: Sequence[int], verdict
     }
 
 
+def controlled_pair_metrics(pairs: list[dict[str, Any]], control: LengthControl) -> dict[str, Any]:
+    """Swap-combined accuracy and the length columns of labelled pair lines (each with ``lengths``)
+    after ``control`` (``grm.evaluation.length_control``); the bootstrap interval refits the
+    slope on every resample."""
+    lengths = [r["lengths"] for r in pairs]
+    labels = [r["label"] for r in pairs]
+    margins = [pair_margin(r) for r in pairs]
+    diffs = [a - b for a, b in lengths]
+
+    def acc(idx: list[int]) -> float:
+        ctrl, _ = controlled_margins([margins[i] for i in idx], [diffs[i] for i in idx], control)
+        return M.accuracy([verdict_of(m) for m in ctrl], [labels[i] for i in idx])
+
+    ctrl, slope = controlled_margins(margins, diffs, control)
+    verdicts = [verdict_of(m) for m in ctrl]
+    return {
+        "method": str(control),
+        "slope_per_char": slope,
+        "n": len(pairs),
+        "accuracy_swap_combined": M.accuracy(verdicts, labels),
+        "accuracy_swap_combined_ci95": M.bootstrap_ci(acc, len(pairs)),
+        "verdicts_changed": sum(v != r["verdict"] for v, r in zip(verdicts, pairs, strict=True)),
+        "length": length_bias(lengths, labels, verdicts),
+    }
+
+
 def _flip(v: str | None) -> str | None:
     """Order-2 verdicts are stored in response terms; the response shown first in order 2 is '2'."""
     return {"1": "2", "2": "1"}.get(v, v) if v else v
@@ -143,9 +174,13 @@ def ensemble(by_judge: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def compute(results: list[dict[str, Any]], judge_names: Sequence[str]) -> dict[str, Any]:
+def compute(
+    results: list[dict[str, Any]], judge_names: Sequence[str], length_control: LengthControl | None = None
+) -> dict[str, Any]:
     by_judge = {n: [r for r in results if r["judge"] == n] for n in judge_names}
-    out: dict[str, Any] = {"judges": {n: judge_metrics(v) for n, v in by_judge.items() if v}}
+    out: dict[str, Any] = {"judges": {n: judge_metrics(v, length_control) for n, v in by_judge.items() if v}}
+    if length_control is not None:
+        out["length_control"] = str(length_control)
     ens = ensemble({n: v for n, v in by_judge.items() if v})
     if ens:
         out["ensemble"] = ens
@@ -186,6 +221,18 @@ def summary_rows(m: dict[str, Any], *, ci: bool = True) -> list[dict[str, str]]:
                 "j/s": _fmt(jm["judgments_per_s"]),
             }
         )
+        lc = p.get("length_controlled")
+        if lc:  # the same judgments, length controlled: only the swap-combined columns apply
+            lcl = lc["length"]
+            rows.append(
+                {
+                    "judge": f"{name} [{lc['method']}]",
+                    "n": str(lc["n"]),
+                    "swap": _fmt(lc["accuracy_swap_combined"]),
+                    "picks longer": _fmt(lcl.get("judge_longer_preferred", "")),
+                    "acc|shorter": _fmt(lcl.get("accuracy_shorter_preferred", "")),
+                }
+            )
     if "ensemble" in m and "majority_vote" in m["ensemble"]:
         mv = m["ensemble"]["majority_vote"]
         rows.append({"judge": "majority vote", "n": str(mv["n"]), "swap": _fmt(mv["accuracy"])})
@@ -254,11 +301,12 @@ def write_outputs(
     extra: dict[str, Any] | None = None,
     console: Any = None,
     title: str = "Evaluation report",
+    length_control: LengthControl | None = None,
 ) -> dict[str, Any]:
     from rich.console import Console
     from rich.table import Table
 
-    m = compute(results, names)
+    m = compute(results, names, length_control)
     m.update(extra or {})
     # NaN is not JSON: undefined metrics (e.g. mean of no scores) are written as null
     atomic_write_text(out / "metrics.json", json.dumps(json_safe(m), indent=2, default=str))
@@ -279,6 +327,18 @@ def write_outputs(
         "(shown when any were); j/s: judgments per second.",
         "",
     ]
+    if length_control is not None:
+        if length_control.method == "regress":
+            how = "a slope fitted by least squares on these same pairs (in-sample; `slope_per_char` in metrics.json)"
+        else:
+            how = f"{length_control.coef:g}/2 (the pipeline's penalty on a group of two)"
+        md += [
+            f"Rows marked [{length_control}]: the same judgments with length controlled (`--length-control`, "
+            "grm/evaluation/length_control.py): the swap-combined margin (pointwise: score 1 - score 2) minus "
+            f"{how} times the length difference in characters; its sign is the verdict. Only the swap-combined "
+            "columns apply.",
+            "",
+        ]
     if "ensemble" in m:
         md += ["## Agreement between judges (Cohen's kappa)", ""]
         md += [f"- {k}: {_fmt(v)}" for k, v in m["ensemble"]["kappa"].items()] + [""]

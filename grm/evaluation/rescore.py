@@ -7,13 +7,18 @@ from typing import Any
 
 from grm.base import read_jsonl, rewrite_jsonl
 from grm.config import JudgeSpec, load_judge
+from grm.evaluation.length_control import LengthControl
 from grm.evaluation.report import write_outputs
 from grm.evaluation.runner import EvalError, both_orders, outcome
 from grm.judges.base import Judge
 from grm.judges.runtime import build_judge
 
 
-def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dict[str, Any]:
+def rescore(
+    out: Path, judge_ref: str | None = None, console: Any = None, length_control: LengthControl | None = None
+) -> dict[str, Any]:
+    """Re-parse and re-aggregate ``out``'s raw outputs (with ``judge_ref``: under a changed spec) and
+    rewrite its report; ``length_control`` adds the length-controlled rows (lengths are stored)."""
     import yaml
 
     rec_path = out / "config.resolved.yaml"
@@ -59,4 +64,5 @@ def rescore(out: Path, judge_ref: str | None = None, console: Any = None) -> dic
         extra={"rescored": True, "rescored_with": judge_ref},
         console=console,
         title="Evaluation report (rescored)",
+        length_control=length_control,
     )

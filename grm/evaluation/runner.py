@@ -22,6 +22,7 @@ from grm.base import GrmError, append_jsonl, atomic_write_text, read_jsonl
 from grm.config.judge import JudgeSpec
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.sources import load_rows
+from grm.evaluation.length_control import LengthControl
 from grm.judges.aggregate import verdict_of
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
@@ -45,6 +46,8 @@ class EvalConfig:
     force: bool = False
     skip_bad_rows: bool = False
     batch_size: int = 16
+    length_control: LengthControl | None = None
+    """Also report the pairs' accuracy with length controlled (``grm.evaluation.length_control``)."""
 
 
 def both_orders(spec: JudgeSpec) -> JudgeSpec:
@@ -70,7 +73,7 @@ def load_judges(refs: Sequence[str], overrides: Sequence[str]) -> list[Judge]:
 def samples_for(judge: Judge, item: EvalItem) -> list[Sample]:
     """The judge calls one item needs: a pair is one pairwise/listwise call or two pointwise calls."""
     mode = judge.spec.mode
-    base = {"prompt": item.prompt, "reference": item.reference, "id": item.id}
+    base = {"prompt": item.prompt, "reference": item.reference, "metadata": dict(item.extra), "id": item.id}
     if item.kind == "pair":
         if mode in ("pairwise", "listwise"):
             return [Sample(responses=list(item.responses), **base)]
@@ -249,4 +252,5 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
             "items": len(items),
         },
         console=Console(),
+        length_control=cfg.length_control,
     )

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from grm.config.judge import GuardSpec, JudgeSpec
+from grm.config.judge import GroupSpec, GuardSpec, JudgeSpec
 from grm.engines.base import GenerationEngine
 from grm.judges.templates import Template
 from grm.judges.types import JudgeResult, Sample
@@ -67,12 +67,16 @@ class Judge(Protocol):
     def score_range(self) -> tuple[float, float] | None: ...
 
 
+LATER_FIELDS = {"guard": GuardSpec(), "groups": GroupSpec(), "checklist": None}
+"""Spec sections added after specs were first hashed, with their defaults: left out of the hash
+while at those defaults, so a spec written before they existed keeps its hash (and ``grm eval``
+resumes); set otherwise (fencing, a group strategy) they change what is judged, and the hash."""
+
+
 def hash_spec(spec: JudgeSpec) -> str:
     # ``limits`` (deadline, concurrency) never change a judgment: a new deadline must not make
-    # ``grm eval`` refuse to resume, and specs hash as they did before the field existed.
-    # ``guard`` at its defaults is left out too, so specs written before it existed keep their hash;
-    # a guard set otherwise (fencing, a token cap) changes the prompts, and the hash.
-    exclude = {"limits"} if spec.guard != GuardSpec() else {"limits", "guard"}
+    # ``grm eval`` refuse to resume.
+    exclude = {"limits"} | {k for k, default in LATER_FIELDS.items() if getattr(spec, k) == default}
     return hashlib.sha256(spec.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
 

@@ -71,7 +71,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             console.print(f"[bold]{judge.name}[/] is a rule verifier ({judge.spec.rule.type}); it sends no prompt")
         for st in stages:
             req = st["request"]
-            title = st["stage"] if st["stage"] == "principles" else f"judge view {st['view']} order {st['order']} x{st['n']}"
+            title = st["stage"] if st["stage"] != "judge" else f"judge view {st['view']} order {st['order']} x{st['n']}"
+            if "question" in st:  # a checklist judge: one judge prompt per question
+                title = f"judge question {st['view']}: {st['question']}"
             exact = _chat_text(judge, req)
             if exact is not None:
                 console.print(Panel(exact, title=f"{title} (exact model input)", title_align="left"), markup=False)
@@ -110,6 +112,9 @@ def cmd_try(args: argparse.Namespace) -> int:
             table.add_row(str(rec.view), str(rec.order), str(rec.index), str(rec.attempt), rec.text, parsed, str(rec.tokens))
         if r.principles:
             console.print(f"[bold]principles[/]\n{r.principles}")
+        for k, a in enumerate(r.checklist or []):
+            p_yes = "unread" if a["p_yes"] is None else f"P(yes) {a['p_yes']:.3f}"
+            console.print(f"question {k} (weight {a['weight']:g}): {a['question']}  [bold]{p_yes}[/]", highlight=False)
         console.print(table)
         final = {
             "score": r.score,

@@ -11,19 +11,30 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grm.config.judge import JudgeSpec
+from grm.config.judge import GroupSpec, JudgeSpec
+from grm.judges.groups import plan_pairs
 
 
 def views(spec: JudgeSpec) -> int:
-    """Presentation orders a sample is judged in: 2 for a swapped pairwise judge, else 1."""
+    """Judge prompts a sample is shown in: 2 for a swapped pairwise judge, one per question for a
+    checklist judge (``checklist.max_items``, also taken as the size of a checklist from the data),
+    else 1."""
+    if spec.checklist is not None:
+        return spec.checklist.max_items
     return 2 if spec.mode == "pairwise" and spec.position.swap else 1
 
 
+def _writes(spec: JudgeSpec) -> bool:
+    """A checklist judge that writes each prompt's checklist (one more judge prompt, at most)."""
+    return spec.checklist is not None and spec.checklist.source == "model"
+
+
 def prompts_per_sample(spec: JudgeSpec) -> int:
-    """Judge prompts read for one sample: one per view, plus the principles stage (0 for a rule)."""
+    """Judge prompts read for one sample: one per view, plus the principles stage or the checklist
+    writing (0 for a rule)."""
     if spec.mode == "rule":
         return 0
-    return views(spec) + int(spec.principles is not None)
+    return views(spec) + int(spec.principles is not None) + int(_writes(spec))
 
 
 def tokens_per_sample(spec: JudgeSpec) -> int:
@@ -39,6 +50,8 @@ def tokens_per_sample(spec: JudgeSpec) -> int:
     tokens = views(spec) * s.n * attempts * s.max_new_tokens if critique else 0
     if spec.principles is not None:
         tokens += spec.principles.sampling.n * spec.principles.sampling.max_new_tokens
+    if spec.checklist is not None and _writes(spec):  # written once per prompt; a retry writes again
+        tokens += (1 + spec.on_failure.retries) * spec.checklist.sampling.max_new_tokens
     return tokens
 
 
@@ -56,6 +69,8 @@ class CallLimits:
     """Seconds a derived deadline adds per judged sample."""
     per_group: bool = False
     """A group of responses is one judged sample (listwise); otherwise each response is one."""
+    pairs: GroupSpec | None = None
+    """(pairwise) each comparison a group's plan holds is one judged sample."""
 
     @property
     def explicit(self) -> bool:
@@ -69,6 +84,8 @@ class CallLimits:
 
     def samples_in(self, group_sizes: Sequence[int]) -> int:
         """Samples the judge scores for groups of these sizes (``Judge.score_groups``)."""
+        if self.pairs is not None:
+            return sum(len(plan_pairs(k, self.pairs, "")) for k in group_sizes)
         return sum(1 for k in group_sizes if k) if self.per_group else sum(group_sizes)
 
 
@@ -82,4 +99,5 @@ def call_limits(spec: JudgeSpec) -> CallLimits:
         overhead_s=lim.overhead_s,
         sample_s=per_sample,
         per_group=spec.mode == "listwise",
+        pairs=spec.groups if spec.mode == "pairwise" else None,
     )

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from grm.config import ConfigError, JudgeSpec, load_judge
-from grm.config.judge import BoxedParser, JsonParser, LogprobParser, RegexParser, VerdictParser
+from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, RegexParser, VerdictParser
 from grm.config.paths import resolve_path
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import build_parser
@@ -84,8 +84,11 @@ def lint_judge(path: Path) -> list[str]:
             problems.append(f"{path}: reference: true but {template.path} never uses 'reference'")
         if spec.mode in ("pairwise", "listwise") and "responses" not in template.used_variables():
             problems.append(f"{path}: a {spec.mode} judge's template must use 'responses'")
-        if spec.mode == "pointwise" and "response" not in template.used_variables():
-            problems.append(f"{path}: a pointwise judge's template must use 'response'")
+        if spec.mode in ("pointwise", "checklist") and "response" not in template.used_variables():
+            problems.append(f"{path}: a {spec.mode} judge's template must use 'response'")
+        if spec.mode == "checklist" and "question" not in template.used_variables():
+            problems.append(f"{path}: a checklist judge's template must use 'question' (the checklist item it asks)")
+        problems += _lint_writer(spec, path)
         stated = template.source + (spec.system or "") + (spec.prefill or "")
         for cue in parser_cues(spec):
             if cue.lower() not in stated.lower():
@@ -108,6 +111,25 @@ def lint_judge(path: Path) -> list[str]:
                     f"{path}: examples[{k}]: parser gives {json.dumps(value)} ({got.error or 'ok'}), "
                     f"the example expects {json.dumps(ex.expect)}"
                 )
+    return problems
+
+
+def _lint_writer(spec: JudgeSpec, path: Path) -> list[str]:
+    """A checklist writer's template: clean, and shown the prompt it writes a checklist for."""
+    if spec.checklist is None or spec.checklist.template is None:
+        return []
+    try:
+        t = load_template(resolve_path(spec.checklist.template, path.parent, "prompts"))
+    except (FileNotFoundError, JudgeError) as e:
+        return [f"{path}: checklist.template: {e}"]
+    problems = lint_template(t)
+    if not {"prompt", "messages"} & t.used_variables():
+        problems.append(f"{path}: checklist.template {t.path} never shows the prompt ('prompt' or 'messages')")
+    unseen = sorted(t.used_variables() & {"response", "responses", "question", "principles", "critique"})
+    if unseen:
+        problems.append(
+            f"{path}: checklist.template {t.path} uses {unseen}: a checklist is written per prompt, before any response"
+        )
     return problems
 
 

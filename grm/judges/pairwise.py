@@ -7,10 +7,11 @@ parser: the log-odds of A over B); margins of the swapped order are mapped back 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from grm.judges.aggregate import combine_swap, final_attempts, verdict_of, vote
 from grm.judges.base import Judge
-from grm.judges.errors import JudgeError
+from grm.judges.groups import Pair, group_results, plan_pairs
 from grm.judges.parsers import ParsedScore, fail
 from grm.judges.sampler import CritiqueSampler, View
 from grm.judges.types import JudgeResult, Sample
@@ -68,4 +69,38 @@ class PairwiseMode:
         return res
 
     def score_groups(self, judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
-        raise JudgeError("pairwise judges score pairs; inside a pipeline use a pointwise, listwise or rule judge")
+        """Each group's responses compared in pairs (``spec.groups``), every comparison of every
+        group in one ``score_batch`` call, then one result per response (``grm.judges.groups``)."""
+        gs = self.spec.groups
+        planned: list[list[Pair]] = []
+        items: list[Sample] = []
+        for g in groups:
+            key = group_key(g)
+            anchor = anchor_of(g, gs.anchor) if g and gs.strategy == "anchor" else None
+            pairs = plan_pairs(len(g), gs, key) if g and (anchor is not None or gs.strategy != "anchor") else []
+            for i, j in pairs:
+                other, name = (anchor, "anchor") if j == len(g) else (g[j].response, str(j))
+                items.append(replace(g[i], response=None, responses=[g[i].response, other], id=f"{key}/{i}v{name}"))
+            planned.append(pairs)
+        results = iter(judge.score_batch(items) if items else [])
+        out: list[list[JudgeResult | None]] = []
+        for g, pairs in zip(groups, planned, strict=True):
+            got = [next(results) for _ in pairs]
+            out.append(list(group_results(self.spec.name, len(g), pairs, got, gs)))
+        return out
+
+
+def group_key(group: Sequence[Sample]) -> str:
+    """The group's name for ids and seeds: its first response's id without the ``/k`` suffix."""
+    first = group[0].id if group else None
+    return "group" if first is None else first.rsplit("/", 1)[0]
+
+
+def anchor_of(group: Sequence[Sample], anchor: str) -> str | None:
+    """The answer every response of the group is compared with (``groups.strategy: anchor``):
+    the prompt's reference, or the greedy response the rollout put in ``metadata["anchor"]``.
+    None when the group has none: nothing is compared and its responses are masked, as a rule
+    verifier masks a response without a reference."""
+    first = group[0]
+    text = first.reference if anchor == "reference" else first.metadata.get("anchor")
+    return text if isinstance(text, str) else None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any, Protocol
 
-from grm.config.judge import BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser
+from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser
 from grm.judges.errors import JudgeError
 
 Value = float | list[float] | str | None
@@ -251,6 +251,8 @@ def logprob_candidates(
         cands = list(spec.candidates)
         if mode == "pairwise":
             values = [float(i) for i in range(len(cands))]
+        elif mode == "checklist":  # [yes, no]: the expected value is P(yes) renormalised over the two
+            values = [1.0, 0.0]
         else:
             read = [_to_float(c) for c in cands]
             values = [v for v in read if v is not None]
@@ -258,6 +260,8 @@ def logprob_candidates(
                 raise JudgeError(f"pointwise logprob candidates must be numbers (the scores), got {cands}")
     elif mode == "pairwise":
         cands, values = ["A", "B"], [1.0, -1.0]
+    elif mode == "checklist":
+        cands, values = ["Yes", "No"], [1.0, 0.0]
     else:
         lo, hi = spec.range or (1, 10)
         nums = list(range(math.ceil(lo), math.floor(hi) + 1))

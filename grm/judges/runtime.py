@@ -2,7 +2,8 @@
 
 Model judges (pointwise, pairwise, listwise) are one ``ModelJudge`` (``grm.judges.model``) holding a
 ``CritiqueSampler`` and the mode's ``JudgeMode``, which decides only what it shows the judge and how
-the critiques combine; rule judges run a verifier. Every judge implements the ``Judge`` protocol
+the critiques combine; a checklist judge (``grm.judges.checklist``) asks the same sampler one yes/no
+question at a time; rule judges run a verifier. Every judge implements the ``Judge`` protocol
 (``grm.judges.base``).
 """
 
@@ -16,6 +17,7 @@ from grm.config.judge import JudgeSpec
 from grm.config.paths import resolve_judge
 from grm.engines.base import GenerationEngine
 from grm.judges.base import Judge
+from grm.judges.checklist import ChecklistJudge
 from grm.judges.errors import JudgeError
 from grm.judges.listwise import ListwiseMode
 from grm.judges.model import ModelJudge
@@ -29,6 +31,7 @@ JUDGES: dict[str, JudgeConstructor] = {
     "pointwise": partial(ModelJudge, mode=PointwiseMode),
     "pairwise": partial(ModelJudge, mode=PairwiseMode),
     "listwise": partial(ModelJudge, mode=ListwiseMode),
+    "checklist": ChecklistJudge,
     "rule": RuleJudge,
 }
 """The judge constructor for each ``mode:`` of a judge spec: ``(spec, base_dir, engine) -> Judge``."""

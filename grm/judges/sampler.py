@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from grm.config.judge import JudgeSampling, JudgeSpec, LogprobParser
+from grm.config.judge import JudgeSampling, JudgeSpec
+from grm.config.parsers import LogprobParser
 from grm.config.paths import resolve_path
 from grm.config.policy import EngineSpec, OpenAIEngineSpec
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
@@ -157,6 +158,7 @@ class CritiqueSampler:
             "principles": principles,
             "metadata": s.metadata,
             "critique": s.critique,
+            "question": s.metadata.get("question"),  # a checklist judge's item (grm.judges.checklist)
         }
 
     def _request(self, user: str) -> GenerationRequest:

@@ -1,7 +1,7 @@
 """Judge prompt templates: Jinja2, sandboxed, strict about undefined variables.
 
 Templates receive structured data (``prompt``, ``response``, ``responses``, ``reference``,
-``principles``, ``metadata``), never pre-rendered strings. Each template starts with a
+``principles``, ``metadata``; a checklist judge's ``question``), never pre-rendered strings. Each template starts with a
 ``{# expects: a, b, c #}`` header naming the variables it uses; ``grm judge lint`` checks it.
 """
 
@@ -20,7 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from grm.judges.errors import JudgeError
 
-VARIABLES = ("prompt", "messages", "response", "responses", "reference", "principles", "metadata", "critique")
+VARIABLES = ("prompt", "messages", "response", "responses", "reference", "principles", "metadata", "critique", "question")
 """Every variable a judge template may use."""
 
 _EXPECTS = re.compile(r"^\s*\{#-?\s*expects:\s*(.*?)\s*-?#\}", re.S)

@@ -16,7 +16,8 @@ Verdict = Literal["1", "2", "tie"]
 class Sample:
     """One item to judge.
 
-    pointwise: ``response``; pairwise: ``responses`` of length 2; listwise: ``responses`` (>= 2).
+    pointwise: ``response``; pairwise: ``responses`` of length 2; listwise: ``responses`` (>= 2);
+    checklist: ``response``, and ``metadata["checklist"]`` when the checklist comes from the data.
     ``prompt`` is the user's request (or ``messages`` for a conversation; ``prompt`` is then its
     last user turn). ``critique`` is only set for meta judges, which rate another judge's critique.
     """
@@ -66,7 +67,7 @@ class Sample:
         return s
 
     def check_for(self, mode: str, needs_reference: bool, where: str = "sample") -> None:
-        if mode in ("pointwise", "rule") and self.response is None:
+        if mode in ("pointwise", "checklist", "rule") and self.response is None:
             raise JudgeError(f"{where}: a {mode} judge needs 'response'")
         if mode == "pairwise" and (self.responses is None or len(self.responses) != 2):
             raise JudgeError(f"{where}: a pairwise judge needs 'responses' with exactly 2 entries")
@@ -81,7 +82,8 @@ class SampleRecord:
     """One judge generation for one item: its raw text and what the parser made of it."""
 
     view: int
-    """0: original order (or the only view); 1: swapped (pairwise); listwise with shuffle: sample index."""
+    """0: original order (or the only view); 1: swapped (pairwise); listwise with shuffle: sample index;
+    checklist: the question's index, and -1 for the writing of the prompt's checklist."""
     order: list[int]
     """Indices of the item's responses in the order the judge saw them."""
     index: int
@@ -120,6 +122,13 @@ class JudgeResult:
     positional_agreement: bool | None = None
     """pairwise with swap: both orders chose the same winner."""
     principles: str | None = None
+    checklist: list[dict[str, Any]] | None = None
+    """(checklist judge) per question: ``question``, ``weight`` and ``p_yes`` (P(yes) renormalised
+    over yes and no; None: unread, so left out of the score). ``[]``: no checklist was written."""
+    comparisons: list[dict[str, Any]] | None = None
+    """(pairwise judge inside a group) this response's comparisons: against whom (a response index
+    or ``"anchor"``), the swap-combined verdict and margin, both orders' margins, the outcome it
+    counted as (None: masked) and the critiques of both orders."""
     samples: list[SampleRecord] = field(default_factory=list)
     parse_failures: int = 0
     """Samples whose output could not be parsed (retries included)."""

@@ -165,6 +165,9 @@ class PolicyActor:
         )
         gens = self.engine.generate(msgs, sp)
         groups = [Group(key, []) for key in keys]
+        if r.greedy_anchor:  # one more response per prompt for pairwise judges to compare with
+            for g, a in zip(groups, self.engine.generate(msgs, sp.replace(n=1, temperature=0.0)), strict=True):
+                g.anchor = a.text
         encoded = [self.engine.encode(m) for m in msgs]
         for g in gens:
             grp = groups[g.request_index]

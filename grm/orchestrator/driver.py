@@ -99,7 +99,7 @@ class Driver:
         return self.recorder.path
 
     def rewards(self, groups: list[Group]) -> dict[str, Any]:
-        return reward_groups(groups, self.weights, self.required, self.cfg.algorithm.overlong_penalty)
+        return reward_groups(groups, self.weights, self.required, self.cfg.algorithm)  # overlong penalty, length control
 
     def more(self, work: StepWork, salt: int) -> list[Group]:
         """Judged and rewarded groups of fresh prompts for a refill round."""

@@ -33,8 +33,15 @@ def start_ray(address: str | None, pools: dict[str, PoolSpec]) -> None:
     for p in pools.values():
         for k, v in p.resources.items():
             custom[k] = custom.get(k, 0) + v * p.nodes
+    # "local": a Ray of its own even when another one (``ray start``) runs on this machine, which
+    # ray.init would otherwise join, refusing the sizes given here
     ray.init(
-        num_cpus=cpus, resources=custom or None, object_store_memory=1_000_000_000, include_dashboard=False, log_to_driver=True
+        address="local",
+        num_cpus=cpus,
+        resources=custom or None,
+        object_store_memory=1_000_000_000,
+        include_dashboard=False,
+        log_to_driver=True,
     )
 
 

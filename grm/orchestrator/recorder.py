@@ -210,7 +210,8 @@ def step_metrics(
     step_s: float,
     version: int,
 ) -> dict[str, Any]:
-    """One metrics.jsonl line: rewards (overall and per judge), masking, lengths, staleness, seconds
+    """One metrics.jsonl line: rewards (overall and per judge), masking, lengths and how rewards follow
+    them (``length_corr/...``), staleness, seconds
     per phase and the judges' share of the step, samples and seconds per judge replica, advantage
     and trainer statistics."""
     rollouts = rollouts_of(groups)
@@ -241,6 +242,9 @@ def step_metrics(
         # per actor-judge replica (``<judge>/<replica index>``): samples judged and seconds of its calls
         **{f"judge_items/{k}": v for k, v in work.replica_items.items()},
         **{f"judge_seconds/{k}": v for k, v in work.replica_s.items()},
+        # within-group correlation of each judge's reward and of the combined reward (before and
+        # after algorithm.length_control) with response length; None when undefined
+        **reward_stats.get("length", {}),
         **extra,
         **{k: v for k, v in train.items() if k != "train_seconds"},
     }
@@ -272,6 +276,8 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                         "masked": x.masked,
                         "critiques": [s.text for s in x.samples],
                         "parsed": [s.parsed for s in x.samples],
+                        **({"comparisons": x.comparisons} if x.comparisons is not None else {}),
+                        **({"checklist": x.checklist} if x.checklist is not None else {}),
                     }
                 )
             rows.append(
@@ -285,8 +291,10 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                     "finish_reason": r.finish_reason,
                     "policy_version": r.version,
                     "reward": g.rewards[k],
+                    **({"reward_before_length_control": g.rewards_before_control[k]} if g.rewards_before_control else {}),
                     "advantage": advantages[r.id],
                     "judges": judges,
+                    **({"anchor": g.anchor} if g.anchor is not None else {}),
                 }
             )
     return rows

@@ -39,7 +39,13 @@ class Rollout:
 
     def sample(self) -> Sample:
         """What a judge scores for this rollout."""
-        return Sample(prompt=self.prompt.text, response=self.text, reference=self.prompt.reference, id=self.id)
+        return Sample(
+            prompt=self.prompt.text,
+            response=self.text,
+            reference=self.prompt.reference,
+            metadata=dict(self.prompt.metadata),
+            id=self.id,
+        )
 
 
 @dataclass
@@ -52,6 +58,11 @@ class Group:
     """judge name -> one result per rollout, in rollout order (None: masked by a timeout)."""
     rewards: list[float] = field(default_factory=list)
     """Combined reward per rollout; NaN when masked."""
+    rewards_before_control: list[float] = field(default_factory=list)
+    """The combined rewards before ``algorithm.length_control`` changed them; empty when it is off."""
+    anchor: str | None = None
+    """A greedy response to the prompt, never trained on, for pairwise judges that compare the
+    group with it (``rollout.greedy_anchor``)."""
 
     @property
     def informative(self) -> bool:
@@ -59,7 +70,11 @@ class Group:
         return len({r for r in self.rewards if not math.isnan(r)}) > 1
 
     def samples(self) -> list[Sample]:
-        return [r.sample() for r in self.rollouts]
+        out = [r.sample() for r in self.rollouts]
+        if self.anchor is not None:
+            for s in out:
+                s.metadata = {**s.metadata, "anchor": self.anchor}
+        return out
 
 
 def group_rollouts(rollouts: list[Rollout]) -> list[Group]:

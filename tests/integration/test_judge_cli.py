@@ -28,7 +28,8 @@ def test_judge_try_end_to_end(path, capsys):
         return
     assert len(prov["template_sha256"]) == 64 and prov["model"] == "smollm2-135m-instruct"
     text = path.read_text()
-    generates = "critique: false" not in text or "principles:" in text  # SPCT principles are generated too
+    # SPCT principles are generated too, and so is a checklist the judge writes
+    generates = "critique: false" not in text or "principles:" in text or "source: model" in text
     assert (res["tokens"] > 0) == generates and res["seconds"] > 0 and res["samples"]
     for s in res["samples"]:
         assert isinstance(s["text"], str)
@@ -38,6 +39,8 @@ def test_judge_try_end_to_end(path, capsys):
             assert 1 <= res["score"] <= 10 and 0 <= res["reward"] <= 1
         elif prov["mode"] == "pairwise":
             assert res["verdict"] in ("1", "2", "tie") and res["positional_agreement"] in (True, False, None)
+        elif prov["mode"] == "checklist":  # P(yes) per question, weighted into [0, 1]
+            assert res["checklist"] and all(0 <= a["p_yes"] <= 1 for a in res["checklist"]) and 0 <= res["score"] <= 1
         else:
             assert len(res["scores"]) == 3
     else:

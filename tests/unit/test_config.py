@@ -78,3 +78,21 @@ def test_parse_errors_are_config_errors(tmp_path):
     apply_overrides(loc, ["generation.top_p=2"], load.__globals__["PolicySpec"])
     with pytest.raises(ConfigError, match="override 'generation.top_p=2'"):
         validate(load.__globals__["PolicySpec"], loc)
+
+
+def test_length_control_errors_name_the_file_line_and_field(tmp_path):
+    def bad(block: str, message: str) -> None:
+        f = _write(tmp_path, PIPE.replace("prompts_per_step: 3}", f"prompts_per_step: 3, length_control: {block}}}"))
+        with pytest.raises(ConfigError, match=message) as e:
+            load(f)
+        assert f"{f}:7: algorithm" in str(e.value)
+
+    bad("{method: penalty}", "algorithm.length_control: method penalty needs coef")
+    bad("{method: regress, coef: 0.1}", "coef only applies to method penalty")
+    bad("{method: penalty, coef: -1}", "greater than or equal to 0")
+    bad("{method: median}", "'none', 'regress' or 'penalty'")
+    f = _write(tmp_path, PIPE.replace("prompts_per_step: 3}", "prompts_per_step: 3, length_control: {method: regress}}"))
+    spec = load(f, ["algorithm.length_control.unit=chars"])
+    assert spec.algorithm.length_control.method == "regress" and spec.algorithm.length_control.unit == "chars"
+    with pytest.raises(ConfigError, match="needs group_size >= 3"):
+        load(f, ["algorithm.group_size=2"])

@@ -43,9 +43,11 @@ def test_relative_data_path_is_resolved_against_the_pipeline_file(tmp_path, monk
 
 def test_validate_refuses_what_run_refuses(tmp_path):
     (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
-    pairwise = BASE.replace("  - {spec: builtin:numeric-answer}", "  - {spec: builtin:pairwise-logprob, pool: a}")
-    with pytest.raises(ConfigError, match=r"p.yaml:5: judge 'pairwise-logprob' is pairwise"):
-        validate_tree(write(tmp_path, pairwise))
+    one_order = BASE.replace(
+        "  - {spec: builtin:numeric-answer}", "  - {spec: builtin:pairwise-logprob, pool: a, overrides: [position.swap=false]}"
+    )
+    with pytest.raises(ConfigError, match=r"p.yaml:5: judge 'pairwise-logprob' is pairwise; .* needs position.swap: true"):
+        validate_tree(write(tmp_path, one_order))
     ranks = BASE + "train: {backend: {ranks: 2}, micro_batch_size: 1}\n"  # pool a has 1 CPU for 2 ranks
     with pytest.raises(ConfigError, match=r"p.yaml:2: pool 'a' has 1 cpus per node for 2 policy rank\(s\) per node"):
         validate_tree(write(tmp_path, ranks))
@@ -101,3 +103,40 @@ def test_a_judge_cannot_share_a_multi_rank_policy_pool(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"judges\[0\] share pool 'a' with a 2-rank policy"):
         validate_tree(write(tmp_path, text + "train: {backend: {ranks: 2}, micro_batch_size: 1}\n"))
+
+
+@pytest.mark.parametrize(
+    ("judge", "extra", "error"),
+    [
+        (
+            "{spec: builtin:pairwise-logprob, pool: a}",
+            "algorithm: {type: reinforce_pp, group_size: 1, prompts_per_step: 4}\n",
+            "needs algorithm.group_size >= 2",
+        ),
+        (
+            "{spec: builtin:pairwise-logprob, pool: a, overrides: [groups.strategy=anchor]}",
+            "data: {prompts: prompts.jsonl, reference_field: null}\n",
+            "groups.anchor: reference\\), but data.reference_field is null",
+        ),
+    ],
+)
+def test_pairwise_judges_in_groups_are_checked_at_load(tmp_path, judge, extra, error):
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    text = BASE.replace("  - {spec: builtin:numeric-answer}", f"  - {judge}")
+    if extra.startswith("data:"):
+        text = text.replace("data: {prompts: prompts.jsonl}\n", "")
+    with pytest.raises(ConfigError, match=error):
+        load_pipeline(write(tmp_path, text + extra))
+
+
+def test_a_greedy_anchor_turns_on_the_greedy_rollout(tmp_path):
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    plain = load_pipeline(write(tmp_path, BASE.replace("builtin:numeric-answer}", "builtin:pairwise-logprob, pool: a}")))
+    assert plain.spec.rollout.greedy_anchor is False  # round_robin by default: no anchor to sample
+    text = BASE.replace(
+        "  - {spec: builtin:numeric-answer}",
+        "  - {spec: builtin:pairwise-logprob, pool: a, overrides: [groups.strategy=anchor, groups.anchor=greedy]}",
+    )
+    loaded = load_pipeline(write(tmp_path, text))
+    assert loaded.spec.rollout.greedy_anchor is True
+    assert loaded.judges[0].spec.groups.strategy == "anchor"

@@ -37,6 +37,10 @@ def test_every_judge_renders_its_fixture(path):
             assert stages == []
             continue
         expected_views = 2 if judge.spec.position.swap else (judge.spec.sampling.n if judge.spec.position.shuffle else 1)
+        if judge.spec.mode == "checklist":  # one judge prompt per question; a written checklist shows a placeholder
+            written = judge.spec.checklist.source == "model"
+            expected_views = 1 if written else len(sample.metadata["checklist"])
+            assert [st["stage"] for st in stages if st["stage"] != "judge"] == (["checklist"] if written else [])
         assert len([s for s in stages if s["stage"] == "judge"]) == expected_views
         text = "\n".join(m["content"] for s in stages for m in s["request"].messages)
         assert sample.prompt in text

@@ -26,7 +26,7 @@ def test_a_batch_past_the_judges_deadline_is_reported_not_cut(tmp_path, monkeypa
     (tmp_path / "r.yaml").write_text("name: r\nmode: rule\nrule: {type: numeric-answer}\nlimits: {deadline_s: 1.0e-9}\n")
     rows = [{"prompt": f"{i}+{i}?", "response": f"Answer: {2 * i}", "reference": str(2 * i), "human_score": 1} for i in range(3)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console: extra)  # no plots
+    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console, **_: extra)  # no plots
     m = run(EvalConfig(judges=[str(tmp_path / "r.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=2))
     assert m["deadline_overruns_this_run"] == {"r": 2}
     assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 3

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grm.config import JudgeSpec
-from grm.config.judge import JsonParser, TargetParser
+from grm.config.parsers import JsonParser, TargetParser
 from grm.data.items import default_map, to_items
 from grm.data.sources import DataError, load_rows
 from grm.judges import Sample, build_judge

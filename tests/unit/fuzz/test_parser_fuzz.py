@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grm.config import load_judge
-from grm.config.judge import BoxedParser, JsonParser, JudgeSpec, RegexParser, TargetParser, VerdictParser
+from grm.config.judge import JudgeSpec
+from grm.config.parsers import BoxedParser, JsonParser, RegexParser, TargetParser, VerdictParser
 from grm.judges import Sample, build_judge
 from grm.judges.cli import read_samples
 from grm.judges.parsers import PARSERS, ParsedScore, build_parser
@@ -249,8 +250,11 @@ def check_result(res: Any, spec: JudgeSpec, n_responses: int) -> None:
     finals = [r for _, r in last.values()]
     if all(r.parsed is None for r in finals):
         assert res.masked and res.reward is None and res.rewards is None, "every sample failed, yet a score"
-    rng = getattr(spec.parser, "range", None)
+    rng = getattr(spec.parser, "range", None) if spec.mode != "checklist" else (0.0, 1.0)  # P(yes), weighted
     n = spec.sampling.n * (2 if spec.position.swap else 1)
+    if spec.mode == "checklist":  # every question read in [0, 1] or unread; none read: masked
+        p_yes = [a["p_yes"] for a in res.checklist]
+        assert all(p is None or 0.0 <= p <= 1.0 for p in p_yes) and (res.score is None) == all(p is None for p in p_yes), res
     if spec.mode == "pairwise":
         assert res.score in (None, 0.0, 0.5, 1.0) and (res.score is None) == (res.verdict is None)
         assert res.margin is None or math.isfinite(res.margin)
@@ -265,7 +269,7 @@ def check_result(res: Any, spec: JudgeSpec, n_responses: int) -> None:
         if rng is not None:
             lo, hi = (rng[0] * n, rng[1] * n) if spec.aggregate.type == "sum" else rng
             assert lo - 1e-9 <= x <= hi + 1e-9, f"{x} outside {lo, hi}"
-    for w in [res.reward] if spec.mode == "pointwise" else res.rewards or []:
+    for w in [res.reward] if spec.mode in ("pointwise", "checklist") else res.rewards or []:
         assert w is None or (math.isfinite(w) and (rng is None or 0.0 <= w <= 1.0)), res
 
 

@@ -7,9 +7,10 @@ import typing
 import pytest
 
 from grm.config import JudgeSpec
-from grm.config.judge import LogprobParser, ParserSpec
+from grm.config.parsers import LogprobParser, ParserSpec
 from grm.judges import JudgeError, Sample, build_judge
 from grm.judges.base import Judge
+from grm.judges.checklist import ChecklistJudge
 from grm.judges.listwise import ListwiseMode, as_list, ungroup
 from grm.judges.model import JudgeMode, ModelJudge
 from grm.judges.pairwise import PairwiseMode
@@ -43,10 +44,19 @@ def test_registry_builds_the_judge_for_every_mode(tmp_path):
         "pointwise": pointwise_spec(tmp_path),
         "pairwise": JudgeSpec(name="pair", mode="pairwise", model="m", template="p.j2", parser={"type": "verdict"}),
         "listwise": listwise_spec(tmp_path),
+        "checklist": JudgeSpec(
+            name="ck", mode="checklist", model="m", template="p.j2", checklist={"source": "data"}, parser={"type": "logprob"}
+        ),
         "rule": JudgeSpec(name="r", mode="rule", rule={"type": "numeric-answer"}),
     }
     # a model judge is a ModelJudge around the mode's class; a rule judge is its own class
-    expected = {"pointwise": PointwiseMode, "pairwise": PairwiseMode, "listwise": ListwiseMode, "rule": RuleJudge}
+    expected = {
+        "pointwise": PointwiseMode,
+        "pairwise": PairwiseMode,
+        "listwise": ListwiseMode,
+        "checklist": ChecklistJudge,
+        "rule": RuleJudge,
+    }
     # every mode a spec may name has a judge, and nothing sits in the registry for a mode nobody can name
     assert set(JUDGES) == set(typing.get_args(JudgeSpec.model_fields["mode"].annotation)) == set(expected)
     members = [m for m in vars(Judge) if not m.startswith("_")] + list(typing.get_type_hints(Judge))
@@ -128,16 +138,6 @@ def test_rule_score_groups_numeric_answer():
     assert [[r.score for r in g] for g in out] == [[1.0, 0.0, 0.0], [None, None]]
     assert out[1][0].masked and out[1][0].error == "no reference answer to compare with"
     assert out[0][1].samples[0].text == "answer 13 != reference 12"
-
-
-def test_pairwise_score_groups_refuses(tmp_path):
-    (tmp_path / "p.j2").write_text("{# expects: prompt, responses #}A: {{ responses[0] }} B: {{ responses[1] }}")
-    eng = ScriptedEngine(lambda *a: "[[A]]")
-    spec = JudgeSpec(name="pair", mode="pairwise", model="m", template="p.j2", parser={"type": "verdict"})
-    judge = build_judge(spec, tmp_path, eng)
-    with pytest.raises(JudgeError, match="pairwise judges score pairs"):
-        judge.score_groups([group("a", ["x", "y"])])
-    assert eng.calls == []
 
 
 def word(text):

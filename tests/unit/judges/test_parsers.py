@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from grm.config.judge import BoxedParser, JsonParser, LogprobParser, RegexParser, TargetParser, VerdictParser
+from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, RegexParser, TargetParser, VerdictParser
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import ParsedScore, build_parser, expected_value, logprob_candidates
 

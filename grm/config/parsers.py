@@ -1,0 +1,132 @@
+"""Judge output parsers' specs (``parser:`` of a judge spec): how a critique becomes a score."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from grm.config.base import Strict
+
+
+def _ordered(r: tuple[float, float]) -> tuple[float, float]:
+    if not r[0] < r[1]:  # [10, 1] would fail every parse; [3, 3] has no width to normalise over
+        raise ValueError(f"range [{r[0]:g}, {r[1]:g}]: the low end must be below the high end")
+    return r
+
+
+Range = Annotated[tuple[float, float], AfterValidator(_ordered)]
+
+
+def is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+class RegexParser(Strict):
+    """A number captured by a regular expression (the last match by default)."""
+
+    type: Literal["regex"] = "regex"
+    pattern: str = r"Score:\s*(-?\d+(?:\.\d+)?)"
+    """Python regex; ``group`` selects the captured number."""
+    group: int = 1
+    range: Range | None = None
+    """Inclusive [low, high]; a number outside is a parse failure."""
+    take: Literal["last", "first", "only"] = "last"
+    """Which match counts when there are several; ``only`` fails on two different numbers."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"not a valid regular expression: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _has_group(self) -> RegexParser:
+        groups = re.compile(self.pattern).groups
+        if not 0 <= self.group <= groups:
+            raise ValueError(f"group {self.group}: the pattern has {groups} group(s)")
+        return self
+
+
+class BoxedParser(Strict):
+    r"""Numbers inside the last ``\boxed{...}``, comma separated (listwise: one per response)."""
+
+    type: Literal["boxed"] = "boxed"
+    range: Range | None = None
+
+
+class JsonParser(Strict):
+    """A number at ``field`` (dotted path) of the last JSON object in the output."""
+
+    type: Literal["json"] = "json"
+    field: str = "score"
+    range: Range | None = None
+
+
+class VerdictParser(Strict):
+    """Pairwise verdict tokens; the last one present wins."""
+
+    type: Literal["verdict"] = "verdict"
+    a: str = "[[A]]"
+    b: str = "[[B]]"
+    tie: str | None = "[[C]]"
+
+
+class LogprobParser(Strict):
+    """G-Eval style: after the critique, force ``prefix`` and read the model's probability of each
+    candidate; the score is the probability-weighted mean (pointwise) or the log-odds of A over B
+    (pairwise). A candidate whose log-prob the engine cannot read (not among a server's top
+    log-probs) fails the reading: masked and counted, never a guessed value."""
+
+    type: Literal["logprob"] = "logprob"
+    prefix: str = "\nScore: "
+    """Text appended after the (possibly empty) critique before reading candidate probabilities."""
+    candidates: list[str] | None = None
+    """Candidate continuations; default: the integers of ``range`` (pointwise), ["A", "B"] (pairwise)
+    or ["Yes", "No"] (checklist). Pointwise candidates are the scores themselves (numbers); pairwise
+    ones are exactly [A, B]; checklist ones exactly [yes, no]."""
+    range: Range | None = (1, 10)
+    """(pointwise) the scores read when ``candidates`` is unset; a checklist judge ignores it."""
+    critique: bool = True
+    """Sample a critique first (n samples); False reads the score right after the prompt."""
+
+    @field_validator("candidates")
+    @classmethod
+    def _distinct_candidates(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        if len(v) < 2:
+            raise ValueError("candidates: at least two, or none for the default")
+        if any(not c for c in v):
+            raise ValueError("candidates: an empty string has no log-prob to read")
+        if len(set(v)) != len(v):
+            raise ValueError(f"candidates: duplicates in {v}")
+        return v
+
+
+class TargetParser(Strict):
+    """Escape hatch: ``target: "package.module:function"``, called as ``fn(text, **options)``."""
+
+    type: Literal["target"] = "target"
+    target: str
+    options: dict[str, Any] = {}
+
+    @field_validator("target")
+    @classmethod
+    def _shape(cls, v: str) -> str:
+        if not re.fullmatch(r"[\w.]+:[\w.]+", v):
+            raise ValueError("expected 'package.module:function'")
+        return v
+
+
+ParserSpec = Annotated[
+    RegexParser | BoxedParser | JsonParser | VerdictParser | LogprobParser | TargetParser, Field(discriminator="type")
+]

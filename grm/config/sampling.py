@@ -1,0 +1,25 @@
+"""How a judge model samples (critiques, principles, written checklists)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from grm.config.base import Strict
+
+
+class JudgeSampling(Strict):
+    """How critiques are sampled."""
+
+    n: int = Field(1, ge=1)
+    """Critiques sampled per item (and per presentation order); they vote via ``aggregate``."""
+    temperature: float = Field(0.7, ge=0)
+    """Sampling temperature; 0 is greedy (then n > 1 repeats the same critique)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    max_new_tokens: int = Field(256, ge=1)
+    """Tokens per critique at most."""
+    stop: list[str] = []
+    """Stop strings; the critique is cut before the first one."""
+    seed: int = Field(0, ge=0, lt=2**31)
+    """Base seed; sample j of an item uses (seed, j), so results do not depend on batching. Below
+    2**31: servers (llama.cpp) read seeds as 32-bit integers, and retries add offsets to it."""

@@ -1,0 +1,58 @@
+"""A prompt's checklist as data: the yes/no questions a checklist judge asks about each response.
+
+A checklist cell is a list of questions, each a string or ``{question, weight}`` (weight > 0,
+default 1), or that list as JSON text (a CSV cell). ``read_checklist`` checks one cell and returns
+it in one shape, ``[{"question": str, "weight": float}, ...]``, the shape judges receive in
+``Sample.metadata["checklist"]``, so a wrong row is refused when the data loads, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from numbers import Real
+from typing import Any
+
+from grm.data.sources import DataError
+
+METADATA_KEY = "checklist"
+"""Where a sample's checklist travels to judges: ``Sample.metadata["checklist"]``."""
+
+_SHAPE = 'a non-empty list of yes/no questions (strings, or {"question": ..., "weight": ...} objects)'
+
+
+def read_checklist(value: Any, where: str) -> list[dict[str, Any]]:
+    """``value`` as ``[{"question", "weight"}, ...]``; a ``DataError`` starting with ``where`` (e.g.
+    ``"data.jsonl row 3: column 'checklist'"``) says what is wrong with it."""
+    if value is None:
+        raise DataError(f"{where} is missing; expected {_SHAPE}")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise DataError(f"{where}: expected {_SHAPE}; found text that is not a JSON list: {_short(value)}") from None
+    if not isinstance(value, list) or not value:
+        raise DataError(f"{where}: expected {_SHAPE}; found {_short(value)}")
+    return [_item(entry, f"{where} item {k}") for k, entry in enumerate(value)]
+
+
+def _item(entry: Any, where: str) -> dict[str, Any]:
+    if isinstance(entry, str):
+        entry = {"question": entry}
+    if not isinstance(entry, dict):
+        raise DataError(f"{where}: expected a question (string) or an object with 'question' and 'weight'; found {_short(entry)}")
+    unknown = sorted(set(entry) - {"question", "weight"})
+    if unknown:
+        raise DataError(f"{where}: unknown key(s) {unknown}; an item has 'question' and optionally 'weight'")
+    question = entry.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{where}: 'question' must be a non-empty string, found {_short(question)}")
+    weight = entry.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight) or weight <= 0:
+        raise DataError(f"{where}: 'weight' must be a number above 0, found {_short(weight)}")
+    return {"question": question.strip(), "weight": float(weight)}
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."

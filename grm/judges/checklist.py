@@ -1,0 +1,337 @@
+"""Checklist judges: yes/no questions about one response, each read as P(yes) off the judge
+model's log-probs (no free text is parsed), weighted into a score in [0, 1].
+
+The questions come from the data (``Sample.metadata["checklist"]``, checked by
+``grm.data.checklists``) or are written by the judge model (``ChecklistWriter``): once per distinct
+prompt in a batch, all in one generate call, and kept in a bounded LRU cache keyed by the writing
+request, so a prompt's whole group and its later steps reuse it. Every (response, question) is one
+judge prompt, the question given to the template as ``question``; the ``CritiqueSampler`` renders
+and guards them and reads the batch's yes/no log-probs in one ``score_continuations`` call.
+
+A question whose log-probs cannot be read is left out of the score; with none read, or no checklist
+written, the response is masked (score None), never given a default number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grm.config.judge import JudgeSpec
+from grm.config.paths import resolve_path
+from grm.data.checklists import METADATA_KEY, read_checklist
+from grm.data.sources import DataError
+from grm.engines.base import GenerationEngine, GenerationRequest
+from grm.judges import base
+from grm.judges.aggregate import final_attempts, vote
+from grm.judges.errors import JudgeError
+from grm.judges.parsers import ParsedScore, expected_value, fail
+from grm.judges.sampler import CritiqueSampler, View, sampling_params
+from grm.judges.templates import Template, load_template
+from grm.judges.types import JudgeResult, Sample, SampleRecord
+
+QUESTION_KEY = "question"
+"""``Sample.metadata`` key the sampler hands templates as ``question``."""
+WRITER_VIEW = -1
+"""``SampleRecord.view`` of the checklist writing (questions are views 0, 1, ...)."""
+PLACEHOLDER = "<a question of the checklist the checklist stage writes>"
+
+_ITEM_LINE = re.compile(r"^\s*(?:\d{1,2}\s*[.):]|\(\d{1,2}\)|[-*•])\s+(.*\S)\s*$")
+
+
+def parse_written(text: str, max_items: int, cut: bool = False) -> list[dict[str, Any]]:
+    """The questions of a written checklist: its numbered ("1.", "2)", "(3)") or bulleted ("-", "*")
+    lines of two words or more (a bare "Yes" is an answer, not a question), markdown emphasis
+    stripped, repeats dropped, the first ``max_items`` kept; weight 1 each.
+    ``cut``: the writing stopped at its token limit, so its last line is unfinished and dropped."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    lines = text.splitlines()
+    for line in lines[:-1] if cut else lines:
+        m = _ITEM_LINE.match(line)
+        question = m.group(1).strip().strip("*_").strip() if m else ""
+        if len(question.split()) < 2 or question.lower() in seen:
+            continue
+        seen.add(question.lower())
+        out.append({"question": question, "weight": 1.0})
+        if len(out) == max_items:
+            break
+    return out
+
+
+def checklist_score(answers: Sequence[dict[str, Any]]) -> float | None:
+    """Weighted mean of the read answers' P(yes) (unread ones, ``p_yes`` None, left out of both
+    sums); None when none was read."""
+    read = [(a["weight"], a["p_yes"]) for a in answers if a.get("p_yes") is not None]
+    total = sum(w for w, _ in read)
+    return sum(w * p for w, p in read) / total if read and total > 0 else None
+
+
+class QuestionMode:
+    """The sampler ``Mode`` of one (response, question) reading: one view; the logprob parser's
+    [yes, no] candidates valued [1, 0], so the value read is P(yes) renormalised over the two; the
+    n readings (with a critique first, n may exceed 1) vote."""
+
+    def __init__(self, sampler: CritiqueSampler) -> None:
+        self.spec = sampler.spec
+
+    def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
+        return [([0], self.spec.sampling.n)]
+
+    def parse(self, order: list[int], text: str) -> ParsedScore:
+        # JudgeSpec requires the logprob parser for checklist judges; text is never parsed
+        return fail("a checklist judge reads log-probs, not text")
+
+    def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:
+        return expected_value(logprobs, values)
+
+    def combine(self, views: list[View], n_responses: int) -> JudgeResult:
+        p = vote(self.spec.aggregate, final_attempts(views[0].records)) if views else None
+        return JudgeResult(judge=self.spec.name, score=p, reward=p)
+
+
+@dataclass
+class Checklist:
+    """One sample's questions (None: none could be written) and the writing it cost, which only
+    the first sample of a prompt in a batch carries (``records``: every attempt of the writing)."""
+
+    items: list[dict[str, Any]] | None
+    records: list[SampleRecord] = field(default_factory=list)
+    error: str | None = None
+
+
+class ChecklistWriter:
+    """Writes a prompt's checklist with the judge model (``checklist.template``), caching it."""
+
+    def __init__(self, spec: JudgeSpec, template: Template) -> None:
+        assert spec.checklist is not None
+        self.spec, self.cfg, self.template = spec, spec.checklist, template
+        self.cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self.generated = 0
+        """Checklists sent to the model for writing (retries not counted): a cache hit adds none."""
+
+    def request(self, s: Sample) -> GenerationRequest:
+        user = self.template.render(
+            prompt=s.prompt,
+            messages=s.messages or [{"role": "user", "content": s.prompt}],
+            reference=s.reference,
+            metadata=s.metadata,
+        )
+        msgs = [{"role": "system", "content": self.spec.system}] if self.spec.system else []
+        msgs.append({"role": "user", "content": user})
+        if self.cfg.prefill:
+            msgs.append({"role": "assistant", "content": self.cfg.prefill})
+        return GenerationRequest(messages=msgs, continue_final=bool(self.cfg.prefill))
+
+    @staticmethod
+    def key(req: GenerationRequest) -> str:
+        return hashlib.sha256(json.dumps(req.messages, ensure_ascii=False).encode()).hexdigest()
+
+    def write(self, engine: GenerationEngine, samples: Sequence[Sample]) -> list[Checklist]:
+        """Each sample's checklist: cached, or written in one generate call per attempt for all the
+        batch's distinct new prompts; a reply with no question is written again with a new seed."""
+        reqs = [self.request(s) for s in samples]
+        keys = [self.key(r) for r in reqs]
+        got: dict[str, list[dict[str, Any]]] = {}
+        for k in keys:
+            if k in self.cache:
+                self.cache.move_to_end(k)
+                got[k] = self.cache[k]
+        todo = {k: r for k, r in zip(keys, reqs, strict=True) if k not in got}
+        self.generated += len(todo)
+        records: dict[str, list[SampleRecord]] = {k: [] for k in todo}
+        s, retry = self.cfg.sampling, self.spec.on_failure
+        for attempt in range(1 + retry.retries):
+            if not todo:
+                break
+            sp = sampling_params(s)
+            if attempt:
+                sp = sp.replace(temperature=max(s.temperature, retry.retry_temperature))
+            seed = s.seed + 7919 * attempt
+            sent = [GenerationRequest(messages=r.messages, continue_final=r.continue_final, seed=seed) for r in todo.values()]
+            for k, g in zip(list(todo), engine.generate(sent, sp), strict=True):
+                items = parse_written((self.cfg.prefill or "") + g.text, self.cfg.max_items, cut=g.finish_reason == "length")
+                error = None if items else f"no numbered or bulleted question in the written checklist: {g.text[:200]!r}"
+                records[k].append(
+                    SampleRecord(
+                        view=WRITER_VIEW,
+                        order=[],
+                        index=0,
+                        attempt=attempt,
+                        text=g.text,
+                        parsed=float(len(items)) if items else None,
+                        error=error,
+                        tokens=g.n_tokens,
+                        finish_reason=g.finish_reason,
+                    )
+                )
+                if items:
+                    got[k] = items
+                    self._keep(k, items)
+                    del todo[k]
+        out: list[Checklist] = []
+        for k in keys:
+            items = got.get(k)
+            first = records.pop(k, [])  # a prompt's writing is counted on its first sample only
+            out.append(Checklist(items, first, None if items is not None else "the judge wrote no checklist question"))
+        return out
+
+    def _keep(self, key: str, items: list[dict[str, Any]]) -> None:
+        self.cache[key] = items
+        while len(self.cache) > self.cfg.cache_size:
+            self.cache.popitem(last=False)
+
+
+def item_sample(s: Sample, k: int, question: str) -> Sample:
+    """The sample one question reads: the response and its prompt, the question in metadata."""
+    return Sample(
+        prompt=s.prompt,
+        messages=s.messages,
+        response=s.response,
+        reference=s.reference,
+        metadata={**s.metadata, QUESTION_KEY: question},
+        id=None if s.id is None else f"{s.id}/q{k}",
+    )
+
+
+class ChecklistJudge:
+    """A checklist judge (``mode: checklist``): implements the ``Judge`` protocol."""
+
+    def __init__(self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> None:
+        if spec.checklist is None:
+            raise JudgeError(f"judge '{spec.name}': mode 'checklist' needs checklist: {{source: data|model}}")
+        self.spec = spec
+        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
+        self.sampler = CritiqueSampler(spec, self.base_dir, engine)
+        self.spec_hash = self.sampler.spec_hash
+        self.mode = QuestionMode(self.sampler)
+        self.writer: ChecklistWriter | None = None
+        if spec.checklist.source == "model":
+            try:
+                template = load_template(resolve_path(spec.checklist.template or "", self.base_dir, "prompts"))
+            except FileNotFoundError as e:
+                raise JudgeError(str(e)) from None
+            self.writer = ChecklistWriter(spec, template)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def engine(self) -> GenerationEngine:
+        return self.sampler.engine
+
+    def from_data(self, s: Sample, where: str) -> list[dict[str, Any]]:
+        """A sample's own checklist (``metadata["checklist"]``), or a JudgeError naming the sample."""
+        if METADATA_KEY not in s.metadata:
+            raise JudgeError(
+                f"{where}: judge '{self.name}' reads the checklist from the data (checklist.source: data) but the "
+                f"sample has no metadata.{METADATA_KEY} (pipelines: data.checklist_field; grm eval: --map checklist=COLUMN)"
+            )
+        try:
+            return read_checklist(s.metadata[METADATA_KEY], f"{where}: metadata.{METADATA_KEY}")
+        except DataError as e:
+            raise JudgeError(str(e)) from None
+
+    def checklists(self, samples: Sequence[Sample]) -> list[Checklist]:
+        if self.writer is not None:
+            return self.writer.write(self.engine, samples) if samples else []
+        return [Checklist(self.from_data(s, f"item {s.id if s.id is not None else k}")) for k, s in enumerate(samples)]
+
+    def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
+        t0 = time.perf_counter()
+        base.check_samples(self.spec, samples)
+        lists = self.checklists(samples)
+        subs, owner = [], []
+        for i, (s, c) in enumerate(zip(samples, lists, strict=True)):
+            for k, item in enumerate(c.items or []):
+                subs.append(item_sample(s, k, item["question"]))
+                owner.append(i)
+        readings: list[list[JudgeResult]] = [[] for _ in samples]
+        for i, r in zip(owner, self.sampler.score_batch(subs, self.mode) if subs else [], strict=True):
+            readings[i].append(r)
+        return base.spread_seconds([self.fold(c, rs) for c, rs in zip(lists, readings, strict=True)], t0)
+
+    def fold(self, checklist: Checklist, readings: Sequence[JudgeResult]) -> JudgeResult:
+        """One response's result from its questions' readings (in checklist order)."""
+        answers, records = [], list(checklist.records)
+        for k, (item, r) in enumerate(zip(checklist.items or [], readings, strict=True)):
+            answers.append({**item, "p_yes": r.score})
+            for rec in r.samples:
+                rec.view = k
+                records.append(rec)
+        score = checklist_score(answers)
+        error = checklist.error
+        if error is None and score is None:
+            why = next((rec.error for rec in records if rec.error), "unknown")
+            error = f"no checklist answer could be read ({why})"
+        return JudgeResult(
+            judge=self.spec.name,
+            score=score,
+            reward=self.normalize(score),
+            checklist=answers,
+            samples=records,
+            parse_failures=sum(1 for rec in records if rec.error is not None),
+            truncated=max((r.truncated for r in readings), default=0),
+            tokens=sum(rec.tokens for rec in records),
+            provenance=self.provenance(),
+            error=error,
+        )
+
+    def score(self, sample: Sample) -> JudgeResult:
+        return self.score_batch([sample])[0]
+
+    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+        return base.score_alone(self, groups)
+
+    def render(self, sample: Sample) -> list[dict[str, Any]]:
+        """The checklist writing (when the model writes it) and one judge prompt per question: a
+        written checklist's questions are shown as one placeholder question."""
+        sample.check_for(self.spec.mode, self.spec.reference)
+        stages: list[dict[str, Any]] = []
+        if self.writer is not None:
+            stages.append({"stage": "checklist", "request": self.writer.request(sample)})
+            questions = [PLACEHOLDER]
+        else:
+            questions = [item["question"] for item in self.from_data(sample, "sample")]
+        for k, q in enumerate(questions):
+            for st in self.sampler.render(item_sample(sample, k, q), self.mode):
+                stages.append({**st, "view": k, "question": q})
+        return stages
+
+    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
+        """Each question re-read from its stored yes/no log-probs; the checklist is the stored one."""
+        answers = stored.get("checklist")
+        if answers is None:
+            raise JudgeError("stored result has no checklist; it was not produced by a checklist judge")
+        recs = stored.get("samples", [])
+        readings = [
+            self.sampler.rescore({"samples": [{**d, "view": 0} for d in recs if d.get("view") == k]}, 1, self.mode)
+            for k in range(len(answers))
+        ]
+        written = [
+            SampleRecord(**{f: d.get(f) for f in SampleRecord.__dataclass_fields__}) for d in recs if d.get("view") == WRITER_VIEW
+        ]
+        items = [{"question": a["question"], "weight": a["weight"]} for a in answers]
+        res = self.fold(Checklist(items or None, written, stored.get("error") if not items else None), readings)
+        res.tokens, res.seconds, res.truncated = stored.get("tokens", 0), stored.get("seconds", 0.0), stored.get("truncated", 0)
+        res.provenance = {**stored.get("provenance", {}), **self.provenance(), "rescored": True}
+        return res
+
+    def provenance(self) -> dict[str, Any]:
+        out = self.sampler.provenance()
+        out["checklist_template_sha256"] = self.writer.template.sha256 if self.writer else None
+        return out
+
+    def normalize(self, x: float | None) -> float | None:
+        return base.normalize(self.spec, x) if self.spec.normalize else x
+
+    def score_range(self) -> tuple[float, float] | None:
+        return base.score_range(self.spec) if self.spec.normalize else (0.0, 1.0)
