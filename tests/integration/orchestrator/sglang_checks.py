@@ -24,6 +24,28 @@ PROBE = [
 ]
 
 
+RUN_STEPS = 3
+"""Steps of the async run: each sync must put a new version on the server."""
+
+
+def run_args(directory: Path, url: str) -> list[str]:
+    """``grm run`` arguments of the async arith-verifier run both tests make, rolling out on the
+    server at ``url``; its run directory is ``directory / "run"`` (the brevity judge is written
+    beside it). Each test adds its sizes (tokens, batch, pools)."""
+    brevity = write_brevity_judge(directory)
+    return [
+        "run",
+        "pipelines/arith-verifier.yaml",
+        f"out_dir={directory / 'run'}",
+        f"train.steps={RUN_STEPS}",
+        "schedule.mode=async",
+        "checkpoint.every=1",  # check_served_weights reads every step's weights from its checkpoint
+        f"checkpoint.keep={RUN_STEPS}",
+        f"judges=[{{spec: builtin:numeric-answer, weight: 1.0}}, {{spec: {brevity}, weight: 0.2}}]",
+        f'policy.overrides=["engine={{type: sglang, urls: [{url}]}}"]',
+    ]
+
+
 def write_brevity_judge(directory: Path) -> Path:
     """A length rule beside the numeric answer: with 8 samples a step the arithmetic alone often
     rewards every sample alike, GRPO's advantages are then 0 and the weights do not move (a step

@@ -62,6 +62,25 @@ def assert_same_run(resumed: Path, straight: Path) -> None:
         assert b[1][key] == pytest.approx(a[1][key], rel=1e-3, abs=1e-5), key
 
 
+def test_sigterm_mid_step_then_resume_matches_uninterrupted(tmp_path, straight):
+    """SIGTERM (a scheduler's preemption) during step 2 checkpoints after step 1, with no checkpoint
+    due then (checkpoint.every=0); the resumed run trains step 2 on step 2's prompts and ends where
+    the uninterrupted run ends."""
+    out = tmp_path / "sigterm"
+    p = start(out, "checkpoint.every=0")
+    wait_for(lambda: (out / "metrics.jsonl").exists() and bool((out / "metrics.jsonl").read_text().strip()), "step 1")
+    time.sleep(1.0)  # step 2 is under way
+    p.send_signal(signal.SIGTERM)
+    log, _ = p.communicate(timeout=600)
+    assert p.returncode == 130, log[-4000:]
+    assert "writing a checkpoint at step 1" in log and "SIGTERM received" not in log, log[-3000:]
+    assert (out / "checkpoints" / "step-1" / "COMPLETE").exists()
+    r = grm_run(out, *COMMON, "checkpoint.every=0", resume=out)
+    assert "resuming" in r.stdout + r.stderr
+    assert all(m["staleness_max"] == 0 for m in metrics(straight))  # sync mode is strictly on-policy
+    assert_same_run(out, straight)
+
+
 def test_kill_9_driver_mid_step_then_resume(tmp_path, straight):
     """The machine goes away (the driver and every Ray process it started, SIGKILL) during step 2."""
     out = tmp_path / "killed"

@@ -16,7 +16,7 @@ import pytest
 
 from grm.base import free_port
 from tests.conftest import run_grm
-from tests.integration.orchestrator.sglang_checks import WeightWatch, check_served_weights, probe_ids, write_brevity_judge
+from tests.integration.orchestrator.sglang_checks import RUN_STEPS, WeightWatch, check_served_weights, probe_ids, run_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.gpu]
 MODEL = "smollm2-135m-instruct"
@@ -66,23 +66,10 @@ def test_async_run_serves_each_synced_version_on_sglang(tmp_path, sglang_url):
     out = tmp_path / "run"
     path = resolve_model(MODEL)
     with WeightWatch(sglang_url, probe_ids(path)) as watch:
-        r = run_grm(
-            "run",
-            "pipelines/arith-verifier.yaml",
-            f"out_dir={out}",
-            "train.steps=3",
-            "schedule.mode=async",
-            "pools.train.gpus=1",
-            "checkpoint.every=1",
-            "checkpoint.keep=3",
-            f"judges=[{{spec: builtin:numeric-answer, weight: 1.0}}, {{spec: {write_brevity_judge(tmp_path)}, weight: 0.2}}]",
-            f'policy.overrides=["engine={{type: sglang, urls: [{sglang_url}]}}"]',
-            timeout=1800,
-            env={"RAY_AUTH_MODE": "disabled"},
-        )
+        r = run_grm(*run_args(tmp_path, sglang_url), "pools.train.gpus=1", timeout=1800, env={"RAY_AUTH_MODE": "disabled"})
         assert r.returncode == 0, r.stderr[-4000:]
     ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert len(ms) == 3 and all(m["reward_mean"] is not None for m in ms)
     versions = {json.loads(x)["policy_version"] for x in (out / "samples.jsonl").read_text().splitlines()}
     assert 0 in versions and max(versions) >= 1 and versions <= {0, 1, 2}
-    check_served_weights(sglang_url, out, watch, path, steps=3, tol=1e-3)
+    check_served_weights(sglang_url, out, watch, path, steps=RUN_STEPS, tol=1e-3)

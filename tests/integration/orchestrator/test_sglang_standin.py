@@ -21,13 +21,15 @@ from grm.engines.base import EngineError, SamplingParams
 from grm.engines.base import GenerationRequest as Req
 from tests.conftest import ROOT, run_grm
 from tests.integration.orchestrator.sglang_checks import (
+    RUN_STEPS,
     WeightWatch,
     check_served_weights,
     get_json,
+    post_json,
     probe_ids,
+    run_args,
     served_logprobs,
     trainer_logprobs,
-    write_brevity_judge,
 )
 
 pytestmark = pytest.mark.slow
@@ -36,18 +38,33 @@ STANDIN = ROOT / "tests" / "serving" / "sglang_standin.py"
 ENV = {"RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
 
 
-@pytest.fixture
-def standin_url(tmp_path):
-    """A stand-in server in its own process, as SGLang would be."""
+@pytest.fixture(scope="module")
+def standin_server(tmp_path_factory):
+    """A stand-in server in its own process, as SGLang would be; one for the module (it takes a
+    model load to start)."""
     from grm.engines.openai_api import ServerProcess
     from grm.models import resolve_model
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, str(STANDIN), "--model-path", resolve_model(MODEL), "--port", str(port)]
-    server = ServerProcess(cmd, url, timeout_s=600, log_path=str(tmp_path / "standin.log"), health_path="/health")
+    log = tmp_path_factory.mktemp("standin") / "standin.log"
+    server = ServerProcess(cmd, url, timeout_s=600, log_path=str(log), health_path="/health")
     yield url
     server.stop()
+
+
+@pytest.fixture
+def standin_url(standin_server):
+    """The server as it started, whatever the test before did to it: serving, with the model's own
+    weights under weight_version "default"."""
+    from grm.models import resolve_model
+
+    post_json(standin_server + "/continue_generation", {})
+    post_json(standin_server + "/update_weights_from_disk", {"model_path": resolve_model(MODEL), "weight_version": "default"})
+    info = get_json(standin_server + "/get_model_info")
+    assert info["weight_version"] == "default" and info["model_path"] == resolve_model(MODEL), info
+    return standin_server
 
 
 def test_engine_against_the_standin(standin_url):
@@ -107,23 +124,14 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url):
 
     out = tmp_path / "run"
     path = resolve_model(MODEL)
-    brevity = write_brevity_judge(tmp_path)
     t0 = time.perf_counter()
     with WeightWatch(standin_url, probe_ids(path)) as watch:
         r = run_grm(
-            "run",
-            "pipelines/arith-verifier.yaml",
-            f"out_dir={out}",
-            "train.steps=3",
-            "schedule.mode=async",
+            *run_args(tmp_path, standin_url),
             "algorithm.prompts_per_step=2",
             "algorithm.group_size=4",
             "rollout.max_new_tokens=24",
             "train.micro_batch_size=4",
-            "checkpoint.every=1",
-            "checkpoint.keep=3",
-            f"judges=[{{spec: builtin:numeric-answer, weight: 1.0}}, {{spec: {brevity}, weight: 0.2}}]",
-            f'policy.overrides=["engine={{type: sglang, urls: [{standin_url}]}}"]',
             timeout=1500,
             env=ENV,
         )
@@ -133,7 +141,7 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url):
     assert [m["step"] for m in ms] == [1, 2, 3]
     versions = {json.loads(x)["policy_version"] for x in (out / "samples.jsonl").read_text().splitlines()}
     assert 0 in versions and max(versions) >= 1 and versions <= {0, 1, 2}  # async: rollouts from synced weights
-    gaps = check_served_weights(standin_url, out, watch, path, steps=3, tol=1e-4)
+    gaps = check_served_weights(standin_url, out, watch, path, steps=RUN_STEPS, tol=1e-4)
     with urllib.request.urlopen(standin_url + "/get_model_info") as resp:
         assert json.loads(resp.read())["model_path"].endswith("/v3")
     print(f"run {time.perf_counter() - t0:.0f} s; served vs trainer per step: {gaps}")
