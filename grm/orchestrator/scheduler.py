@@ -149,12 +149,16 @@ class Scheduler:
         self.fill_ahead(work.step)
 
     def prepared(self, work: StepWork) -> tuple[Any, float]:
-        """(batch with reference log-probs and values, seconds of those passes)."""
+        """(batch with reference log-probs and values, seconds of those passes). The last point where
+        a stop is honoured before the step trains: a step whose rollouts and judgments all landed
+        within one wait would otherwise train (and, as the last step, end the run) after the signal."""
         get = self.watch.get if self.watch is not None else self.ray.get
         batch, secs = get(work.prepared)
         if work.reference is not None:
             ref_lp, ref_s = get(work.reference)  # a reference on a judge's pool: its node may go
             batch, secs = batch.with_fields(ref_logprobs=ref_lp), secs + ref_s
+        if self.stop_requested:
+            raise Interrupted()
         return batch, secs
 
     def wait(self, ref: Any) -> Any:
