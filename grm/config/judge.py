@@ -63,10 +63,26 @@ class GroupSpec(Strict):
     strategy: Literal["anchor", "round_robin", "circular"] = "round_robin"
     """``anchor``: every response against one anchor answer (``anchor``); ``round_robin``: every
     pair of the group; ``circular``: response i against i+1 (and the last against the first)."""
-    anchor: Literal["reference", "greedy"] = "reference"
+    anchor: Literal["reference", "greedy", "previous"] = "reference"
     """(strategy anchor) ``reference``: the prompt's reference answer from the data;
     ``greedy``: one greedy response of the current policy per prompt, sampled beside the group and
-    never trained on."""
+    never trained on; ``previous``: the greedy response the policy gave the last time the prompt
+    was rolled out in a trained step (a self-play baseline: a response wins by beating the policy's
+    own earlier answer). ``grm run`` keeps one store per run, keyed by prompt id (and checked against
+    the prompt's text), of the greedy responses of the trained steps, each with its policy version
+    and step; it is saved in every checkpoint (``anchors.json``), so a resumed run compares with the
+    same anchors as an uninterrupted one. Step s looks up steps up to s - 1 in ``sync`` mode and up
+    to s - 1 - ``max_staleness`` in ``async`` mode (the steps certainly trained before step s's
+    rollouts land), whatever the timing. A prompt without one (first epoch, or forgotten) is
+    compared with ``fallback``. Each comparison in samples.jsonl names the anchor it used
+    (``anchor: {source, policy_version, step}``)."""
+    fallback: Literal["greedy", "reference"] = "greedy"
+    """(anchor previous) The anchor of a prompt the store has no earlier response for: the current
+    policy's greedy response, or the prompt's reference answer (needs ``data.reference_field``)."""
+    remember: int = Field(10_000, ge=1)
+    """(anchor previous) Prompts whose last greedy response the run's store keeps (the least
+    recently rolled out are forgotten first; a forgotten prompt gets ``fallback``). Each holds one
+    response, at most 1 + ``max_staleness`` in async mode. With several such judges, the largest."""
     max_comparisons: int | None = Field(None, ge=1)
     """Comparisons per group at most; None: all the strategy plans. Fewer are chosen so every
     response keeps one where the budget allows (a ring first, then the rest in a seeded order); a
@@ -81,6 +97,12 @@ class GroupSpec(Strict):
     prior: float = Field(0.1, gt=0)
     """(bradley_terry) precision of the zero-mean Gaussian prior on strengths: keeps a response
     that won every comparison finite. Larger pulls strengths together."""
+
+    @model_validator(mode="after")
+    def _previous_only(self) -> GroupSpec:
+        if self.anchor != "previous" and self.fallback != "greedy":
+            raise ValueError(f"fallback is for anchor 'previous' (anchor is '{self.anchor}')")
+        return self
 
 
 class FailureSpec(Strict):
