@@ -109,7 +109,11 @@ class FailureSpec(Strict):
     """What happens when a sample cannot be parsed."""
 
     retries: int = Field(1, ge=0)
-    """Failed samples are re-sampled (new seed) this many times, then masked (score None)."""
+    """Failed samples are re-sampled (new seed) this many times, then masked (score None). With the
+    logprob parser a sample fails when a candidate's log-prob cannot be read after its critique
+    (e.g. not among a server's top log-probs): the critique is re-sampled and read again. With
+    ``critique: false`` there is nothing to re-sample (the same prompt gives the same log-probs), so
+    such a reading is masked at once."""
     retry_temperature: float = Field(0.7, ge=0)
     """Lowest temperature a retry samples at: a greedy judge's retry would repeat its failure."""
 
@@ -124,8 +128,8 @@ class JudgeLimits(Strict):
     ``prompts`` is the judge prompts one sample needs (2 for a swapped pairwise judge, +1 for a
     principles stage; ``checklist.max_items`` for a checklist judge, +1 to write the checklist) and
     ``tokens`` the most it may generate (views x n x (1 + retries) x max_new_tokens, plus the
-    principles stage or the checklist writing; a logprob parser never retries, and with
-    ``critique: false`` generates no critique; a meta judge's passes are not counted). Linear is an
+    principles stage or the checklist writing; a logprob parser with ``critique: false``
+    generates nothing and never retries; a meta judge's passes are not counted). Linear is an
     upper bound: batched engines are faster per sample in bigger calls. ``grm.judges.limits``
     computes it.
 
