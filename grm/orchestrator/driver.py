@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
-from grm.data.prompts import PromptStream, load_prompts
+from grm.data.prompts import PromptStream, check_checklists, load_prompts
 from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
@@ -35,10 +35,12 @@ class Driver:
 
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
         self.algorithm = algorithm_of(self.cfg)
+        prompts = load_prompts(self.cfg.data)  # a bad row is refused before any actor starts
+        check_checklists(prompts, self.cfg.data, [j.spec for j in loaded.judges])
+        self.stream = PromptStream(prompts, self.cfg.seed, self.cfg.data.shuffle)
         self.roles = place_roles(loaded, self.algorithm, address)
         self.placement = self.roles.placement()
         recorder.write_placement(self.placement)
-        self.stream = PromptStream(load_prompts(self.cfg.data), self.cfg.seed, self.cfg.data.shuffle)
         self.watch = NodeWatch(ray, self.placement)
         self.anchors = store_for(self.cfg, [j.spec for j in loaded.judges])  # groups.anchor: previous
         self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.anchors)
