@@ -17,6 +17,10 @@ Determinism, so a resumed run compares with the same anchors as an uninterrupted
 
 A prompt is keyed by its id and checked against a digest of its text: another prompt with the same
 id finds nothing (and gets the fallback) rather than someone else's answer.
+
+The store lives in the driver only. The anchor travels inside the samples a judge call carries
+(``metadata["previous_anchor"]``), so every replica of a judge sees the same one, and a policy
+worker group's greedy answers arrive with rank 0's gathered groups like the rest of the rollout.
 """
 
 from __future__ import annotations
