@@ -2,6 +2,7 @@
 the checkpointed state, and the scheduler handing it to judges as chunks land."""
 
 import json
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +11,7 @@ from grm.config import JudgeSpec
 from grm.data.prompts import Prompt, PromptStream
 from grm.orchestrator.anchors import AnchorStore, attach, remember, store_for
 from grm.orchestrator.placement import JudgeHandle
+from grm.orchestrator.recorder import Recorder
 from grm.orchestrator.scheduler import Scheduler
 from grm.orchestrator.types import Group, Rollout
 from tests.unit.orchestrator.fakes import FakeRay, Method, Ref, fake_policy, roles
@@ -183,3 +185,21 @@ def test_attach_and_remember_key_groups_by_their_prompt():
     attach(store, 2, [g])
     assert g.previous == {"text": "greedy", "policy_version": 3, "step": 1}
     assert g.samples()[0].metadata["previous_anchor"] == g.previous and g.samples()[0].metadata["anchor_version"] == 3
+
+
+def test_a_checkpoint_carries_the_store_and_a_resume_hands_it_back(tmp_path, monkeypatch):
+    fake_ray = SimpleNamespace(get=lambda ref: ref, exceptions=SimpleNamespace(RayTaskError=RuntimeError))
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    policy = SimpleNamespace(save=Method(lambda path: None), load=Method(lambda path: None))
+    stream = PromptStream([Prompt(id="a", text="text of a", reference=None)], seed=0, shuffle=False)
+    rec = Recorder(tmp_path)
+    store = AnchorStore(capacity=4, lag=1)
+    store.write(1, answers(1, "a"))
+    rec.checkpoint(1, policy, stream, 0, keep=2)  # a run without previous anchors writes no store
+    assert not (tmp_path / "checkpoints" / "step-1" / "anchors.json").exists()
+    rec.checkpoint(2, policy, stream, 0, keep=2, anchors=store.state())
+    state = rec.resume_state(policy)
+    assert state["step"] == 2 and policy.load.calls == [(str(tmp_path / "checkpoints" / "step-2"),)]
+    again = AnchorStore(capacity=4, lag=1)
+    again.restore(state["anchors"])
+    assert seen(again, 3, "a") == ["a@1"] and again.state() == store.state()
