@@ -11,7 +11,7 @@ Determinism, so a resumed run compares with the same anchors as an uninterrupted
 - Step s reads only steps <= s - ``lag`` (``lag`` = 1 in sync mode, 1 + max_staleness in async):
   an async step's rollouts may land before or after the step before it is trained, and the steps
   up to s - lag are trained in either case. A prompt keeps the entries a future step may still
-  ask for (the newest at or below the horizon, and any newer), at most ``lag`` + 1.
+  ask for (the newest at or below the horizon, and any newer): at most ``lag``.
 - Forgetting (``capacity`` prompts, least recently rolled out first) happens only when a step is
   written, so it follows the step order too; reads do not count as use.
 
