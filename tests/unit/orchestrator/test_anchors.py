@@ -98,6 +98,7 @@ def test_a_resumed_store_gives_the_anchors_of_an_uninterrupted_run(lag):
     a = steps_of_a_run(AnchorStore(capacity=2, lag=lag), range(1, 8), straight)
     b = steps_of_a_run(AnchorStore(capacity=2, lag=lag), range(1, 8), resumed, checkpoint_at=4)
     assert straight == resumed and a.state() == b.state()
+    assert all(len(entries) <= lag for entries in a.prompts.values())  # bounded per prompt too
     assert any(x is not None for _, found in straight for x in found)  # it did compare with something
 
 
