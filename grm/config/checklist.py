@@ -33,8 +33,10 @@ class ChecklistSpec(Strict):
     question in it is written again (``on_failure.retries`` times, new seed, at least
     ``on_failure.retry_temperature``), then the prompt's responses are masked."""
     max_items: int = Field(6, ge=1)
-    """(source: model) Questions kept from a written checklist: its first ones. Either source: the
-    questions per response a derived call deadline allows for (``limits``)."""
+    """(source: model) Questions kept from a written checklist: its first ones. (source: data) The
+    most a prompt's checklist may hold: a longer one is refused, naming its row, when ``grm run``
+    loads the data (or, in ``grm eval`` and ``grm judge try``, when the item is judged), never cut.
+    Either source: the questions per response a derived call deadline allows for (``limits``)."""
     cache_size: int = Field(4096, ge=1)
     """(source: model) Written checklists a judge process keeps (least recently used dropped)."""
 

@@ -63,10 +63,26 @@ class GroupSpec(Strict):
     strategy: Literal["anchor", "round_robin", "circular"] = "round_robin"
     """``anchor``: every response against one anchor answer (``anchor``); ``round_robin``: every
     pair of the group; ``circular``: response i against i+1 (and the last against the first)."""
-    anchor: Literal["reference", "greedy"] = "reference"
+    anchor: Literal["reference", "greedy", "previous"] = "reference"
     """(strategy anchor) ``reference``: the prompt's reference answer from the data;
     ``greedy``: one greedy response of the current policy per prompt, sampled beside the group and
-    never trained on."""
+    never trained on; ``previous``: the greedy response the policy gave the last time the prompt
+    was rolled out in a trained step (a self-play baseline: a response wins by beating the policy's
+    own earlier answer). ``grm run`` keeps one store per run, keyed by prompt id (and checked against
+    the prompt's text), of the greedy responses of the trained steps, each with its policy version
+    and step; it is saved in every checkpoint (``anchors.json``), so a resumed run compares with the
+    same anchors as an uninterrupted one. Step s looks up steps up to s - 1 in ``sync`` mode and up
+    to s - 1 - ``max_staleness`` in ``async`` mode (the steps certainly trained before step s's
+    rollouts land), whatever the timing. A prompt without one (first epoch, or forgotten) is
+    compared with ``fallback``. Each comparison in samples.jsonl names the anchor it used
+    (``anchor: {source, policy_version, step}``)."""
+    fallback: Literal["greedy", "reference"] = "greedy"
+    """(anchor previous) The anchor of a prompt the store has no earlier response for: the current
+    policy's greedy response, or the prompt's reference answer (needs ``data.reference_field``)."""
+    remember: int = Field(10_000, ge=1)
+    """(anchor previous) Prompts whose last greedy response the run's store keeps (the least
+    recently rolled out are forgotten first; a forgotten prompt gets ``fallback``). Each holds one
+    response, at most 1 + ``max_staleness`` in async mode. With several such judges, the largest."""
     max_comparisons: int | None = Field(None, ge=1)
     """Comparisons per group at most; None: all the strategy plans. Fewer are chosen so every
     response keeps one where the budget allows (a ring first, then the rest in a seeded order); a
@@ -82,12 +98,22 @@ class GroupSpec(Strict):
     """(bradley_terry) precision of the zero-mean Gaussian prior on strengths: keeps a response
     that won every comparison finite. Larger pulls strengths together."""
 
+    @model_validator(mode="after")
+    def _previous_only(self) -> GroupSpec:
+        if self.anchor != "previous" and self.fallback != "greedy":
+            raise ValueError(f"fallback is for anchor 'previous' (anchor is '{self.anchor}')")
+        return self
+
 
 class FailureSpec(Strict):
     """What happens when a sample cannot be parsed."""
 
     retries: int = Field(1, ge=0)
-    """Failed samples are re-sampled (new seed) this many times, then masked (score None)."""
+    """Failed samples are re-sampled (new seed) this many times, then masked (score None). With the
+    logprob parser a sample fails when a candidate's log-prob cannot be read after its critique
+    (e.g. not among a server's top log-probs): the critique is re-sampled and read again. With
+    ``critique: false`` there is nothing to re-sample (the same prompt gives the same log-probs), so
+    such a reading is masked at once."""
     retry_temperature: float = Field(0.7, ge=0)
     """Lowest temperature a retry samples at: a greedy judge's retry would repeat its failure."""
 
@@ -102,8 +128,8 @@ class JudgeLimits(Strict):
     ``prompts`` is the judge prompts one sample needs (2 for a swapped pairwise judge, +1 for a
     principles stage; ``checklist.max_items`` for a checklist judge, +1 to write the checklist) and
     ``tokens`` the most it may generate (views x n x (1 + retries) x max_new_tokens, plus the
-    principles stage or the checklist writing; a logprob parser never retries, and with
-    ``critique: false`` generates no critique; a meta judge's passes are not counted). Linear is an
+    principles stage or the checklist writing; a logprob parser with ``critique: false``
+    generates nothing and never retries; a meta judge's passes are not counted). Linear is an
     upper bound: batched engines are faster per sample in bigger calls. ``grm.judges.limits``
     computes it.
 

@@ -102,8 +102,9 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
 
 def check_pairwise(judge: JudgeSpec, spec: PipelineSpec, where: str) -> PipelineSpec:
     """A pairwise judge compares a group's responses (``judge.groups``): in both orders, with
-    partners to compare, and with its anchor available. An anchor of greedy responses turns on
-    ``rollout.greedy_anchor``; returns the pipeline spec, so changed."""
+    partners to compare, and with its anchor available. An anchor of greedy responses (the
+    current policy's, or an earlier step's: ``previous``) turns on ``rollout.greedy_anchor``;
+    returns the pipeline spec, so changed."""
     g = judge.groups
     if not judge.position.swap:
         raise ConfigError(
@@ -116,12 +117,17 @@ def check_pairwise(judge: JudgeSpec, spec: PipelineSpec, where: str) -> Pipeline
             f"'{g.strategy}') and needs algorithm.group_size >= 2 (it is {spec.algorithm.group_size}); "
             "or use groups.strategy: anchor"
         )
-    if g.strategy == "anchor" and g.anchor == "reference" and spec.data.reference_field is None:
+    by_reference = g.anchor == "reference" or (g.anchor == "previous" and g.fallback == "reference")
+    if g.strategy == "anchor" and by_reference and spec.data.reference_field is None:
+        what = (
+            "groups.anchor: reference" if g.anchor == "reference" else "groups.fallback: reference, for prompts not seen before"
+        )
         raise ConfigError(
             f"{where}: judge '{judge.name}' compares every response with the prompt's reference answer "
-            "(groups.anchor: reference), but data.reference_field is null"
+            f"({what}), but data.reference_field is null"
         )
-    if g.strategy == "anchor" and g.anchor == "greedy" and not spec.rollout.greedy_anchor:
+    # the previous anchor is an earlier step's greedy response: the store is fed with this step's
+    if g.strategy == "anchor" and g.anchor in ("greedy", "previous") and not spec.rollout.greedy_anchor:
         spec = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"greedy_anchor": True})})
     return spec
 

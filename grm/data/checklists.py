@@ -36,6 +36,18 @@ def read_checklist(value: Any, where: str) -> list[dict[str, Any]]:
     return [_item(entry, f"{where} item {k}") for k, entry in enumerate(value)]
 
 
+def check_length(items: list[dict[str, Any]], max_items: int, judge: str, where: str) -> None:
+    """A checklist from the data asks every question it holds: one with more than the judge's
+    ``checklist.max_items`` is refused (a ``DataError`` starting with ``where``) rather than cut,
+    since its last questions are requirements its author meant, and the judge's deadline is sized
+    for ``max_items`` questions."""
+    if len(items) > max_items:
+        raise DataError(
+            f"{where}: {len(items)} questions, more than judge '{judge}' asks (its checklist.max_items is "
+            f"{max_items}); shorten the checklist or set checklist.max_items to {len(items)} or more"
+        )
+
+
 def _item(entry: Any, where: str) -> dict[str, Any]:
     if isinstance(entry, str):
         entry = {"question": entry}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from grm.config.judge import JudgeSpec
 from grm.config.pipeline import DataSpec
-from grm.data.checklists import METADATA_KEY, read_checklist
+from grm.data.checklists import METADATA_KEY, check_length, read_checklist
 from grm.data.sources import DataError, load_rows
 
 
@@ -40,6 +42,17 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
             Prompt(id=str(row.get("id", f"row-{i}")), text=text, reference=None if ref is None else str(ref), metadata=meta)
         )
     return out
+
+
+def check_checklists(prompts: Sequence[Prompt], spec: DataSpec, judges: Sequence[JudgeSpec]) -> None:
+    """Every data checklist fits the checklist judges that read it (``checklist.max_items``), or a
+    ``DataError`` naming the first row that does not (``grm.data.checklists.check_length``)."""
+    for j in judges:
+        if j.checklist is None or j.checklist.source != "data":
+            continue
+        for i, p in enumerate(prompts):
+            where = f"{spec.prompts} row {i}: column '{spec.checklist_field}'"
+            check_length(p.metadata.get(METADATA_KEY) or [], j.checklist.max_items, j.name, where)
 
 
 class PromptStream:

@@ -26,7 +26,7 @@ from typing import Any
 
 from grm.config.judge import JudgeSpec
 from grm.config.paths import resolve_path
-from grm.data.checklists import METADATA_KEY, read_checklist
+from grm.data.checklists import METADATA_KEY, check_length, read_checklist
 from grm.data.sources import DataError
 from grm.engines.base import GenerationEngine, GenerationRequest
 from grm.judges import base
@@ -235,8 +235,11 @@ class ChecklistJudge:
                 f"{where}: judge '{self.name}' reads the checklist from the data (checklist.source: data) but the "
                 f"sample has no metadata.{METADATA_KEY} (pipelines: data.checklist_field; grm eval: --map checklist=COLUMN)"
             )
+        assert self.spec.checklist is not None
         try:
-            return read_checklist(s.metadata[METADATA_KEY], f"{where}: metadata.{METADATA_KEY}")
+            items = read_checklist(s.metadata[METADATA_KEY], f"{where}: metadata.{METADATA_KEY}")
+            check_length(items, self.spec.checklist.max_items, self.name, f"{where}: metadata.{METADATA_KEY}")
+            return items
         except DataError as e:
             raise JudgeError(str(e)) from None
 

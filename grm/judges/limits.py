@@ -40,14 +40,13 @@ def prompts_per_sample(spec: JudgeSpec) -> int:
 def tokens_per_sample(spec: JudgeSpec) -> int:
     """The most tokens the judge may generate for one sample: every view's n critiques, each
     re-sampled ``on_failure.retries`` times at worst, plus the principles stage. A logprob parser
-    always reads a score (no retries) and, with ``critique: false``, reads it without a critique."""
+    re-samples a critique after which a candidate was unread; with ``critique: false`` it generates
+    nothing (and never retries: the same prompt reads the same log-probs)."""
     if spec.mode == "rule":
         return 0
     s = spec.sampling
-    logprob = spec.parser.type == "logprob"
     critique = getattr(spec.parser, "critique", True)
-    attempts = 1 if logprob else 1 + spec.on_failure.retries
-    tokens = views(spec) * s.n * attempts * s.max_new_tokens if critique else 0
+    tokens = views(spec) * s.n * (1 + spec.on_failure.retries) * s.max_new_tokens if critique else 0
     if spec.principles is not None:
         tokens += spec.principles.sampling.n * spec.principles.sampling.max_new_tokens
     if spec.checklist is not None and _writes(spec):  # written once per prompt; a retry writes again

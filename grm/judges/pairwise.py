@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
+from grm.config.judge import GroupSpec
 from grm.judges.aggregate import combine_swap, final_attempts, verdict_of, vote
 from grm.judges.base import Judge
 from grm.judges.groups import Pair, group_results, plan_pairs
@@ -74,9 +76,11 @@ class PairwiseMode:
         gs = self.spec.groups
         planned: list[list[Pair]] = []
         items: list[Sample] = []
+        used: list[dict[str, Any] | None] = []
         for g in groups:
             key = group_key(g)
-            anchor = anchor_of(g, gs.anchor) if g and gs.strategy == "anchor" else None
+            anchor, info = anchor_of(g, gs) if g and gs.strategy == "anchor" else (None, None)
+            used.append(info)
             pairs = plan_pairs(len(g), gs, key) if g and (anchor is not None or gs.strategy != "anchor") else []
             for i, j in pairs:
                 other, name = (anchor, "anchor") if j == len(g) else (g[j].response, str(j))
@@ -84,9 +88,14 @@ class PairwiseMode:
             planned.append(pairs)
         results = iter(judge.score_batch(items) if items else [])
         out: list[list[JudgeResult | None]] = []
-        for g, pairs in zip(groups, planned, strict=True):
+        for g, pairs, info in zip(groups, planned, used, strict=True):
             got = [next(results) for _ in pairs]
-            out.append(list(group_results(self.spec.name, len(g), pairs, got, gs)))
+            done = group_results(self.spec.name, len(g), pairs, got, gs)
+            for r in done:  # which anchor, so samples.jsonl says what each response was compared with
+                for c in r.comparisons or []:
+                    if c["against"] == "anchor":
+                        c["anchor"] = info
+            out.append(list(done))
         return out
 
 
@@ -96,11 +105,24 @@ def group_key(group: Sequence[Sample]) -> str:
     return "group" if first is None else first.rsplit("/", 1)[0]
 
 
-def anchor_of(group: Sequence[Sample], anchor: str) -> str | None:
-    """The answer every response of the group is compared with (``groups.strategy: anchor``):
-    the prompt's reference, or the greedy response the rollout put in ``metadata["anchor"]``.
-    None when the group has none: nothing is compared and its responses are masked, as a rule
-    verifier masks a response without a reference."""
+def anchor_of(group: Sequence[Sample], spec: GroupSpec) -> tuple[str | None, dict[str, Any] | None]:
+    """The answer every response of the group is compared with (``groups.strategy: anchor``) and
+    what it is (``{source, policy_version, step}``): the prompt's reference, the greedy response the
+    rollout put in ``metadata["anchor"]``, or the earlier step's greedy response the run's store put
+    in ``metadata["previous_anchor"]`` (``groups.fallback`` when there is none). (None, None) when
+    the group has none: nothing is compared and its responses are masked, as a rule verifier masks
+    a response without a reference."""
     first = group[0]
-    text = first.reference if anchor == "reference" else first.metadata.get("anchor")
-    return text if isinstance(text, str) else None
+    source = spec.anchor
+    if source == "previous":
+        prev = first.metadata.get("previous_anchor")
+        if isinstance(prev, dict) and isinstance(prev.get("text"), str):
+            info = {"source": "previous", "policy_version": prev.get("policy_version"), "step": prev.get("step")}
+            return prev["text"], info
+        source = spec.fallback
+    if source == "reference":
+        text, info = first.reference, {"source": "reference", "policy_version": None, "step": None}
+    else:
+        text = first.metadata.get("anchor")
+        info = {"source": "greedy", "policy_version": first.metadata.get("anchor_version"), "step": None}
+    return (text, info) if isinstance(text, str) else (None, None)

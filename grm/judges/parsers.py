@@ -282,10 +282,14 @@ def read_candidates(
 ) -> ParsedScore:
     """The value read off each candidate's log-prob, or a failure. A candidate the engine could not
     read (None: not among a server's top log-probs; or not finite) fails the reading: a guessed value
-    would turn "unknown" into a score, so the sample is masked and counted instead."""
+    would turn "unknown" into a score, so the sample is masked and counted instead. So does a
+    log-prob above 0, a probability above 1 that no model gives: a broken engine or server reply."""
     unread = [c for c, lp in logprobs.items() if lp is None or not math.isfinite(lp)]
     if unread:
         return fail(f"no log-prob for candidate(s) {unread} (not among the engine's top log-probs)")
+    impossible = {c: lp for c, lp in logprobs.items() if lp is not None and lp > 0.0}
+    if impossible:
+        return fail(f"log-prob above 0 for candidate(s) {impossible} (a probability above 1: a broken reading)")
     return ParsedScore(from_logprobs([float(lp) for lp in logprobs.values() if lp is not None], values))
 
 

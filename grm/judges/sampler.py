@@ -5,7 +5,7 @@ A judge mode (``Mode``) decides only what differs: in which orders an item is sh
 critique means, and how an item's records combine into a ``JudgeResult``. ``score_batch`` issues as
 few engine calls as it can: one for the principles of the whole batch, one for every critique of
 every item in every presentation order, one per retry round for the samples that failed to parse,
-and one log-prob pass for the logprob parser.
+and one log-prob pass for the logprob parser (and one per retry round after a critique).
 """
 
 from __future__ import annotations
@@ -238,8 +238,10 @@ class CritiqueSampler:
                     SampleRecord(view=v.view, order=v.order, index=0, attempt=0, text="", parsed=None, error=None, tokens=0)
                 )
         if self.logprob is not None:
-            self._read_logprobs(views, self.logprob, mode)
-        else:
+            self._read_logprobs([(v, r) for v in views for r in v.records], self.logprob, mode)
+        if self.logprob is None or self.logprob.critique:
+            # Without a critique a reading is one deterministic pass over the same prompt: a retry
+            # would read the same log-probs again, so only critiques are re-sampled.
             self._retry(views, tokens, mode)
         if self.spec.aggregate.type == "meta":
             self._meta_rate(samples, views, tokens)
@@ -289,7 +291,9 @@ class CritiqueSampler:
                     v.records.append(self._record(v, j, 0, g, mode))
 
     def _retry(self, views: list[View], tokens: list[int], mode: Mode) -> None:
-        """Re-sample failed parses with fresh seeds, all failures of a round in one call."""
+        """Re-sample failed parses with fresh seeds, all failures of a round in one call. With the
+        logprob parser a failure is a critique after which a candidate could not be read: the new
+        critique is read again (one log-prob pass per round)."""
         s = self.spec.sampling
         for attempt in range(1, self.spec.on_failure.retries + 1):
             # Only the latest attempt of a slot is retried; earlier failures stay on record.
@@ -305,13 +309,17 @@ class CritiqueSampler:
                 )
             sp = sampling_params(s, n=1).replace(temperature=max(s.temperature, self.spec.on_failure.retry_temperature))
             gens = self.engine.generate(reqs, sp)
+            fresh = []
             for (v, index), g in zip(failed, gens, strict=True):
                 tokens[v.item] += g.n_tokens
-                v.records.append(self._record(v, index, attempt, g, mode))
+                fresh.append((v, self._record(v, index, attempt, g, mode)))
+                v.records.append(fresh[-1][1])
+            if self.logprob is not None:
+                self._read_logprobs(fresh, self.logprob, mode)
 
-    def _read_logprobs(self, views: list[View], spec: LogprobParser, mode: Mode) -> None:
+    def _read_logprobs(self, slots: list[tuple[View, SampleRecord]], spec: LogprobParser, mode: Mode) -> None:
+        """Each record's score read off the candidates' log-probs after its critique, in one pass."""
         prefix, cands, values = logprob_candidates(spec, self.spec.mode, getattr(self.engine, "tokenize", None))
-        slots = [(v, r) for v in views for r in v.records]
         requests = []
         for v, r in slots:
             base = _sent(v)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
-from grm.data.prompts import PromptStream, load_prompts
+from grm.data.prompts import PromptStream, check_checklists, load_prompts
+from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
@@ -34,12 +35,15 @@ class Driver:
 
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
         self.algorithm = algorithm_of(self.cfg)
+        prompts = load_prompts(self.cfg.data)  # a bad row is refused before any actor starts
+        check_checklists(prompts, self.cfg.data, [j.spec for j in loaded.judges])
+        self.stream = PromptStream(prompts, self.cfg.seed, self.cfg.data.shuffle)
         self.roles = place_roles(loaded, self.algorithm, address)
         self.placement = self.roles.placement()
         recorder.write_placement(self.placement)
-        self.stream = PromptStream(load_prompts(self.cfg.data), self.cfg.seed, self.cfg.data.shuffle)
         self.watch = NodeWatch(ray, self.placement)
-        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch)
+        self.anchors = store_for(self.cfg, [j.spec for j in loaded.judges])  # groups.anchor: previous
+        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.anchors)
         self.weights = {j.name: j.weight for j in self.roles.judges}
         self.required = {j.name: j.required for j in self.roles.judges}
         self.start_step = 0
@@ -47,6 +51,8 @@ class Driver:
     def resume(self) -> None:
         state = self.recorder.resume_state(self.roles.policy)
         self.stream.restore(state["stream"])
+        if self.anchors is not None and state.get("anchors") is not None:
+            self.anchors.restore(state["anchors"])
         self.start_step = state["step"]
 
     def run(self) -> Path:
@@ -77,6 +83,8 @@ class Driver:
                 )
                 t_prev = now
                 self.recorder.log_step(metrics, sample_rows(step, groups, row_advantages(batch)))
+                if self.anchors is not None:  # trained and logged: later steps may compare with its answers
+                    remember(self.anchors, step + 1, groups)
                 self.scheduler.trained()
                 print_step(metrics, cfg.train.steps)
                 if metrics["masked"] > cfg.faults.max_masked_fraction * len(batch):
@@ -109,7 +117,12 @@ class Driver:
 
     def checkpoint(self, step: int) -> None:
         self.recorder.checkpoint(
-            step, self.roles.policy, self.stream, self.scheduler.untrained_prompts(), self.cfg.checkpoint.keep
+            step,
+            self.roles.policy,
+            self.stream,
+            self.scheduler.untrained_prompts(),
+            self.cfg.checkpoint.keep,
+            anchors=None if self.anchors is None else self.anchors.state(),
         )
 
     def lost(self, e: RoleLost) -> NoReturn:

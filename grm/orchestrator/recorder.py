@@ -146,9 +146,18 @@ class Recorder:
         for p in done[:-keep]:
             shutil.rmtree(p, ignore_errors=True)
 
-    def checkpoint(self, step: int, policy: Any, stream: PromptStream, untrained_prompts: int, keep: int) -> None:
+    def checkpoint(
+        self,
+        step: int,
+        policy: Any,
+        stream: PromptStream,
+        untrained_prompts: int,
+        keep: int,
+        anchors: dict[str, Any] | None = None,
+    ) -> None:
         """``checkpoints/step-N``: the policy's state and where the prompt stream stands, the prompts
-        taken for steps not yet trained given back. Written atomically; older ones pruned."""
+        taken for steps not yet trained given back, and the previous-anchor store (``anchors.json``,
+        when a judge uses one). Written atomically; older ones pruned."""
         import ray
 
         try:
@@ -156,6 +165,8 @@ class Recorder:
                 ray.get(policy.save.remote(str(tmp)))
                 state = {"step": step, "stream": stream.state_before(untrained_prompts)}
                 (tmp / "driver.json").write_text(json.dumps(state))
+                if anchors is not None:
+                    (tmp / "anchors.json").write_text(json.dumps(anchors, ensure_ascii=False))
         except (OSError, ray.exceptions.RayTaskError) as e:
             cause = getattr(e, "cause", None) or e  # what the policy actor's save raised
             latest = self.latest_checkpoint()
@@ -178,13 +189,15 @@ class Recorder:
 
     def resume_state(self, policy: Any) -> dict[str, Any]:
         """Load the latest complete checkpoint into ``policy``, drop log lines of later steps;
-        returns its driver state (step, stream)."""
+        returns its driver state (step, stream, and the previous-anchor store when one was saved)."""
         import ray
 
         ckpt = self.latest_checkpoint()
         if ckpt is None:
             raise RunError(f"{self.path}: no complete checkpoint to resume from")
         state = json.loads((ckpt / "driver.json").read_text())
+        if (ckpt / "anchors.json").exists():
+            state["anchors"] = json.loads((ckpt / "anchors.json").read_text())
         ray.get(policy.load.remote(str(ckpt)))
         self.truncate_after(state["step"])
         print(f"resuming {self.path} from {ckpt.name}", flush=True)
@@ -295,6 +308,7 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                     "advantage": advantages[r.id],
                     "judges": judges,
                     **({"anchor": g.anchor} if g.anchor is not None else {}),
+                    **({"previous_anchor": g.previous} if g.previous is not None else {}),
                 }
             )
     return rows

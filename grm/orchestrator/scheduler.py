@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.orchestrator.anchors import AnchorStore, attach
 from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.placement import JudgeHandle, Roles
 from grm.orchestrator.types import Group, JudgeCall, Replica, StepWork, rollouts_of
@@ -54,9 +55,19 @@ def least_loaded(replicas: list[Replica], in_flight: list[int], cap: int) -> Rep
 
 
 class Scheduler:
-    def __init__(self, cfg: PipelineSpec, roles: Roles, stream: PromptStream, ray: Any, watch: NodeWatch | None = None) -> None:
+    def __init__(
+        self,
+        cfg: PipelineSpec,
+        roles: Roles,
+        stream: PromptStream,
+        ray: Any,
+        watch: NodeWatch | None = None,
+        anchors: AnchorStore | None = None,
+    ) -> None:
         self.cfg, self.roles, self.stream, self.ray = cfg, roles, stream, ray
         self.watch = watch
+        self.anchors = anchors
+        """Earlier steps' greedy responses, for pairwise judges with ``groups.anchor: previous``."""
         self.queue: deque[StepWork] = deque()
         self.in_flight: StepWork | None = None
         self.next_submit = 0
@@ -200,6 +211,8 @@ class Scheduler:
         """Rollout chunk ``c`` is in: keep its groups and hand them to every judge."""
         work.landed[c], secs = self.ray.get(ref)
         work.rollout_s += secs
+        if self.anchors is not None:
+            attach(self.anchors, work.step + 1, work.landed[c])
         for judge in self.roles.judges:
             self._call(work, c, judge)
         if work.first_judge_start is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from grm.data.prompts import Prompt
 from grm.judges.types import JudgeResult, Sample
@@ -63,6 +63,10 @@ class Group:
     anchor: str | None = None
     """A greedy response to the prompt, never trained on, for pairwise judges that compare the
     group with it (``rollout.greedy_anchor``)."""
+    previous: dict[str, Any] | None = None
+    """The greedy response the policy gave this prompt in an earlier trained step (``text``,
+    ``policy_version``, ``step``), for pairwise judges with ``groups.anchor: previous``; None when
+    the run's store has none (``grm.orchestrator.anchors``)."""
 
     @property
     def informative(self) -> bool:
@@ -71,9 +75,14 @@ class Group:
 
     def samples(self) -> list[Sample]:
         out = [r.sample() for r in self.rollouts]
-        if self.anchor is not None:
+        extra: dict[str, Any] = {}
+        if self.anchor is not None:  # sampled with the group's weights
+            extra.update(anchor=self.anchor, anchor_version=self.rollouts[0].version if self.rollouts else None)
+        if self.previous is not None:
+            extra["previous_anchor"] = self.previous
+        if extra:
             for s in out:
-                s.metadata = {**s.metadata, "anchor": self.anchor}
+                s.metadata = {**s.metadata, **extra}
         return out
 
 

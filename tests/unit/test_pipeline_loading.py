@@ -140,3 +140,16 @@ def test_a_greedy_anchor_turns_on_the_greedy_rollout(tmp_path):
     loaded = load_pipeline(write(tmp_path, text))
     assert loaded.spec.rollout.greedy_anchor is True
     assert loaded.judges[0].spec.groups.strategy == "anchor"
+
+
+def test_a_previous_anchor_samples_greedy_answers_and_a_reference_fallback_needs_references(tmp_path):
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    judge = "  - {spec: builtin:pairwise-logprob, pool: a, overrides: [groups.strategy=anchor, groups.anchor=previous%s]}"
+    text = BASE.replace("  - {spec: builtin:numeric-answer}", judge % "")
+    loaded = load_pipeline(write(tmp_path, text))
+    assert loaded.spec.rollout.greedy_anchor is True  # the store is fed with each step's greedy answers
+    assert loaded.judges[0].spec.groups.fallback == "greedy"
+    no_refs = BASE.replace("  - {spec: builtin:numeric-answer}", judge % ", groups.fallback=reference")
+    no_refs = no_refs.replace("data: {prompts: prompts.jsonl}", "data: {prompts: prompts.jsonl, reference_field: null}")
+    with pytest.raises(ConfigError, match="groups.fallback: reference, for prompts not seen before.*reference_field is null"):
+        load_pipeline(write(tmp_path, no_refs))

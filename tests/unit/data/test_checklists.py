@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from grm.config import ConfigError
+from grm.config import ConfigError, load_judge
 from grm.config.pipeline import DataSpec
 from grm.config.resolve import load_pipeline
 from grm.data.checklists import read_checklist
 from grm.data.items import to_items
-from grm.data.prompts import Prompt, load_prompts
+from grm.data.prompts import Prompt, check_checklists, load_prompts
 from grm.data.sources import DataError
 
 
@@ -105,3 +105,17 @@ data: {prompts: p.jsonl}
         load_pipeline(tmp_path / "p.yaml")
     (tmp_path / "p.yaml").write_text(text.replace("prompts: p.jsonl", "prompts: p.jsonl, checklist_field: checklist"))
     assert load_pipeline(tmp_path / "p.yaml").judges[0].spec.checklist.source == "data"
+
+
+def test_grm_run_refuses_a_data_checklist_longer_than_the_judges_max_items_naming_the_row(tmp_path):
+    rows = [{"prompt": "a", "checklist": ["Is it a?"]}, {"prompt": "b", "checklist": ["One?", "Two?", "Three?"]}]
+    data = DataSpec(prompts=str(jsonl(tmp_path, rows)), checklist_field="checklist")
+    judge = load_judge("builtin:checklist-data-logprob")
+    short = load_judge("builtin:checklist-data-logprob", overrides=["checklist.max_items=2"])
+    prompts = load_prompts(data)
+    with pytest.raises(DataError, match=r"p.jsonl row 1: column 'checklist': 3 questions, more than judge .*max_items is 2\)"):
+        check_checklists(prompts, data, [short])
+    check_checklists(prompts, data, [judge])  # the shipped judge asks up to 6
+    check_checklists(
+        prompts, data, [load_judge("builtin:checklist-logprob", overrides=["checklist.max_items=2"])]
+    )  # writes its own

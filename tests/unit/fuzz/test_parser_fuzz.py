@@ -294,9 +294,12 @@ def test_shipped_judges_mask_and_count(name, texts):
 
 
 logprobs = st.one_of(
-    st.none(), st.floats(min_value=-1e4, max_value=0.0), st.sampled_from([0.0, -1e-300, -1e4, float("-inf"), float("nan")])
+    st.none(),
+    st.floats(min_value=-1e4, max_value=0.0),
+    st.sampled_from([0.0, -1e-300, -1e4, float("-inf"), float("nan"), 1e-9, 2.5]),
 )
-"""What an engine hands back for a candidate: a log-prob, or None/NaN/-inf when it could not read it."""
+"""What an engine hands back for a candidate: a log-prob, None/NaN/-inf when it could not read it,
+or an impossible positive one from a broken server."""
 
 
 @settings(max_examples=budget(150))

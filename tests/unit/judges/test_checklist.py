@@ -151,6 +151,20 @@ def test_data_checklist_missing_or_malformed_is_a_clear_error(tmp_path):
         judge.score(Sample(prompt="p", response="r", metadata={"checklist": ["q", {"question": "q2", "weight": 0}]}))
 
 
+def test_a_data_checklist_longer_than_max_items_is_refused_naming_the_item_never_cut(tmp_path):
+    """#18: max_items used to size only the deadline; the data's 3 questions were all asked of a judge
+    whose deadline allowed for 2."""
+    eng = ScriptedEngine(lambda *a: "", p_yes_by_question({"q1": [LN(0.9), LN(0.1)], "q2": [LN(0.5), LN(0.5)]}))
+    judge = build_judge(spec(tmp_path, "data", checklist={"max_items": 2}), tmp_path, eng)
+    with pytest.raises(
+        JudgeError, match=r"item x3: metadata.checklist: 3 questions, more than judge 'ck' asks \(its checklist.max_items is 2\)"
+    ):
+        judge.score(Sample(prompt="p", response="r", id="x3", metadata={"checklist": ["q1", "q2", "q3"]}))
+    assert eng.score_calls == 0  # refused before any reading
+    fits = judge.score(Sample(prompt="p", response="r", metadata={"checklist": ["q1", "q2"]}))
+    assert fits.score == pytest.approx(0.7) and [a["question"] for a in fits.checklist] == ["q1", "q2"]
+
+
 def test_render_shows_the_writing_and_one_prompt_per_question(tmp_path):
     s = Sample(prompt="What?", response="That.", metadata={"checklist": ["q1", "q2"]})
     written = build_judge(spec(tmp_path), tmp_path, ScriptedEngine(lambda *a: "")).render(s)

@@ -132,3 +132,35 @@ def test_the_deadline_counts_comparisons_not_responses(tmp_path):
     lim = call_limits(pair_spec(tmp_path, max_comparisons=4))
     assert lim.samples_in([4, 4, 1]) == 4 + 4 + 0  # capped at 4 of 6; a lone response has no partner
     assert call_limits(pair_spec(tmp_path, strategy="anchor")).samples_in([4, 1]) == 5
+
+
+def test_a_previous_anchor_is_the_earlier_answer_else_the_fallback_and_each_comparison_names_it(tmp_path):
+    eng = ScriptedEngine(longer_wins)
+    judge = build_judge(pair_spec(tmp_path, strategy="anchor", anchor="previous"), tmp_path, eng)
+    earlier = group(["a", "bbbb"], anchor="ccc")
+    for s in earlier:
+        s.metadata = {**s.metadata, "anchor_version": 7, "previous_anchor": {"text": "cc", "policy_version": 4, "step": 2}}
+    first_epoch = group(["a", "bbbb"], key="s1r0g1", anchor="ccc")
+    for s in first_epoch:
+        s.metadata = {**s.metadata, "anchor_version": 7}
+    got, fell_back = judge.score_groups([earlier, first_epoch])
+    assert all("cc" in shown(p) and "ccc" not in shown(p) for p in eng.prompts[:4])  # the earlier answer, not today's
+    assert all("ccc" in shown(p) for p in eng.prompts[4:])
+    assert [c["anchor"] for r in got for c in r.comparisons] == [{"source": "previous", "policy_version": 4, "step": 2}] * 2
+    assert [c["anchor"] for r in fell_back for c in r.comparisons] == [
+        {"source": "greedy", "policy_version": 7, "step": None}
+    ] * 2
+    # "a" loses to both anchors; "bbbb" beats "cc" and "ccc"
+    assert [r.reward > 0.5 for r in got] == [r.reward > 0.5 for r in fell_back] == [False, True]
+    by_reference = build_judge(pair_spec(tmp_path, strategy="anchor", anchor="previous", fallback="reference"), tmp_path, eng)
+    (out,) = by_reference.score_groups([group(["a", "bbbb"], reference="bb", key="s1r0g2", anchor="ccc")])
+    assert "bb" in shown(eng.prompts[-1]) and out[0].comparisons[0]["anchor"]["source"] == "reference"
+    # with neither an earlier answer nor the fallback: masked, nothing sent
+    calls = len(eng.calls)
+    (lost,) = by_reference.score_groups([group(["a"], key="s1r0g3")])
+    assert lost[0].masked and len(eng.calls) == calls
+
+
+def test_fallback_is_only_for_the_previous_anchor(tmp_path):
+    with pytest.raises(ValueError, match="fallback is for anchor 'previous'"):
+        pair_spec(tmp_path, strategy="anchor", anchor="greedy", fallback="reference")

@@ -81,10 +81,10 @@ def test_limits_are_strict_and_left_out_of_the_spec_hash():
     assert hash_spec(pointwise(sampling={"n": 2})) != hash_spec(pointwise())
 
 
-def test_a_logprob_parser_never_retries_and_may_skip_the_critique():
+def test_a_logprob_parser_retries_its_critique_and_may_skip_it():
     spec = pointwise(sampling={"n": 1, "max_new_tokens": 32}, on_failure={"retries": 1}, parser={"type": "logprob"})
-    assert tokens_per_sample(spec) == 32  # 1 view x 1 critique x 32, no retry budget
-    # the quickstart judge on a step of 8 prompts x 4 responses: 60 + 32 x (20 + 32 x 0.5) = 1212 s
-    assert call_limits(spec).deadline(32) == 1212.0
+    assert tokens_per_sample(spec) == 64  # 1 view x 1 critique x (1 + 1 retry) x 32
+    # the quickstart judge on a step of 8 prompts x 4 responses: 60 + 32 x (20 + 64 x 0.5) = 1724 s
+    assert call_limits(spec).deadline(32) == 1724.0
     no_critique = pointwise(sampling={"max_new_tokens": 1}, parser={"type": "logprob", "critique": False})
     assert tokens_per_sample(no_critique) == 0 and call_limits(no_critique).deadline(32) == 60 + 32 * 20

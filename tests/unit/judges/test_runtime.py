@@ -6,6 +6,7 @@ import re
 import pytest
 
 from grm.config import JudgeSpec
+from grm.config.judge import FailureSpec
 from grm.judges import JudgeError, Sample, build_judge
 from tests.unit.judges.fake_engine import ScriptedEngine
 
@@ -109,7 +110,7 @@ def test_pairwise_logprob_margins_cancel_position_bias(tmp_path):
     def lps(text, cands):
         a = re.search(r"A: (.*)", text).group(1)
         bonus = 0.5 if a == "good" else -0.5
-        return [math.log(0.5) + 2 + bonus, math.log(0.5)]
+        return [math.log(0.05) + 2 + bonus, math.log(0.05)]  # log-probs stay below 0: they are probabilities
 
     eng = ScriptedEngine(lambda *a: "", continuation_logprobs=lps)
     r = build_judge(spec, tmp_path, eng).score(Sample(prompt="q", responses=["bad", "good"]))
@@ -232,6 +233,51 @@ def test_unreadable_candidate_masks_and_counts_never_a_default(tmp_path):
     assert again.score is None and again.parse_failures == 1
     ok = ScriptedEngine(lambda *a: "", continuation_logprobs=lambda text, cands: [math.log(0.5), math.log(0.5), -50.0])
     assert build_judge(spec, tmp_path, ok).score(Sample(prompt="q", response="x")).score == pytest.approx(1.5, abs=1e-6)
+
+
+def test_a_positive_log_prob_is_a_counted_parse_failure_never_a_number(tmp_path):
+    """#18: a log-prob above 0 (a probability above 1) cannot come from a model; it used to be read
+    as a score (here 2.97, the top of the range, for a broken reading)."""
+    spec = _pointwise_logprob(tmp_path)
+    for bad in ([-0.1, 3.5, -3.0], [0.5, 0.5, 0.5]):
+        eng = ScriptedEngine(lambda *a: "", continuation_logprobs=lambda text, cands, b=bad: list(b))
+        r = build_judge(spec, tmp_path, eng).score(Sample(prompt="q", response="x"))
+        assert r.score is None and r.masked and r.parse_failures == 1, bad
+        assert "above 0" in r.samples[0].error
+    edge = ScriptedEngine(lambda *a: "", continuation_logprobs=lambda text, cands: [0.0, -math.inf, -math.inf][:3])
+    assert build_judge(spec, tmp_path, edge).score(Sample(prompt="q", response="x")).masked  # -inf: unread, as before
+    certain = ScriptedEngine(lambda *a: "", continuation_logprobs=lambda text, cands: [0.0, -40.0, -40.0])
+    assert build_judge(spec, tmp_path, certain).score(Sample(prompt="q", response="x")).score == pytest.approx(1.0)
+
+
+def test_a_critique_after_which_a_candidate_is_unread_is_resampled_like_a_text_parse_failure(tmp_path):
+    """#18: on_failure.retries used to be ignored by logprob judges with a critique: an unread
+    candidate (e.g. not among a server's top log-probs) masked the sample at once."""
+
+    def critique(text, j, call):
+        return "first thoughts" if call == 0 else "second thoughts"
+
+    def read(text, cands):  # the candidates are unread after the first critique only
+        return [None, None, None] if "first thoughts" in text else [math.log(0.1), math.log(0.1), math.log(0.8)]
+
+    spec = _pointwise_logprob(tmp_path, critique=True).model_copy(update={"on_failure": FailureSpec(retries=1)})
+    eng = ScriptedEngine(critique, continuation_logprobs=read)
+    r = build_judge(spec, tmp_path, eng).score(Sample(prompt="q", response="x"))
+    assert r.score == pytest.approx(0.1 * 1 + 0.1 * 2 + 0.8 * 3) and not r.masked
+    assert [(x.attempt, x.text, x.parsed is None) for x in r.samples] == [
+        (0, "first thoughts", True),
+        (1, "second thoughts", False),
+    ]
+    assert r.parse_failures == 1  # the failed reading is still counted
+    assert len(eng.calls) == 2 and eng.score_calls == 2  # the retry round: one generate call, one log-prob pass
+    no_retry = spec.model_copy(update={"on_failure": FailureSpec(retries=0)})
+    eng = ScriptedEngine(critique, continuation_logprobs=read)
+    assert build_judge(no_retry, tmp_path, eng).score(Sample(prompt="q", response="x")).masked and len(eng.calls) == 1
+    # no critique: the same prompt reads the same log-probs, so nothing is re-sampled (documented)
+    bare = _pointwise_logprob(tmp_path).model_copy(update={"on_failure": FailureSpec(retries=1)})
+    eng = ScriptedEngine(critique, continuation_logprobs=lambda text, cands: [None, None, None])
+    r = build_judge(bare, tmp_path, eng).score(Sample(prompt="q", response="x"))
+    assert r.masked and r.parse_failures == 1 and eng.calls == [] and eng.score_calls == 1
 
 
 @pytest.mark.parametrize(
