@@ -120,3 +120,21 @@ def test_eval_items_carry_constraints_automatically(tmp_path):
         to_items([{"prompt": "p", "response": "r", "constraints": [{"type": "x"}]}], mapping, "src")
     llmbar = {"input", "output_1", "output_2", "label", "constraints"}
     assert default_map("pairs.jsonl", llmbar)["constraints"] == "constraints"
+
+
+def test_a_pipeline_with_the_constraints_verifier_needs_the_constraints_column(tmp_path):
+    from grm.config import ConfigError
+    from grm.config.resolve import load_pipeline
+
+    text = """name: t
+pools: {a: {cpus: 1}}
+policy: {spec: builtin:smollm2-135m-instruct, pool: a}
+judges:
+  - {spec: builtin:constraints}
+data: {prompts: builtin:constraints-train}
+"""
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"p.yaml:5: judge 'constraints' verifies .* data.constraints_field is null"):
+        load_pipeline(tmp_path / "p.yaml")
+    (tmp_path / "p.yaml").write_text(text.replace("constraints-train}", "constraints-train, constraints_field: constraints}"))
+    assert load_pipeline(tmp_path / "p.yaml").judges[0].spec.rule.type == "constraints"
