@@ -1,10 +1,11 @@
 """Rule checkers for verifiable instruction constraints (``grm.data.constraints``): one pure
 function per constraint type, ``text -> bool``, and the strict verdict over a prompt's list.
 
-They are for evaluation and the upper-bound ``constraints`` verifier; a GRM judge trained against
+They are for evaluation and the upper-bound ``constraints`` verifier; the GRM a policy trains against
 never sees them. Definitions (documented so a failure can be read off the text):
 
-- a *word* is a whitespace-separated token with at least one letter or digit (``-`` alone is not one);
+- a *word* is a whitespace-separated token with at least one letter or digit (``-`` alone is not one;
+  a code fence's ```` ```json ```` is one);
 - a *bullet* is a line starting (after indentation) with ``*``, ``-`` or ``•`` and a space;
 - *paragraphs* are the non-empty blocks between blank lines;
 - *sentences* end at ``.``, ``!`` or ``?`` followed by whitespace, or at a line break; a
