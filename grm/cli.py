@@ -235,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FIELD=COLUMN",
-        help="map a column onto prompt, response, response_a, response_b, label, human_score, reference, id, checklist",
+        help="map a column onto prompt, response, response_a, response_b, label, human_score, reference, id, checklist, "
+        "constraints",
     )
     e.add_argument("--force", action="store_true", help="resume even if the recorded judges/data differ")
     e.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) rows that fail validation")

@@ -209,7 +209,10 @@ class PrinciplesSpec(Strict):
 class RuleSpec(Strict):
     """A deterministic verifier with the judge interface."""
 
-    type: Literal["numeric-answer", "exact-match", "regex-format", "length"]
+    type: Literal["numeric-answer", "exact-match", "regex-format", "length", "constraints"]
+    """``constraints``: the sample's verifiable instruction constraints (``metadata.constraints``:
+    ``data.constraints_field`` in a pipeline, the ``constraints`` column in ``grm eval``) all hold
+    (1.0) or not (0.0), per type in ``JudgeResult.details``; a sample without them is masked."""
     pattern: str | None = None
     """(regex-format) the response must match this regex (search) to score 1."""
     tolerance: float = 1e-6
@@ -292,7 +295,7 @@ class JudgeSpec(Strict):
         check_checklist_judge(self)
         if self.mode == "rule":
             if self.rule is None:
-                raise ValueError("mode 'rule' needs a rule: {type: numeric-answer|exact-match|regex-format|length}")
+                raise ValueError("mode 'rule' needs a rule: {type: numeric-answer|exact-match|regex-format|length|constraints}")
             return self
         if self.rule is not None:
             raise ValueError(f"rule is only for mode 'rule' (mode is '{self.mode}')")

@@ -16,7 +16,7 @@ SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines":
 
 _PKG = Path(__file__).resolve().parents[1]
 
-BUILTIN_DATA_SETS = ("arith-pairs", "arith-prompts")
+BUILTIN_DATA_SETS = ("arith-pairs", "arith-prompts", "constraints-train", "constraints-heldout", "constraints-pairs")
 """Names of ``grm.data.builtin``'s generated sets (``builtin:NAME`` as a data source). Listed here so
 that validating a config never imports the data package; a unit test keeps the two in step."""
 

@@ -82,6 +82,11 @@ class DataSpec(Strict):
     (``checklist.source: data``): a list of yes/no questions, or of ``{question, weight}`` objects
     (JSON text in a CSV cell). Every row must have one; a missing or malformed cell is an error
     naming its row when the data loads. None: no checklist is read."""
+    constraints_field: str | None = None
+    """Column holding each prompt's verifiable constraints, for the ``constraints`` rule verifier:
+    a list of ``{type, ...args}`` (``grm.data.constraints``; JSON text in a CSV cell). Every row must
+    have one; a missing or malformed cell is an error naming its row when the data loads. None: none
+    is read."""
     shuffle: bool = True
     """Shuffle prompts every epoch with the pipeline seed."""
     limit: int | None = Field(None, ge=1)

@@ -85,6 +85,11 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
                 f"{where}: judge '{judge.name}' reads each prompt's checklist from the data (checklist.source: data), "
                 "but data.checklist_field is null; name the column holding the checklists (e.g. checklist_field: checklist)"
             )
+        if judge.rule is not None and judge.rule.type == "constraints" and spec.data.constraints_field is None:
+            raise ConfigError(
+                f"{where}: judge '{judge.name}' verifies each prompt's constraints from the data, but "
+                "data.constraints_field is null; name the column holding them (e.g. constraints_field: constraints)"
+            )
         if judge.mode == "listwise" and spec.algorithm.group_size < 2:
             raise ConfigError(
                 f"{where}: judge '{judge.name}' is listwise: it scores a prompt's responses side by side "

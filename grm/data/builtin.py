@@ -4,6 +4,9 @@
 and a plausible wrong one (carry slip, off-by-one, operand swap), label = the correct side, which
 alternates so a judge that always picks one position scores 50%.
 ``arith-prompts``: arithmetic questions with reference answers, for RL pipelines and verifiers.
+``constraints-train`` / ``constraints-heldout``: instruction-following prompts with verifiable
+constraints, disjoint splits (``grm.data.constraints``); ``constraints-pairs``: a following and a
+breaking response per held-out prompt (``grm.data.constraint_pairs``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,31 @@ def arith_prompts(n: int = 256, seed: int = 0) -> list[dict[str, Any]]:
 SETS["arith-pairs"] = arith_pairs
 SETS["arith-prompts"] = arith_prompts
 
+
+# The constraint sets are imported when used: grm.data.constraints needs grm.data.sources, which
+# imports this module.
+def constraints_train() -> list[dict[str, Any]]:
+    from grm.data.constraints import constraints_train
+
+    return constraints_train()
+
+
+def constraints_heldout() -> list[dict[str, Any]]:
+    from grm.data.constraints import constraints_heldout
+
+    return constraints_heldout()
+
+
+def constraints_pairs() -> list[dict[str, Any]]:
+    from grm.data.constraint_pairs import constraints_pairs
+
+    return constraints_pairs()
+
+
+SETS["constraints-train"] = constraints_train
+SETS["constraints-heldout"] = constraints_heldout
+SETS["constraints-pairs"] = constraints_pairs
+
 DEFAULT_MAPS: dict[str, dict[str, str]] = {
     "arith-pairs": {
         "prompt": "input",
@@ -79,4 +107,15 @@ DEFAULT_MAPS: dict[str, dict[str, str]] = {
         "id": "id",
     },
     "arith-prompts": {"prompt": "prompt", "reference": "reference", "id": "id"},
+    "constraints-pairs": {
+        "prompt": "input",
+        "response_a": "output_1",
+        "response_b": "output_2",
+        "label": "label",
+        "id": "id",
+        "checklist": "checklist",
+        "constraints": "constraints",
+    },
+    "constraints-train": {"prompt": "prompt", "id": "id", "checklist": "checklist", "constraints": "constraints"},
+    "constraints-heldout": {"prompt": "prompt", "id": "id", "checklist": "checklist", "constraints": "constraints"},
 }

@@ -9,11 +9,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from grm.data import constraints
 from grm.data.builtin import DEFAULT_MAPS
 from grm.data.checklists import METADATA_KEY, read_checklist
 from grm.data.sources import DataError
 
-FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id", "checklist")
+FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id", "checklist", "constraints")
 LLMBAR_MAP = {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label"}
 
 
@@ -30,7 +31,7 @@ class EvalItem:
     reference: str | None = None
     input_hash: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    """What judges get as ``Sample.metadata``: the item's ``checklist`` when one is mapped."""
+    """What judges get as ``Sample.metadata``: the item's ``checklist`` and ``constraints`` when mapped."""
 
 
 def parse_map(pairs: list[str]) -> dict[str, str]:
@@ -49,7 +50,8 @@ def default_map(source: str, columns: set[str]) -> dict[str, str]:
     if source.startswith("builtin:"):
         return dict(DEFAULT_MAPS.get(source.removeprefix("builtin:"), {}))
     if {"input", "output_1", "output_2"} <= columns:
-        return dict(LLMBAR_MAP)
+        # a constraints column is carried whatever the layout: the constraints verifier needs it
+        return dict(LLMBAR_MAP) | ({"constraints": "constraints"} if "constraints" in columns else {})
     return {f: f for f in FIELDS if f in columns}
 
 
@@ -141,7 +143,11 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
     extra = {}
     if "checklist" in mapping:
         extra[METADATA_KEY] = read_checklist(col("checklist", required=False), f"{where}: column '{mapping['checklist']}'")
-    hashed = [prompt, responses, reference] + ([extra[METADATA_KEY]] if extra else [])  # items without one keep their hash
+    if "constraints" in mapping:
+        extra[constraints.METADATA_KEY] = constraints.read_constraints(
+            col("constraints", required=False), f"{where}: column '{mapping['constraints']}'"
+        )
+    hashed = [prompt, responses, reference] + [extra[k] for k in sorted(extra)]  # items without metadata keep their hash
     h = hashlib.sha256(json.dumps(hashed, ensure_ascii=False).encode()).hexdigest()[:16]
     return EvalItem(
         id=str(rid) if rid is not None else f"row-{index}",

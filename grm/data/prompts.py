@@ -9,6 +9,7 @@ from typing import Any
 
 from grm.config.judge import JudgeSpec
 from grm.config.pipeline import DataSpec
+from grm.data import constraints
 from grm.data.checklists import METADATA_KEY, check_length, read_checklist
 from grm.data.sources import DataError, load_rows
 
@@ -20,7 +21,8 @@ class Prompt:
     reference: str | None
     metadata: dict[str, Any] = field(default_factory=dict)
     """What judges get besides the text and reference (``Sample.metadata``): the prompt's
-    ``checklist`` (``data.checklist_field``), checked by ``grm.data.checklists``."""
+    ``checklist`` (``data.checklist_field``), checked by ``grm.data.checklists``, and its
+    ``constraints`` (``data.constraints_field``), checked by ``grm.data.constraints``."""
 
 
 def load_prompts(spec: DataSpec) -> list[Prompt]:
@@ -37,6 +39,10 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
         if spec.checklist_field:
             meta[METADATA_KEY] = read_checklist(
                 row.get(spec.checklist_field), f"{spec.prompts} row {i}: column '{spec.checklist_field}'"
+            )
+        if spec.constraints_field:
+            meta[constraints.METADATA_KEY] = constraints.read_constraints(
+                row.get(spec.constraints_field), f"{spec.prompts} row {i}: column '{spec.constraints_field}'"
             )
         out.append(
             Prompt(id=str(row.get("id", f"row-{i}")), text=text, reference=None if ref is None else str(ref), metadata=meta)

@@ -123,6 +123,7 @@ def cmd_try(args: argparse.Namespace) -> int:
             "verdict": r.verdict,
             "margin": r.margin,
             "positional_agreement": r.positional_agreement,
+            "details": r.details,
             "masked": r.masked,
             "parse_failures": r.parse_failures,
             "truncated": r.truncated,

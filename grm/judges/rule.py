@@ -1,7 +1,8 @@
 """Rule judges: deterministic verifiers (``grm.judges.verifiers``) behind the judge interface.
 
 No model and no critique: one record per sample holding the verifier's explanation. A missing
-reference is a failure (masked), a wrong answer is a score of 0.
+reference (or, for ``constraints``, missing constraints) is a failure (masked), a wrong answer is a
+score of 0.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from grm.config.judge import JudgeSpec
+from grm.data.constraints import METADATA_KEY
 from grm.engines.base import GenerationEngine
-from grm.judges import base
+from grm.judges import base, instructions
 from grm.judges.errors import JudgeError
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.verifiers import check
@@ -45,11 +47,17 @@ class RuleJudge:
         return base.spread_seconds([self._verify(s) for s in samples], t0)
 
     def _verify(self, s: Sample) -> JudgeResult:
-        score, why = check(self.rule, s.response or "", s.reference)
+        details = None
+        if self.rule.type == "constraints":
+            where = f"item {s.id}" if s.id is not None else "sample"
+            score, why, details = instructions.verify(s.metadata.get(METADATA_KEY), s.response or "", where)
+        else:
+            score, why = check(self.rule, s.response or "", s.reference)
         return JudgeResult(
             judge=self.spec.name,
             score=score,
             reward=score,
+            details=details,
             samples=[
                 SampleRecord(
                     view=0,

@@ -129,6 +129,9 @@ class JudgeResult:
     """(pairwise judge inside a group) this response's comparisons: against whom (a response index
     or ``"anchor"``), the swap-combined verdict and margin, both orders' margins, the outcome it
     counted as (None: masked) and the critiques of both orders."""
+    details: dict[str, float] | None = None
+    """(``constraints`` verifier) outcome per constraint type of the prompt, 1.0 held, 0.0 not
+    (e.g. ``{"lowercase": 1.0, "max_words": 0.0}``); the score is 1.0 iff all are 1.0."""
     samples: list[SampleRecord] = field(default_factory=list)
     parse_failures: int = 0
     """Samples whose output could not be parsed (retries included)."""

@@ -77,4 +77,4 @@ def check(rule: RuleSpec, response: str, reference: str | None) -> tuple[float |
         n, t = len(response.split()), rule.target_tokens or 1
         score = 1.0 if n <= t else max(0.0, 1.0 - (n - t) / t)
         return score, f"{n} words (target {t})"
-    raise ValueError(f"unknown rule {rule.type}")  # pragma: no cover
+    raise ValueError(f"rule {rule.type} is not checked here (constraints: grm.judges.instructions)")  # pragma: no cover

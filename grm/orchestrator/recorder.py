@@ -291,6 +291,7 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                         "parsed": [s.parsed for s in x.samples],
                         **({"comparisons": x.comparisons} if x.comparisons is not None else {}),
                         **({"checklist": x.checklist} if x.checklist is not None else {}),
+                        **({"details": x.details} if x.details is not None else {}),
                     }
                 )
             rows.append(

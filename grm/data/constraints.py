@@ -1,0 +1,344 @@
+"""Instruction-following prompts with verifiable constraints (``builtin:constraints-train``,
+``builtin:constraints-heldout``), and the ``constraints`` cell that carries them.
+
+A prompt is an everyday task about a topic ("Give a few practical tips for repotting a cactus.")
+followed by one to three mutually compatible constraints, each stated as one instruction sentence
+("Answer in at most 40 words."). A row holds ``id``, ``prompt``, ``constraints`` (``[{"type":
+"max_words", "n": 40}, ...]``, what the rule checkers of ``grm.judges.instructions`` verify) and
+``checklist`` (one yes/no question per constraint, what a checklist judge reads as P(yes)).
+
+Train and held-out are disjoint by construction: every topic belongs to exactly one split (every
+fourth topic of ``TOPICS`` is held out) and every prompt text contains its topic verbatim, with
+topics written so that no held-out text contains a training topic or the reverse
+(``tests/unit/data/test_constraints.py`` checks that for several seeds, and that no prompt text
+occurs in both splits). Generation is deterministic by seed; within a split a drawn prompt whose
+text was already drawn is skipped, so texts are unique.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from grm.data.sources import DataError
+
+METADATA_KEY = "constraints"
+"""Where a sample's constraints travel to rule verifiers: ``Sample.metadata["constraints"]``."""
+
+ARGS: dict[str, dict[str, type]] = {
+    "lowercase": {},
+    "max_words": {"n": int},
+    "min_words": {"n": int},
+    "bullets": {"n": int},
+    "keyword": {"word": str},
+    "forbidden_word": {"word": str},
+    "end_phrase": {"phrase": str},
+    "start_phrase": {"phrase": str},
+    "no_commas": {},
+    "json_key": {"key": str},
+    "paragraphs": {"n": int},
+    "max_sentences": {"n": int},
+    "title": {},
+    "postscript": {},
+}
+"""Every constraint type and the arguments it takes (all required, no others)."""
+
+INSTRUCTIONS: dict[str, str] = {
+    "lowercase": "Write your entire response in lowercase letters; no capital letters are allowed.",
+    "max_words": "Answer in at most {n} words.",
+    "min_words": "Your response should be at least {n} words long.",
+    "bullets": "Your response must contain exactly {n} bullet points, each on its own line starting with '* ' or '- '.",
+    "keyword": 'Include the word "{word}" somewhere in your response.',
+    "forbidden_word": 'Do not use the word "{word}" anywhere in your response.',
+    "end_phrase": 'End your response with the exact phrase "{phrase}" and write nothing after it.',
+    "start_phrase": 'Begin your response with the exact words "{phrase}".',
+    "no_commas": "Do not use any commas in your response.",
+    "json_key": 'Format your entire response as a JSON object with a single key "{key}" whose value is your answer.',
+    "paragraphs": "Write exactly {n} paragraphs, separated from each other by a blank line.",
+    "max_sentences": "Use no more than {n} sentences.",
+    "title": "Give your response a title wrapped in double angular brackets, like <<my title>>.",
+    "postscript": 'At the end of your response, add a postscript that starts with "P.S."',
+}
+"""The sentence the prompt states each constraint with."""
+
+QUESTIONS: dict[str, str] = {
+    "lowercase": "Is the whole response written in lowercase letters, with no capital letters?",
+    "max_words": "Is the response at most {n} words long?",
+    "min_words": "Is the response at least {n} words long?",
+    "bullets": "Does the response contain exactly {n} bullet points?",
+    "keyword": 'Does the response include the word "{word}"?',
+    "forbidden_word": 'Does the response avoid the word "{word}" completely?',
+    "end_phrase": 'Does the response end with the exact phrase "{phrase}"?',
+    "start_phrase": 'Does the response begin with the exact words "{phrase}"?',
+    "no_commas": "Is the response free of commas?",
+    "json_key": 'Is the whole response a JSON object with the single key "{key}"?',
+    "paragraphs": "Does the response have exactly {n} paragraphs separated by blank lines?",
+    "max_sentences": "Does the response use no more than {n} sentences?",
+    "title": "Does the response have a title wrapped in double angular brackets, like <<title>>?",
+    "postscript": 'Does the response end with a postscript starting with "P.S."?',
+}
+"""The checklist question for each constraint: the instruction asked as yes/no."""
+
+_CONFLICTS = {
+    ("max_words", "min_words"),
+    ("min_words", "max_sentences"),
+    ("keyword", "forbidden_word"),  # compatible in principle (different words), kept apart for clarity
+    ("bullets", "json_key"),
+    ("bullets", "paragraphs"),
+    ("bullets", "max_sentences"),
+    ("json_key", "paragraphs"),
+    ("json_key", "max_sentences"),
+    ("json_key", "title"),
+    ("json_key", "postscript"),
+    ("json_key", "start_phrase"),
+    ("json_key", "end_phrase"),
+    ("paragraphs", "title"),
+    ("paragraphs", "postscript"),
+    ("paragraphs", "max_sentences"),
+    ("max_sentences", "postscript"),
+    ("title", "start_phrase"),
+    ("postscript", "end_phrase"),
+}
+"""Pairs never drawn together: contradictory (JSON only vs bullets, a start phrase vs a title
+first), or ambiguous to count (is a title a paragraph? is "P.S." a sentence?)."""
+
+
+def compatible(a: str, b: str) -> bool:
+    return a != b and (a, b) not in _CONFLICTS and (b, a) not in _CONFLICTS
+
+
+# Argument pools, shared by both splits: held-out prompts test new topics and new combinations,
+# not new constraint kinds. Keywords and forbidden words never occur in topics, tasks or the
+# sentences ``grm.data.constraint_pairs`` writes, so its responses control them exactly.
+VALUES: dict[str, list[Any]] = {
+    "max_words": [40, 60, 80],
+    "min_words": [40, 60, 80],
+    "bullets": [2, 3, 4, 5],
+    "keyword": ["patience", "kindness", "routine", "weekend", "curiosity", "neighbor", "notebook", "sunlight", "laughter"],
+    "forbidden_word": ["very", "really", "basically", "stuff", "actually", "literally", "awesome", "definitely"],
+    "end_phrase": ["Is there anything else I can help with?", "Let me know how it goes.", "Happy to help."],
+    "start_phrase": ["Here is my answer:", "In short:", "My suggestion:"],
+    "json_key": ["answer", "response", "reply"],
+    "paragraphs": [2, 3],
+    "max_sentences": [2, 3, 4, 5],
+}
+
+TASKS = [
+    "Write a short note to a friend about {topic}.",
+    "Give a few practical tips for {topic}.",
+    "Explain the basics of {topic} to a beginner.",
+    "Describe what a good first week of {topic} looks like.",
+    "Write a short blog post about {topic}.",
+    "Suggest a simple plan for {topic}.",
+    "List the main benefits of {topic}.",
+    "Share some common mistakes people make when {topic}.",
+    "Write an encouraging message to someone who is nervous about {topic}.",
+    "Summarize what someone needs to know before {topic}.",
+    "Describe how to get started with {topic} on a small budget.",
+    "Write a short paragraph for a community newsletter about {topic}.",
+    "Give advice to a teenager who is interested in {topic}.",
+    "Explain how to make {topic} a regular habit.",
+    "Compare doing {topic} alone and with others.",
+    "Write a brief guide to {topic} for busy parents.",
+]
+"""Everyday tasks; ``{topic}`` is a gerund phrase."""
+
+TOPICS = [
+    "planning a picnic",
+    "keeping houseplants alive",
+    "learning to cook rice",
+    "saving money on groceries",
+    "training a puppy",
+    "starting a vegetable garden",
+    "organizing a closet",
+    "preparing for a job interview",
+    "riding a bike to work",
+    "baking bread at home",
+    "learning a second language",
+    "hosting a board game night",
+    "packing for a camping trip",
+    "writing a thank you card",
+    "cleaning a kitchen",
+    "running a first 5k race",
+    "choosing a good book",
+    "making a weekly meal plan",
+    "taking care of a cat",
+    "decorating a small apartment",
+    "learning to swim",
+    "planting flowers in spring",
+    "fixing a flat tire",
+    "going on a road trip",
+    "meditating every morning",
+    "brewing tea",
+    "moving to a new city",
+    "volunteering at an animal shelter",
+    "starting a book club",
+    "sleeping better at night",
+    "drawing with pencils",
+    "visiting a museum with kids",
+    "making friends as an adult",
+    "reducing screen time",
+    "recycling at home",
+    "learning to play guitar",
+    "painting a bedroom",
+    "shopping for a used car",
+    "walking in the mountains",
+    "writing a diary",
+    "cooking for a large family",
+    "keeping a fish tank",
+    "studying for an exam",
+    "sewing on a button",
+    "teaching a child to read",
+    "building a bird feeder",
+    "watching the stars",
+    "making homemade soup",
+    "waking up early",
+    "writing a short poem",
+    "caring for a lawn",
+    "taking better photos with a phone",
+    "preparing a birthday party",
+    "learning to knit",
+    "staying hydrated",
+    "traveling by train",
+    "composting kitchen scraps",
+    "stretching after exercise",
+    "planning a family reunion",
+    "fishing at a lake",
+    "making a scrapbook",
+    "raising backyard chickens",
+    "learning to juggle",
+    "repotting a cactus",
+    "cycling in the rain",
+    "writing a cover letter",
+    "making pancakes",
+    "baking cookies with children",
+    "climbing at an indoor gym",
+    "sharing a flat with roommates",
+    "growing herbs on a windowsill",
+    "folding paper cranes",
+    "caring for a hamster",
+    "planning a garage sale",
+    "decluttering a garage",
+    "practicing public speaking",
+    "cooking with lentils",
+    "visiting a farmers market",
+    "buying a winter coat",
+    "flying a kite",
+]
+"""Every fourth topic (index % 4 == 3) is held out; see the module docstring."""
+
+TRAIN_TOPICS = [t for i, t in enumerate(TOPICS) if i % 4 != 3]
+HELDOUT_TOPICS = [t for i, t in enumerate(TOPICS) if i % 4 == 3]
+
+
+def draw_constraints(rng: random.Random, k: int) -> list[dict[str, Any]]:
+    """``k`` mutually compatible constraints with their arguments, in drawing order."""
+    chosen: list[str] = []
+    types = list(ARGS)
+    while len(chosen) < k:
+        options = [t for t in types if all(compatible(t, c) for c in chosen)]
+        chosen.append(rng.choice(options))
+    out = []
+    for t in chosen:
+        c: dict[str, Any] = {"type": t}
+        for arg in ARGS[t]:
+            c[arg] = rng.choice(VALUES[t])
+        out.append(c)
+    return out
+
+
+def instruction(c: dict[str, Any]) -> str:
+    return INSTRUCTIONS[c["type"]].format(**c)
+
+
+def question(c: dict[str, Any]) -> str:
+    return QUESTIONS[c["type"]].format(**c)
+
+
+def make_prompts(topics: list[str], n: int, seed: int, split: str) -> list[dict[str, Any]]:
+    """``n`` rows (id, prompt, topic, constraints, checklist) over ``topics``, deterministic by seed."""
+    rng = random.Random(f"constraints-{split}:{seed}")
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    while len(rows) < n:
+        topic = rng.choice(topics)
+        task = rng.choice(TASKS).format(topic=topic)
+        cons = draw_constraints(rng, rng.choices([1, 2, 3], weights=[3, 4, 3])[0])
+        text = " ".join([task] + [instruction(c) for c in cons])
+        if text in seen:
+            continue
+        seen.add(text)
+        rows.append(
+            {
+                "id": f"constraints-{split}-{len(rows)}",
+                "prompt": text,
+                "topic": topic,
+                "constraints": cons,
+                "checklist": [question(c) for c in cons],
+            }
+        )
+    return rows
+
+
+def constraints_train(n: int = 512, seed: int = 0) -> list[dict[str, Any]]:
+    return make_prompts(TRAIN_TOPICS, n, seed, "train")
+
+
+def constraints_heldout(n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    return make_prompts(HELDOUT_TOPICS, n, seed, "heldout")
+
+
+# ---------------------------------------------------------------- the constraints cell
+
+_SHAPE = 'a non-empty list of constraints, each {"type": ..., <its arguments>} (e.g. {"type": "max_words", "n": 40})'
+
+
+def read_constraints(value: Any, where: str) -> list[dict[str, Any]]:
+    """``value`` (a list, or that list as JSON text in a CSV cell) checked against ``ARGS``; a
+    ``DataError`` starting with ``where`` (e.g. ``"data.jsonl row 3: column 'constraints'"``) says
+    what is wrong. A type may occur once per prompt: per-type results are keyed by type."""
+    if value is None:
+        raise DataError(f"{where} is missing; expected {_SHAPE}")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise DataError(f"{where}: expected {_SHAPE}; found text that is not a JSON list: {_short(value)}") from None
+    if not isinstance(value, list) or not value:
+        raise DataError(f"{where}: expected {_SHAPE}; found {_short(value)}")
+    out = [_constraint(c, f"{where} item {k}") for k, c in enumerate(value)]
+    types = [c["type"] for c in out]
+    twice = sorted({t for t in types if types.count(t) > 1})
+    if twice:
+        raise DataError(f"{where}: constraint type(s) {twice} occur more than once; each type may occur once per prompt")
+    return out
+
+
+def _constraint(c: Any, where: str) -> dict[str, Any]:
+    if not isinstance(c, dict):
+        raise DataError(f"{where}: expected an object with 'type' and its arguments, found {_short(c)}")
+    kind = c.get("type")
+    if kind not in ARGS:
+        raise DataError(f"{where}: unknown constraint type {_short(kind)}; known: {', '.join(ARGS)}")
+    want = ARGS[kind]
+    unknown = sorted(set(c) - {"type"} - set(want))
+    if unknown:
+        raise DataError(f"{where}: '{kind}' takes {sorted(want) or 'no arguments'}, not {unknown}")
+    out: dict[str, Any] = {"type": kind}
+    for arg, typ in want.items():
+        v = c.get(arg)
+        if typ is int:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise DataError(f"{where}: '{kind}' needs '{arg}', a whole number >= 1; found {_short(v)}")
+        elif not isinstance(v, str) or not v.strip():
+            raise DataError(f"{where}: '{kind}' needs '{arg}', a non-empty string; found {_short(v)}")
+        else:
+            v = v.strip()
+        out[arg] = v
+    return out
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."

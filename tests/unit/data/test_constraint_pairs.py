@@ -1,0 +1,43 @@
+"""``builtin:constraints-pairs``: every following response follows every constraint and every
+breaking one breaks exactly the one it names, by the rule checkers; lengths do not give it away."""
+
+from collections import Counter
+
+from grm.data.constraint_pairs import constraints_pairs, length_stats
+from grm.data.constraints import constraints_heldout
+from grm.data.items import default_map, to_items
+from grm.data.sources import load_rows
+from grm.judges.instructions import check_all
+
+
+def test_every_pair_is_verified_by_the_checkers():
+    rows = load_rows("builtin:constraints-pairs")
+    held = {r["prompt"] for r in constraints_heldout()}
+    assert len(rows) == 200  # one pair per held-out prompt
+    for r in rows:
+        assert r["input"] in held
+        good, bad = r[f"output_{r['label']}"], r[f"output_{3 - r['label']}"]
+        assert set(check_all(r["constraints"], good).values()) == {1.0}, (r["id"], good)
+        failed = [t for t, ok in check_all(r["constraints"], bad).items() if not ok]
+        assert failed == [r["broken"]], (r["id"], failed, bad)
+
+
+def test_labels_alternate_and_which_constraint_breaks_varies():
+    rows = constraints_pairs()
+    assert [r["label"] for r in rows[:4]] == [1, 2, 1, 2]
+    assert Counter(r["label"] for r in rows) == {1: 100, 2: 100}
+    broken = Counter(r["broken"] for r in rows)
+    assert len(broken) == 14 and max(broken.values()) < 0.2 * len(rows)  # every type, none dominating
+
+
+def test_the_longer_response_is_no_hint():
+    stats = length_stats(constraints_pairs())
+    assert 0.4 <= stats["pass_longer"] <= 0.6, stats  # "pick the longer" stays near chance
+
+
+def test_deterministic_and_mapped_for_grm_eval():
+    assert constraints_pairs(20, seed=2) == constraints_pairs(20, seed=2)
+    rows = constraints_pairs(8)
+    items, _ = to_items(rows, default_map("builtin:constraints-pairs", set(rows[0])), "builtin:constraints-pairs")
+    assert items[0].kind == "pair" and items[0].label == 1
+    assert set(items[0].extra) == {"checklist", "constraints"}
