@@ -15,6 +15,7 @@ import yaml
 from grm.base import append_jsonl, atomic_dir, atomic_write_text, read_jsonl, rewrite_jsonl
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.judges.cost import JudgeCost
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.types import Group, StepWork, rollouts_of
 
@@ -211,9 +212,9 @@ def step_metrics(
     version: int,
 ) -> dict[str, Any]:
     """One metrics.jsonl line: rewards (overall and per judge), masking, lengths and how rewards follow
-    them (``length_corr/...``), staleness, seconds
-    per phase and the judges' share of the step, samples and seconds per judge replica, advantage
-    and trainer statistics."""
+    them (``length_corr/...``), staleness, seconds per phase and the judges' share of the step,
+    samples and seconds per judge replica, what each judge's calls cost (``judge_cost/<judge>/...``),
+    advantage and trainer statistics."""
     rollouts = rollouts_of(groups)
     rewards = [x for g in groups for x in g.rewards]
     valid = [x for x in rewards if not math.isnan(x)]
@@ -255,6 +256,7 @@ def step_metrics(
         m[f"parse_failures/{name}"] = sum(x.parse_failures for x in res if x is not None)
         m[f"judge_truncated/{name}"] = sum(x.truncated for x in res if x is not None)  # responses cut to fit its context
         m[f"judge_timeouts/{name}"] = work.judge_timeouts.get(name, 0)  # calls past their deadline (re-issued, then masked)
+        m.update(work.judge_cost.get(name, JudgeCost()).metrics(name))  # calls, retries, tokens, seconds (grm.judges.cost)
     return m
 
 

@@ -28,9 +28,10 @@ from typing import Any, NamedTuple
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.judges.cost import JudgeCost
 from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.placement import JudgeHandle, Roles
-from grm.orchestrator.types import Group, JudgeCall, Replica, StepWork, rollouts_of
+from grm.orchestrator.types import Group, JudgeCall, Judged, Replica, StepWork, rollouts_of
 
 
 class Interrupted(Exception):
@@ -135,6 +136,8 @@ class Scheduler:
         groups = self.collect(extra, prepare=False)
         for name, n in extra.judge_timeouts.items():
             work.judge_timeouts[name] = work.judge_timeouts.get(name, 0) + n
+        for name, cost in extra.judge_cost.items():
+            work.judge_cost.setdefault(name, JudgeCost()).add(cost)
         for key, n in extra.replica_items.items():
             work.replica_items[key] = work.replica_items.get(key, 0) + n
             work.replica_s[key] = work.replica_s.get(key, 0.0) + extra.replica_s[key]
@@ -234,11 +237,13 @@ class Scheduler:
             self.running[call.pending] = issued
             in_flight[rep.index] += 1
 
-    def _finish(self, work: StepWork, call: JudgeCall, results: Any) -> None:
+    def _finish(self, work: StepWork, call: JudgeCall, judged: Judged) -> None:
         assert call.submitted_at is not None
         secs = time.perf_counter() - call.submitted_at
+        results, cost = judged
         call.pending, call.results = None, results
         work.judge_s[call.judge] = work.judge_s.get(call.judge, 0.0) + secs
+        work.judge_cost.setdefault(call.judge, JudgeCost()).add(cost)
         if call.replica is not None:  # an actor judge: per-replica counts
             n, key = sum(len(g.rollouts) for g in work.landed[call.chunk]), f"{call.judge}/{call.replica}"
             work.replica_items[key] = work.replica_items.get(key, 0) + n
