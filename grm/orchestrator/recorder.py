@@ -302,12 +302,6 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
     return rows
 
 
-def print_step(m: dict[str, Any], steps: int) -> None:
-    from rich.console import Console
-
-    Console().print(console_line(m, steps), highlight=False)
-
-
 def console_line(m: dict[str, Any], steps: int) -> str:
     return (
         f"[bold]step {m['step']}/{steps}[/] reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} "

@@ -30,6 +30,7 @@ from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.judges.cost import JudgeCost
 from grm.orchestrator.health import NodeWatch
+from grm.orchestrator.live import NoProgress, StepProgress
 from grm.orchestrator.placement import JudgeHandle, Roles
 from grm.orchestrator.types import Group, JudgeCall, Judged, Replica, StepWork, rollouts_of
 
@@ -55,9 +56,19 @@ def least_loaded(replicas: list[Replica], in_flight: list[int], cap: int) -> Rep
 
 
 class Scheduler:
-    def __init__(self, cfg: PipelineSpec, roles: Roles, stream: PromptStream, ray: Any, watch: NodeWatch | None = None) -> None:
+    def __init__(
+        self,
+        cfg: PipelineSpec,
+        roles: Roles,
+        stream: PromptStream,
+        ray: Any,
+        watch: NodeWatch | None = None,
+        progress: StepProgress | None = None,
+    ) -> None:
         self.cfg, self.roles, self.stream, self.ray = cfg, roles, stream, ray
         self.watch = watch
+        self.progress: StepProgress = progress or NoProgress()
+        """Told of every landed chunk and finished judge call (the live display)."""
         self.queue: deque[StepWork] = deque()
         self.in_flight: StepWork | None = None
         self.next_submit = 0
@@ -199,6 +210,7 @@ class Scheduler:
         """Rollout chunk ``c`` is in: keep its groups and hand them to every judge."""
         work.landed[c], secs = self.ray.get(ref)
         work.rollout_s += secs
+        self.progress.landed(work.step, sum(len(g.rollouts) for g in work.landed[c]))
         for judge in self.roles.judges:
             self._call(work, c, judge)
         if work.first_judge_start is None:
@@ -244,8 +256,10 @@ class Scheduler:
         call.pending, call.results = None, results
         work.judge_s[call.judge] = work.judge_s.get(call.judge, 0.0) + secs
         work.judge_cost.setdefault(call.judge, JudgeCost()).add(cost)
+        n = sum(len(g.rollouts) for g in work.landed[call.chunk])
+        self.progress.judged(work.step, call.judge, call.replica, n)
         if call.replica is not None:  # an actor judge: per-replica counts
-            n, key = sum(len(g.rollouts) for g in work.landed[call.chunk]), f"{call.judge}/{call.replica}"
+            key = f"{call.judge}/{call.replica}"
             work.replica_items[key] = work.replica_items.get(key, 0) + n
             work.replica_s[key] = work.replica_s.get(key, 0.0) + secs
             self.replicas[call.judge][call.replica].items += n
