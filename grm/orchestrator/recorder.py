@@ -15,7 +15,7 @@ import yaml
 from grm.base import append_jsonl, atomic_dir, atomic_write_text, read_jsonl, rewrite_jsonl
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
-from grm.judges.cost import JudgeCost
+from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.types import Group, StepWork, rollouts_of
 
@@ -122,6 +122,7 @@ class Recorder:
             lines.append(
                 "| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |"
             )
+        lines += cost_table(ms)
         lines += ["", "Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
         (self.path / "report.md").write_text("\n".join(lines))
         return self.path / "report.md"
@@ -300,6 +301,35 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                 }
             )
     return rows
+
+
+def cost_table(ms: list[dict[str, Any]]) -> list[str]:
+    """report.md lines: what each judge's calls cost over the run (``judge_cost/<judge>/...``), in
+    total and per step; none when no step recorded any."""
+    judges = list(dict.fromkeys(k.split("/")[1] for m in ms for k in m if k.startswith("judge_cost/")))
+    if not judges:
+        return []
+    fields = [*COUNTS, "seconds"]
+    usage = sorted({k.rsplit("/", 1)[1] for m in ms for k in m if k.startswith("judge_cost/") and "/usage_" in k})
+    cols = ["judge", *fields, *usage]
+    out = ["", "## Judge cost", "", "Over the run (per step in brackets). " + COST_WORDS, ""]
+    out += ["| " + " | ".join(c.replace("_", " ") for c in cols) + " |", "|" + "---|" * len(cols)]
+    for name in judges:
+        cells = [name]
+        for f in cols[1:]:
+            vals = [m.get(f"judge_cost/{name}/{f}") or 0 for m in ms]
+            tot = sum(vals)
+            cells.append(f"{tot:.1f} ({tot / len(ms):.1f})" if f == "seconds" else f"{tot} ({tot / len(ms):.1f})")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+COST_WORDS = (
+    "calls: model calls (one per sampled critique, parse retry, principles or checklist writing, and per log-prob "
+    "reading; a rule verifier: one per sample); retries: of those, re-samples of unparseable outputs; tokens as the "
+    "engine reports them; seconds: inside the judge; usage_*: what an OpenAI-compatible server reported. Calls "
+    "abandoned past their deadline are not counted."
+)
 
 
 def console_line(m: dict[str, Any], steps: int) -> str:

@@ -217,3 +217,11 @@ def test_judge_cost_is_summed_per_step_per_judge_and_logged():
     # a refill round's calls count toward the step that asked for it
     sched.more(work, salt=1)
     assert work.judge_cost["rule"].calls == 12
+    # report.md: totals over the run and per step
+    from grm.orchestrator.recorder import cost_table
+
+    lines = cost_table([m, m])
+    assert "## Judge cost" in lines
+    row = next(ln for ln in lines if ln.startswith("| model |"))
+    assert row.split(" | ")[1] == "12 (6.0)"  # calls: 6 per step over two steps
+    assert cost_table([{"step": 1}]) == []
