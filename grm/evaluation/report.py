@@ -268,7 +268,7 @@ def cost_rows(m: dict[str, Any]) -> list[dict[str, str]]:
             "retries": str(c["retries"]),
             "prompt tok": str(c["prompt_tokens"]),
             "gen tok": str(c["generated_tokens"]),
-            "seconds": f"{c['seconds']:.1f}",
+            "seconds": f"{c['seconds']:.2f}",
         }
         if u:
             row["server req"] = str(u.get("requests", 0))

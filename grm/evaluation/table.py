@@ -61,7 +61,7 @@ def print_table(console: Any, rows: Sequence[dict[str, str]], title: str) -> Non
     if not rows:
         return
     if not console.is_terminal:
-        console.print(plain_table(rows, title), markup=False, highlight=False, soft_wrap=True)
+        console.print(plain_table(rows, title) + "\n", markup=False, highlight=False, soft_wrap=True)
         return
     from rich.table import Table
 

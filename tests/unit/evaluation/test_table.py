@@ -64,5 +64,7 @@ def test_through_a_pipe_the_table_is_plain_text_one_line_per_row():
     lines = out.splitlines()
     assert lines[0] == "Evaluation report (out)"
     assert lines[1].split() == "judge n acc1 acc2 avg swap agree picks longer acc|shorter spearman fail masked cut j/s".split()
-    assert len(lines) == 3 + 3 and lines[1].index("picks longer") == lines[3].index("0.750", lines[1].index("picks longer"))
-    assert out == plain_table(rows(), "Evaluation report (out)") + "\n"
+    assert len(lines) == 3 + 3 + 1 and lines[-1] == ""  # title, header, rule, 3 rows, a blank line
+    at = lines[1].index("picks longer")
+    assert lines[3].index("0.750", at) == at  # cells start under their header
+    assert out == plain_table(rows(), "Evaluation report (out)") + "\n\n"  # a blank line before what follows
