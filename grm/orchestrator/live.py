@@ -122,7 +122,7 @@ class RunDisplay:
         self.last = metrics
         self.step_seconds.append(metrics["seconds_step"])
         self.counts.pop(metrics["step"] - 1, None)
-        self.set_phase("next step")
+        self.set_phase("next step" if metrics["step"] < self.steps else "writing the checkpoint and report")
         self.console.print(console_line(metrics, self.steps), highlight=False)
 
     # ------------------------------------------------------------------ the panel
@@ -141,6 +141,7 @@ class RunDisplay:
 
         now = time.perf_counter()
         eta = self.eta_s()
+        finished = self.last is not None and self.last["step"] >= self.steps
         head = (
             f"[bold]step {self.step + 1}/{self.steps}[/]  elapsed {_clock(now - self.started_at)}  "
             f"ETA {_clock(eta) if eta is not None else '-'}  |  {self.phase} {now - self.phase_at:.1f} s"
@@ -160,7 +161,7 @@ class RunDisplay:
         if self.phase == "training":
             bars.add_row("training", "", f"running {now - self.phase_at:.1f} s (micro-batches not reported)")
         ahead = self.counts.get(self.step + 1)
-        parts: list[Any] = [head, bars]
+        parts: list[Any] = [head] if finished else [head, bars]
         if ahead is not None:  # async: the next step's rollouts and judging overlap this one
             judged = " ".join(f"{k} {v}" for k, v in ahead.judged.items())
             parts.append(f"[dim]next step: {ahead.samples} samples landed; judged: {judged or '-'}[/]")

@@ -135,3 +135,9 @@ def test_live_mode_starts_and_stops_a_panel_and_keeps_step_lines():
     assert d._live is None
     out = buf.getvalue()
     assert "step 1/2" in out and "grm run quick" in out
+    # after the last step: no empty progress bars, what is left to do instead
+    feed(d, 1)
+    con = Console(force_terminal=True, width=120, record=True, file=io.StringIO())
+    con.print(d.render())
+    text = con.export_text()
+    assert "writing the checkpoint and report" in text and "samples" not in text and "step 2: reward" in text
