@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from grm.orchestrator.driver import run_pipeline
 
     try:
-        out = run_pipeline(args.pipeline, args.overrides, resume=args.resume, address=args.address)
+        out = run_pipeline(args.pipeline, args.overrides, resume=args.resume, address=args.address, no_live=args.no_live)
     except KeyboardInterrupt:
         _err("interrupted; a checkpoint was written; continue with --resume RUN_DIR")
         return 130
@@ -175,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="validate, connect to Ray and print the placement (roles, pools, bundles, nodes) without loading a model",
+    )
+    run.add_argument(
+        "--no-live",
+        action="store_true",
+        help="one line per step instead of the live panel (the default when stdout is not a terminal or CI is set)",
     )
     run.set_defaults(func=cmd_run)
 

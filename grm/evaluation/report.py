@@ -12,7 +12,9 @@ from typing import Any
 from grm.base import atomic_write_text, json_safe
 from grm.evaluation import metrics as M
 from grm.evaluation.length_control import LengthControl, controlled_margins, pair_margin
+from grm.evaluation.table import print_table
 from grm.judges.aggregate import verdict_of
+from grm.judges.cost import JudgeCost, total
 from grm.judges.types import Verdict
 
 
@@ -41,6 +43,9 @@ def judge_metrics(lines: list[dict[str, Any]], length_control: LengthControl | N
     out["judgments_per_s"] = len(lines) / secs if secs > 0 else float("nan")
     scores = raw_scores(lines)
     out["score_mean"], out["score_std"] = M.mean_std(scores)
+    costed = [JudgeCost.from_dict(r["cost"]) for r in lines if r.get("cost")]
+    if costed:  # lines written before cost accounting carry none
+        out["cost"] = {**total(costed).to_dict(), "items": len(costed)}
 
     pairs = [r for r in lines if r["kind"] == "pair" and r["label"] is not None]
     if pairs:
@@ -240,6 +245,40 @@ def summary_rows(m: dict[str, Any], *, ci: bool = True) -> list[dict[str, str]]:
     return [{c: r.get(c, "") for c in cols} for r in rows]
 
 
+COST_NOTE = (
+    "calls: model calls (one per sampled critique, parse retry, principles or checklist writing, and per "
+    "log-prob reading; a rule verifier: one per sample); retries: of those, re-samples of unparseable outputs; "
+    "prompt/gen tok: tokens the engine reports; seconds: the judge's batches; server: what an OpenAI-compatible "
+    "server reported (requests incl. HTTP retries, prompt and completion tokens). Counted by this and earlier "
+    "runs into the same directory; results written before cost accounting count nothing."
+)
+
+
+def cost_rows(m: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per judge with what its calls cost (``judge_metrics``' ``cost``); empty if none has any."""
+    rows = []
+    for name, jm in m["judges"].items():
+        c = jm.get("cost")
+        if not c:
+            continue
+        u = c.get("usage") or {}
+        row = {
+            "judge": name,
+            "calls": str(c["calls"]),
+            "retries": str(c["retries"]),
+            "prompt tok": str(c["prompt_tokens"]),
+            "gen tok": str(c["generated_tokens"]),
+            "seconds": f"{c['seconds']:.2f}",
+        }
+        if u:
+            row["server req"] = str(u.get("requests", 0))
+            row["server prompt tok"] = str(u.get("prompt_tokens", 0))
+            row["server compl tok"] = str(u.get("completion_tokens", 0))
+        rows.append(row)
+    cols = list(dict.fromkeys(c for r in rows for c in r))
+    return [{c: r.get(c, "") for c in cols} for r in rows]
+
+
 def _save(fig: Any, out: Path, filename: str, caption: str) -> tuple[str, str]:
     import matplotlib.pyplot as plt
 
@@ -304,7 +343,6 @@ def write_outputs(
     length_control: LengthControl | None = None,
 ) -> dict[str, Any]:
     from rich.console import Console
-    from rich.table import Table
 
     m = compute(results, names, length_control)
     m.update(extra or {})
@@ -339,17 +377,19 @@ def write_outputs(
             "columns apply.",
             "",
         ]
+    costs = cost_rows(m)
+    if costs:
+        ccols = list(costs[0])
+        md += ["## Judge cost", "", "| " + " | ".join(ccols) + " |", "|" + "---|" * len(ccols)]
+        md += ["| " + " | ".join(r[c] for c in ccols) + " |" for r in costs]
+        md += ["", COST_NOTE, ""]
     if "ensemble" in m:
         md += ["## Agreement between judges (Cohen's kappa)", ""]
         md += [f"- {k}: {_fmt(v)}" for k, v in m["ensemble"]["kappa"].items()] + [""]
     for caption, fn in plots:
         md += [f"### {caption}", "", f"![{caption}]({fn})", ""]
     (out / "report.md").write_text("\n".join(md))
-    table = Table(title=f"{title} ({out})")
-    scols = list(short[0]) if short else []
-    for c in scols:
-        table.add_column(c, overflow="fold")
-    for r in short:
-        table.add_row(*[r.get(c, "") for c in scols])
-    (console or Console()).print(table)
+    console = console or Console()
+    print_table(console, short, f"{title} ({out})")
+    print_table(console, costs, "Judge cost")
     return m

@@ -25,6 +25,7 @@ from grm.data.sources import load_rows
 from grm.evaluation.length_control import LengthControl
 from grm.judges.aggregate import verdict_of
 from grm.judges.base import Judge
+from grm.judges.cost import JudgeCost, costed, split
 from grm.judges.errors import JudgeError
 from grm.judges.limits import call_limits
 from grm.judges.runtime import build_judge, load
@@ -83,8 +84,9 @@ def samples_for(judge: Judge, item: EvalItem) -> list[Sample]:
     return [Sample(response=item.responses[0], **base)]
 
 
-def summarize(judge: Judge, item: EvalItem, results: list[Any]) -> dict[str, Any]:
-    """One results.jsonl line: the item's final verdict/score plus every raw judgment."""
+def summarize(judge: Judge, item: EvalItem, results: list[Any], cost: JudgeCost | None = None) -> dict[str, Any]:
+    """One results.jsonl line: the item's final verdict/score plus every raw judgment, and its share
+    of its batch's cost (``grm.judges.cost.split``: counts sum exactly over the batch)."""
     mode = judge.spec.mode
     line: dict[str, Any] = {
         "judge": judge.name,
@@ -100,6 +102,8 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any]) -> dict[str, Any
         "samples_total": sum(len(r.samples) for r in results),
         "results": [r.to_dict() for r in results],
     }
+    if cost is not None:
+        line["cost"] = cost.to_dict()
     if item.kind == "pair":
         line["lengths"] = [len(r) for r in item.responses]  # characters; for the length-bias metrics
     line.update(outcome(mode, item.kind, results))
@@ -223,7 +227,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
                 flat = [s for ss in per_item for s in ss]
                 t_batch = time.perf_counter()
                 try:
-                    res = judge.score_batch(flat)
+                    res, cost = costed(judge, judge.score_batch, flat)
                 except JudgeError as e:
                     raise EvalError(f"judge '{judge.name}': {e}") from None
                 late = past_deadline(judge, len(flat), time.perf_counter() - t_batch)
@@ -231,8 +235,8 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
                     overruns[judge.name] += 1
                     progress.console.print(late, style="yellow", markup=False)
                 lines, k = [], 0
-                for it, ss in zip(chunk, per_item, strict=True):
-                    lines.append(summarize(judge, it, res[k : k + len(ss)]))
+                for it, ss, share in zip(chunk, per_item, split(cost, len(chunk)), strict=True):
+                    lines.append(summarize(judge, it, res[k : k + len(ss)], share))
                     k += len(ss)
                 append_jsonl(results_path, lines)
                 n_done += len(chunk)

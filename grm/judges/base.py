@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from grm.config.judge import GroupSpec, GuardSpec, JudgeSpec
 from grm.engines.base import GenerationEngine
+from grm.judges.cost import JudgeCost
 from grm.judges.templates import Template
 from grm.judges.types import JudgeResult, Sample
 
@@ -26,6 +27,9 @@ class Judge(Protocol):
     """Directory the spec's relative paths (templates, meta judge) resolve against."""
     spec_hash: str
     """First 16 hex digits of the spec's sha256: identifies the judge in results and resumes."""
+    cost: JudgeCost
+    """Running totals of its model calls, tokens and retries (``grm.judges.cost.costed`` takes one
+    call's share)."""
 
     @property
     def name(self) -> str: ...

@@ -31,6 +31,7 @@ from grm.data.sources import DataError
 from grm.engines.base import GenerationEngine, GenerationRequest
 from grm.judges import base
 from grm.judges.aggregate import final_attempts, vote
+from grm.judges.cost import JudgeCost
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import ParsedScore, expected_value, fail
 from grm.judges.sampler import CritiqueSampler, View, sampling_params
@@ -228,6 +229,11 @@ class ChecklistJudge:
     def engine(self) -> GenerationEngine:
         return self.sampler.engine
 
+    @property
+    def cost(self) -> JudgeCost:
+        """The sampler's running totals: the questions' readings and the checklists' writing."""
+        return self.sampler.cost
+
     def from_data(self, s: Sample, where: str) -> list[dict[str, Any]]:
         """A sample's own checklist (``metadata["checklist"]``), or a JudgeError naming the sample."""
         if METADATA_KEY not in s.metadata:
@@ -245,7 +251,11 @@ class ChecklistJudge:
 
     def checklists(self, samples: Sequence[Sample]) -> list[Checklist]:
         if self.writer is not None:
-            return self.writer.write(self.engine, samples) if samples else []
+            if not samples:
+                return []
+            lists = self.writer.write(self.sampler.metered, samples)
+            self.cost.retries += sum(r.attempt > 0 for c in lists for r in c.records)  # checklists written again
+            return lists
         return [Checklist(self.from_data(s, f"item {s.id if s.id is not None else k}")) for k, s in enumerate(samples)]
 
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:

@@ -15,6 +15,7 @@ from grm.config.judge import JudgeSpec
 from grm.engines.base import GenerationEngine
 from grm.judges import base
 from grm.judges.base import Judge
+from grm.judges.cost import JudgeCost
 from grm.judges.sampler import CritiqueSampler, Mode
 from grm.judges.types import JudgeResult, Sample
 
@@ -53,6 +54,10 @@ class ModelJudge:
     @property
     def engine(self) -> GenerationEngine:
         return self.sampler.engine
+
+    @property
+    def cost(self) -> JudgeCost:
+        return self.sampler.cost
 
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         return self.sampler.score_batch(samples, self.mode)

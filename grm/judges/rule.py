@@ -16,6 +16,7 @@ from grm.config.judge import JudgeSpec
 from grm.data.constraints import METADATA_KEY
 from grm.engines.base import GenerationEngine
 from grm.judges import base, instructions
+from grm.judges.cost import JudgeCost
 from grm.judges.errors import JudgeError
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.verifiers import check
@@ -32,6 +33,8 @@ class RuleJudge:
         self.base_dir = Path(base_dir) if base_dir else Path.cwd()
         self.spec_hash = base.hash_spec(spec)
         self._engine = engine  # judges nothing; named in provenance as for every judge
+        self.cost = JudgeCost()
+        """Calls only (one per sample verified): a verifier has no tokens."""
 
     @property
     def name(self) -> str:
@@ -44,6 +47,7 @@ class RuleJudge:
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         t0 = time.perf_counter()
         base.check_samples(self.spec, samples)
+        self.cost.calls += len(samples)
         return base.spread_seconds([self._verify(s) for s in samples], t0)
 
     def _verify(self, s: Sample) -> JudgeResult:

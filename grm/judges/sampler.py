@@ -24,6 +24,7 @@ from grm.config.paths import resolve_path
 from grm.config.policy import EngineSpec, OpenAIEngineSpec
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 from grm.judges.base import Judge, check_samples, hash_spec, provenance, spread_seconds
+from grm.judges.cost import JudgeCost, MeteredEngine
 from grm.judges.errors import JudgeError
 from grm.judges.guard import InputGuard, Lengths
 from grm.judges.parsers import ParsedScore, Parser, build_parser, logprob_candidates, read_candidates
@@ -124,6 +125,8 @@ class CritiqueSampler:
         if self.logprob is None:
             self.parser()  # a parser target that cannot be imported fails when the judge is built, not mid-batch
         self._meta: Judge | None = None
+        self.cost = JudgeCost()
+        """Running totals of the model calls of this judge (``grm.judges.cost``)."""
 
     def _load(self, ref: str) -> Template:
         try:
@@ -136,6 +139,11 @@ class CritiqueSampler:
         if self._engine is None:
             self._engine = shared_engine(self.spec.model or "", self.spec.engine)
         return self._engine
+
+    @property
+    def metered(self) -> MeteredEngine:
+        """The engine, counting every call into ``cost``: what the sampler sends its requests to."""
+        return MeteredEngine(self.engine, self.cost)
 
     def parser(self, expected: int | None = None) -> Parser:
         """The text parser for outputs holding ``expected`` scores (listwise), or any number (None)."""
@@ -224,7 +232,7 @@ class CritiqueSampler:
         principles: list[str | None] = [None] * len(samples)
         if self.spec.principles is not None:
             requests = [self._principles_request(s) for s in samples]
-            gens = self.engine.generate(requests, sampling_params(self.spec.principles.sampling))
+            gens = self.metered.generate(requests, sampling_params(self.spec.principles.sampling))
             principles = [g.text.strip() for g in gens]
             for i, g in enumerate(gens):
                 tokens[i] += g.n_tokens
@@ -283,7 +291,7 @@ class CritiqueSampler:
         """All critiques of the batch: one generate call per distinct n (usually one)."""
         for n in sorted({v.n for v in views}):
             group = [v for v in views if v.n == n]
-            gens = self.engine.generate([_sent(v) for v in group], sampling_params(self.spec.sampling, n=n))
+            gens = self.metered.generate([_sent(v) for v in group], sampling_params(self.spec.sampling, n=n))
             for v_idx, v in enumerate(group):
                 for j in range(n):
                     g = gens[v_idx * n + j]
@@ -308,7 +316,8 @@ class CritiqueSampler:
                     GenerationRequest(messages=base.messages, text=base.text, continue_final=base.continue_final, seed=seed)
                 )
             sp = sampling_params(s, n=1).replace(temperature=max(s.temperature, self.spec.on_failure.retry_temperature))
-            gens = self.engine.generate(reqs, sp)
+            gens = self.metered.generate(reqs, sp)
+            self.cost.retries += len(gens)
             fresh = []
             for (v, index), g in zip(failed, gens, strict=True):
                 tokens[v.item] += g.n_tokens
@@ -333,7 +342,7 @@ class CritiqueSampler:
                 requests.append(GenerationRequest(messages=msgs, continue_final=True))
             else:
                 requests.append(GenerationRequest(text=(base.text or "") + r.text + prefix))
-        scored = self.engine.score_continuations(requests, [cands] * len(requests))
+        scored = self.metered.score_continuations(requests, [cands] * len(requests))
         for (_, r), lps in zip(slots, scored, strict=True):
             r.candidate_logprobs = dict(zip(cands, lps, strict=True))
             read = read_candidates(mode.from_logprobs, r.candidate_logprobs, values)
@@ -365,7 +374,10 @@ class CritiqueSampler:
             )
         if not metas:
             return
-        for (v, r), res in zip(slots, self._meta.score_batch(metas), strict=True):
+        before = self._meta.cost.copy()
+        rated = self._meta.score_batch(metas)
+        self.cost.add(self._meta.cost.since(before))  # the meta judge's calls are this judge's cost
+        for (v, r), res in zip(slots, rated, strict=True):
             r.meta_rating = res.score
             tokens[v.item] += res.tokens
 

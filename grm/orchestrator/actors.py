@@ -11,7 +11,7 @@ from typing import Any
 
 import ray
 
-from grm.orchestrator.types import Group, GroupResults, Rollout
+from grm.orchestrator.types import Group, Judged, Rollout
 
 
 def _threads(n: int) -> None:
@@ -340,11 +340,14 @@ class JudgeActor(_HostsReference):
             self._load_reference(*reference)
 
     @ray.method(max_task_retries=0)
-    def score_groups(self, groups: Sequence[Sequence[Any]]) -> GroupResults:
+    def score_groups(self, groups: Sequence[Sequence[Any]]) -> Judged:
         """Per group of one prompt's responses, one result per response (the judge's mode decides
-        how: one call per response, one listwise call per group, ...). Not retried by Ray when the
-        actor dies: the scheduler re-issues the call at once, to another replica if one is up."""
-        return self.judge.score_groups(groups)
+        how: one call per response, one listwise call per group, ...), and what the call cost. Not
+        retried by Ray when the actor dies: the scheduler re-issues the call at once, to another
+        replica if one is up."""
+        from grm.judges.cost import costed
+
+        return costed(self.judge, self.judge.score_groups, groups)
 
     def pid(self) -> int:
         return os.getpid()

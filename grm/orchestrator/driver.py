@@ -21,16 +21,17 @@ from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
+from grm.orchestrator.live import RunDisplay, live_wanted
 from grm.orchestrator.placement import place_roles
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
-from grm.orchestrator.recorder import Recorder, print_step, sample_rows, step_metrics
+from grm.orchestrator.recorder import Recorder, sample_rows, step_metrics
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 from grm.orchestrator.types import Group, StepWork
 
 
 class Driver:
-    def __init__(self, loaded: LoadedPipeline, recorder: Recorder, address: str | None) -> None:
+    def __init__(self, loaded: LoadedPipeline, recorder: Recorder, address: str | None, live: bool = False) -> None:
         import ray
 
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
@@ -43,7 +44,10 @@ class Driver:
         recorder.write_placement(self.placement)
         self.watch = NodeWatch(ray, self.placement)
         self.anchors = store_for(self.cfg, [j.spec for j in loaded.judges])  # groups.anchor: previous
-        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.anchors)
+        a = self.cfg.algorithm
+        judges = {j.name: len(j.replicas) for j in self.roles.judges}
+        self.display = RunDisplay(self.cfg.name, self.cfg.train.steps, a.prompts_per_step * a.group_size, judges, live)
+        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.display, self.anchors)
         self.weights = {j.name: j.weight for j in self.roles.judges}
         self.required = {j.name: j.required for j in self.roles.judges}
         self.start_step = 0
@@ -59,10 +63,13 @@ class Driver:
         cfg, ray, policy = self.cfg, self.ray, self.roles.policy
         t_prev = time.perf_counter()
         step = self.start_step
+        show = self.display
+        show.start()
         try:
             for step in range(self.start_step, cfg.train.steps):
                 if self.scheduler.stop_requested:
                     raise Interrupted()
+                show.begin(step)
                 work = self.scheduler.take(step)
                 groups = self.scheduler.collect(work)  # rollout + judges
                 reward_stats = self.rewards(groups)  # rewards
@@ -72,10 +79,13 @@ class Driver:
                     if not same_groups(kept, groups):
                         groups, reward_stats = kept, self.rewards(kept)
                         self.scheduler.prepare(work, [r for g in groups for r in g.rollouts])
+                show.set_phase("reference")
                 batch, ref_s = self.scheduler.prepared(work)  # reference + values
                 version = ray.get(policy.version.remote())
                 batch, adv_stats = with_advantages(self.algorithm, batch, groups, version)  # advantages
+                show.set_phase("training")
                 train = self.scheduler.wait(policy.train.remote(batch))  # train
+                show.set_phase("weight sync")
                 sync_s = ray.get(policy.sync.remote())  # weight sync
                 now = time.perf_counter()
                 metrics = step_metrics(
@@ -86,7 +96,7 @@ class Driver:
                 if self.anchors is not None:  # trained and logged: later steps may compare with its answers
                     remember(self.anchors, step + 1, groups)
                 self.scheduler.trained()
-                print_step(metrics, cfg.train.steps)
+                show.done(metrics)
                 if metrics["masked"] > cfg.faults.max_masked_fraction * len(batch):
                     raise RunError(
                         f"step {step + 1}: {metrics['masked']} of {len(batch)} samples masked (> faults."
@@ -101,6 +111,8 @@ class Driver:
             raise KeyboardInterrupt() from None
         except (ray.exceptions.RayActorError, RoleLost) as e:  # a lost node says more than the actor it took
             self.lost(e if isinstance(e, RoleLost) else self.watch.lost() or actor_lost(e, self.roles, self.placement))
+        finally:
+            show.stop()
         self.checkpoint(cfg.train.steps)
         self.recorder.write_report()
         self.recorder.close()
@@ -141,15 +153,18 @@ class Driver:
         print("\nstop requested: checkpointing after the step in flight", flush=True)
 
 
-def run_pipeline(path: str, overrides: Sequence[str] = (), resume: str | None = None, address: str | None = None) -> Path:
-    """Validate, place and run a pipeline; returns the run directory."""
+def run_pipeline(
+    path: str, overrides: Sequence[str] = (), resume: str | None = None, address: str | None = None, no_live: bool = False
+) -> Path:
+    """Validate, place and run a pipeline; returns the run directory. A live panel shows progress on
+    a terminal unless ``no_live`` (``grm.orchestrator.live``)."""
     import ray
 
     loaded = load_pipeline(path, overrides)
     recorder = Recorder.create(loaded.spec, resume)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        driver = Driver(loaded, recorder, address)
+        driver = Driver(loaded, recorder, address, live_wanted(no_live))
         # installed after ray.init, whose own SIGTERM handler would otherwise abort without a checkpoint
         for s in handlers:
             signal.signal(s, driver.request_stop)

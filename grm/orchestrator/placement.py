@@ -236,8 +236,11 @@ class JudgeHandle:
         return judge_roles(self.name, len(self.replicas))[replica]
 
     def submit(self, groups: list[list[Sample]], replica: int = 0) -> Any:
+        """A local judge's ``Judged`` answer (results, cost), or a Ray ref to an actor's."""
         if self.local is not None:
-            return self.local.score_groups(groups)
+            from grm.judges.cost import costed
+
+            return costed(self.local, self.local.score_groups, groups)
         return self.replicas[replica].score_groups.remote(groups)
 
     def probe(self, replica: int) -> Any:

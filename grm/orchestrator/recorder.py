@@ -15,6 +15,7 @@ import yaml
 from grm.base import append_jsonl, atomic_dir, atomic_write_text, read_jsonl, rewrite_jsonl
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.types import Group, StepWork, rollouts_of
 
@@ -121,6 +122,7 @@ class Recorder:
             lines.append(
                 "| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |"
             )
+        lines += cost_table(ms)
         lines += ["", "Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
         (self.path / "report.md").write_text("\n".join(lines))
         return self.path / "report.md"
@@ -224,9 +226,9 @@ def step_metrics(
     version: int,
 ) -> dict[str, Any]:
     """One metrics.jsonl line: rewards (overall and per judge), masking, lengths and how rewards follow
-    them (``length_corr/...``), staleness, seconds
-    per phase and the judges' share of the step, samples and seconds per judge replica, advantage
-    and trainer statistics."""
+    them (``length_corr/...``), staleness, seconds per phase and the judges' share of the step,
+    samples and seconds per judge replica, what each judge's calls cost (``judge_cost/<judge>/...``),
+    advantage and trainer statistics."""
     rollouts = rollouts_of(groups)
     rewards = [x for g in groups for x in g.rewards]
     valid = [x for x in rewards if not math.isnan(x)]
@@ -268,6 +270,7 @@ def step_metrics(
         m[f"parse_failures/{name}"] = sum(x.parse_failures for x in res if x is not None)
         m[f"judge_truncated/{name}"] = sum(x.truncated for x in res if x is not None)  # responses cut to fit its context
         m[f"judge_timeouts/{name}"] = work.judge_timeouts.get(name, 0)  # calls past their deadline (re-issued, then masked)
+        m.update(work.judge_cost.get(name, JudgeCost()).metrics(name))  # calls, retries, tokens, seconds (grm.judges.cost)
     return m
 
 
@@ -315,10 +318,33 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
     return rows
 
 
-def print_step(m: dict[str, Any], steps: int) -> None:
-    from rich.console import Console
+def cost_table(ms: list[dict[str, Any]]) -> list[str]:
+    """report.md lines: what each judge's calls cost over the run (``judge_cost/<judge>/...``), in
+    total and per step; none when no step recorded any."""
+    judges = list(dict.fromkeys(k.split("/")[1] for m in ms for k in m if k.startswith("judge_cost/")))
+    if not judges:
+        return []
+    fields = [*COUNTS, "seconds"]
+    usage = sorted({k.rsplit("/", 1)[1] for m in ms for k in m if k.startswith("judge_cost/") and "/usage_" in k})
+    cols = ["judge", *fields, *usage]
+    out = ["", "## Judge cost", "", "Over the run (per step in brackets). " + COST_WORDS, ""]
+    out += ["| " + " | ".join(c.replace("_", " ") for c in cols) + " |", "|" + "---|" * len(cols)]
+    for name in judges:
+        cells = [name]
+        for f in cols[1:]:
+            vals = [m.get(f"judge_cost/{name}/{f}") or 0 for m in ms]
+            tot = sum(vals)
+            cells.append(f"{tot:.1f} ({tot / len(ms):.1f})" if f == "seconds" else f"{tot} ({tot / len(ms):.1f})")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
-    Console().print(console_line(m, steps), highlight=False)
+
+COST_WORDS = (
+    "calls: model calls (one per sampled critique, parse retry, principles or checklist writing, and per log-prob "
+    "reading; a rule verifier: one per sample); retries: of those, re-samples of unparseable outputs; tokens as the "
+    "engine reports them; seconds: inside the judge; usage_*: what an OpenAI-compatible server reported. Calls "
+    "abandoned past their deadline are not counted."
+)
 
 
 def console_line(m: dict[str, Any], steps: int) -> str:

@@ -28,10 +28,12 @@ from typing import Any, NamedTuple
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.judges.cost import JudgeCost
 from grm.orchestrator.anchors import AnchorStore, attach
 from grm.orchestrator.health import NodeWatch
+from grm.orchestrator.live import NoProgress, StepProgress
 from grm.orchestrator.placement import JudgeHandle, Roles
-from grm.orchestrator.types import Group, JudgeCall, Replica, StepWork, rollouts_of
+from grm.orchestrator.types import Group, JudgeCall, Judged, Replica, StepWork, rollouts_of
 
 
 class Interrupted(Exception):
@@ -62,10 +64,13 @@ class Scheduler:
         stream: PromptStream,
         ray: Any,
         watch: NodeWatch | None = None,
+        progress: StepProgress | None = None,
         anchors: AnchorStore | None = None,
     ) -> None:
         self.cfg, self.roles, self.stream, self.ray = cfg, roles, stream, ray
         self.watch = watch
+        self.progress: StepProgress = progress or NoProgress()
+        """Told of every landed chunk and finished judge call (the live display)."""
         self.anchors = anchors
         """Earlier steps' greedy responses, for pairwise judges with ``groups.anchor: previous``."""
         self.queue: deque[StepWork] = deque()
@@ -146,6 +151,8 @@ class Scheduler:
         groups = self.collect(extra, prepare=False)
         for name, n in extra.judge_timeouts.items():
             work.judge_timeouts[name] = work.judge_timeouts.get(name, 0) + n
+        for name, cost in extra.judge_cost.items():
+            work.judge_cost.setdefault(name, JudgeCost()).add(cost)
         for key, n in extra.replica_items.items():
             work.replica_items[key] = work.replica_items.get(key, 0) + n
             work.replica_s[key] = work.replica_s.get(key, 0.0) + extra.replica_s[key]
@@ -213,6 +220,7 @@ class Scheduler:
         work.rollout_s += secs
         if self.anchors is not None:
             attach(self.anchors, work.step + 1, work.landed[c])
+        self.progress.landed(work.step, sum(len(g.rollouts) for g in work.landed[c]))
         for judge in self.roles.judges:
             self._call(work, c, judge)
         if work.first_judge_start is None:
@@ -251,13 +259,17 @@ class Scheduler:
             self.running[call.pending] = issued
             in_flight[rep.index] += 1
 
-    def _finish(self, work: StepWork, call: JudgeCall, results: Any) -> None:
+    def _finish(self, work: StepWork, call: JudgeCall, judged: Judged) -> None:
         assert call.submitted_at is not None
         secs = time.perf_counter() - call.submitted_at
+        results, cost = judged
         call.pending, call.results = None, results
         work.judge_s[call.judge] = work.judge_s.get(call.judge, 0.0) + secs
+        work.judge_cost.setdefault(call.judge, JudgeCost()).add(cost)
+        n = sum(len(g.rollouts) for g in work.landed[call.chunk])
+        self.progress.judged(work.step, call.judge, call.replica, n)
         if call.replica is not None:  # an actor judge: per-replica counts
-            n, key = sum(len(g.rollouts) for g in work.landed[call.chunk]), f"{call.judge}/{call.replica}"
+            key = f"{call.judge}/{call.replica}"
             work.replica_items[key] = work.replica_items.get(key, 0) + n
             work.replica_s[key] = work.replica_s.get(key, 0.0) + secs
             self.replicas[call.judge][call.replica].items += n

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from grm.data.prompts import Prompt
+from grm.judges.cost import JudgeCost
 from grm.judges.types import JudgeResult, Sample
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ def group_rollouts(rollouts: list[Rollout]) -> list[Group]:
 GroupResults = list[list[JudgeResult | None]]
 """A judge's answer for a list of groups: per group, one result per rollout."""
 
+Judged = tuple[GroupResults, JudgeCost]
+"""A judge call's answer and what it cost (``grm.judges.cost.costed``)."""
+
 
 @dataclass
 class JudgeCall:
@@ -149,6 +153,9 @@ class StepWork:
     """``<judge>/<replica>`` -> samples that replica judged for this step (actor judges only)."""
     replica_s: dict[str, float] = field(default_factory=dict)
     """``<judge>/<replica>`` -> seconds of that replica's finished calls for this step."""
+    judge_cost: dict[str, JudgeCost] = field(default_factory=dict)
+    """judge name -> what its finished calls for this step cost, measured inside the judge (a call
+    abandoned past its deadline is not counted: its answer never arrives)."""
     first_judge_start: float | None = None
     last_judge_end: float = 0.0
     prepared: ObjectRef | None = None

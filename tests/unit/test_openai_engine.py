@@ -167,3 +167,29 @@ def test_spec_needs_url_or_launch_and_key_comes_from_env(monkeypatch):
     monkeypatch.setenv("GRM_TEST_KEY", "k")
     eng = build_engine(spec.engine, "m")
     assert eng._headers["Authorization"] == "Bearer k" and "GRM_TEST_KEY" in spec.model_dump_json()
+
+
+def test_judge_cost_carries_the_servers_usage(server, tmp_path):
+    # the server answers every request with usage {prompt 7, completion 3}; two 503s first
+    from grm.config.judge import JudgeSpec
+    from grm.judges import Sample, build_judge
+    from grm.judges.cost import costed
+
+    (tmp_path / "t.j2").write_text("{# expects: prompt, response #}Q: {{ prompt }} A: {{ response }}")
+    spec = JudgeSpec(
+        name="remote",
+        mode="pointwise",
+        model="m",
+        template="t.j2",
+        parser={"type": "regex"},
+        sampling={"n": 2},
+        on_failure={"retries": 0},
+        engine={"type": "openai", "base_url": server.url},
+    )
+    server.script = [503, 503]
+    judge = build_judge(spec, tmp_path, _engine(server))
+    _, cost = costed(judge, judge.score_batch, [Sample(prompt="q", response=f"r{i}") for i in range(3)])
+    assert cost.calls == 6 and cost.generated_tokens == 6 * 3 and cost.prompt_tokens == 6 * 7
+    assert cost.usage == {"requests": 6, "retries": 2, "prompt_tokens": 42, "completion_tokens": 18}
+    m = cost.metrics("remote")
+    assert m["judge_cost/remote/usage_prompt_tokens"] == 42 and m["judge_cost/remote/usage_retries"] == 2

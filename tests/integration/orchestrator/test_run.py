@@ -89,6 +89,14 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert placement["reference"]["pool"] == "judge"
     assert placement["reference"]["pid"] == placement["judge:helpfulness-pointwise-logprob"]["pid"]
     assert all(math.isfinite(m["kl"]) and m["kl"] >= 0 for m in ms)  # reference log-probs arrived from the judge actor
+    # stdout is a pipe: one plain line per step, no live panel
+    steps = [ln for ln in r.stdout.splitlines() if "step " in ln and " reward " in ln]
+    assert [ln.split(" reward")[0] for ln in steps] == ["step 1/2", "step 2/2"]  # no ANSI codes (Ray's own prefixes have some)
+    # judge cost per step: per sample one critique and one log-prob reading; the verifier one call per sample
+    for m in ms:
+        assert m["judge_cost/helpfulness-pointwise-logprob/calls"] == 8 and m["judge_cost/numeric-answer/calls"] == 4
+        assert m["judge_cost/helpfulness-pointwise-logprob/generated_tokens"] > 0
+    assert "## Judge cost" in (out / "report.md").read_text()
 
 
 def test_judge_actor_killed_mid_run_is_restarted(tmp_path):

@@ -30,3 +30,30 @@ def test_a_batch_past_the_judges_deadline_is_reported_not_cut(tmp_path, monkeypa
     m = run(EvalConfig(judges=[str(tmp_path / "r.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=2))
     assert m["deadline_overruns_this_run"] == {"r": 2}
     assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 3
+
+
+def test_eval_records_each_batchs_cost_and_reports_it_per_judge(tmp_path, monkeypatch):
+    # a pointwise judge on a scripted engine, n=2, over 3 items in batches of 2: 6 critiques of
+    # 3 tokens each ("Score: 7 ok")
+    from tests.unit.judges.fake_engine import ScriptedEngine
+
+    engine = ScriptedEngine(lambda *a: "Score: 7 ok")
+    monkeypatch.setattr("grm.judges.sampler.shared_engine", lambda model, spec: engine)
+    (tmp_path / "t.j2").write_text("{# expects: prompt, response #}Q: {{ prompt }} A: {{ response }}")
+    (tmp_path / "pw.yaml").write_text(
+        "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, range: [0, 10]}\nsampling: {n: 2}\n"
+    )
+    rows = [{"prompt": f"q{i}", "response": f"r{i}", "human_score": i} for i in range(3)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console, **_: extra)  # no plots
+    run(EvalConfig(judges=[str(tmp_path / "pw.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=2))
+    lines = [json.loads(ln) for ln in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [ln["cost"]["calls"] for ln in lines] == [2, 2, 2]  # each batch's calls shared by its items
+    m = report.compute(lines, ["pw"])
+    cost = m["judges"]["pw"]["cost"]
+    assert (cost["calls"], cost["retries"], cost["generated_tokens"], cost["items"]) == (6, 0, 18, 3)
+    (row,) = report.cost_rows(m)
+    assert (row["judge"], row["calls"], row["gen tok"]) == ("pw", "6", "18") and "server req" not in row
+    # lines from before cost accounting count nothing, and no table is made of nothing
+    old = [{k: v for k, v in ln.items() if k != "cost"} for ln in lines]
+    assert "cost" not in report.compute(old, ["pw"])["judges"]["pw"] and report.cost_rows(report.compute(old, ["pw"])) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from grm.data.prompts import Prompt
+from grm.judges.cost import JudgeCost, costed
 from grm.judges.types import JudgeResult
 from grm.orchestrator.placement import JudgeHandle, Roles
 from grm.orchestrator.types import Group, Rollout
@@ -77,15 +78,22 @@ class LengthJudge:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.cost = JudgeCost()
 
     def score_groups(self, groups):
         self.calls += 1
+        self.cost.calls += sum(len(g) for g in groups)  # one "model call" per sample
         return [[JudgeResult(judge="len", score=len(s.response), reward=len(s.response) / 10) for s in g] for g in groups]
 
 
 def fake_actor_judge(ready: bool = True):
     judge = LengthJudge()
-    return SimpleNamespace(score_groups=Method(lambda groups: Ref(judge.score_groups(groups), ready=ready)))
+    return SimpleNamespace(score_groups=Method(lambda groups: Ref(judged(judge, groups), ready=ready)))
+
+
+def judged(judge, groups):
+    """What a judge actor answers: the results and what they cost (``JudgeActor.score_groups``)."""
+    return costed(judge, judge.score_groups, groups)
 
 
 def roles(judges: list[JudgeHandle], policy=None) -> Roles:
@@ -134,7 +142,7 @@ def timed_actor_judge(ray: TimedRay, seconds=lambda k: 3.0):
 
     def remote(groups):
         in_flight = sum(1 for r in issued if not r.ready and r not in ray.cancelled)
-        ref = Ref(judge.score_groups(groups), ready=False)
+        ref = Ref(judged(judge, groups), ready=False)
         ref.done_at = ray.clock.now + seconds(len(issued))
         log.append({"at": ray.clock.now, "keys": [g[0].id.split("/")[0] for g in groups], "in_flight": in_flight})
         issued.append(ref)

@@ -17,7 +17,7 @@ from grm.orchestrator.recorder import step_metrics
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.scheduler import least_loaded
 from grm.orchestrator.types import Replica
-from tests.unit.orchestrator.fakes import Clock, LengthJudge, Method, Ref, TimedRay
+from tests.unit.orchestrator.fakes import Clock, LengthJudge, Method, Ref, TimedRay, judged
 from tests.unit.orchestrator.test_scheduler import CHUNKED, config, make
 
 
@@ -57,7 +57,7 @@ class FakeReplica:
         k = len(self.log)
         self.log.append({"at": self.ray.clock.now, "keys": [g[0].id.split("/")[0] for g in groups]})
         died = self.dies(k)
-        ref = Ref(FakeActorError(self.name) if died else self.judge.score_groups(groups), ready=False)
+        ref = Ref(FakeActorError(self.name) if died else judged(self.judge, groups), ready=False)
         ref.done_at = self.ray.clock.now + self.seconds(k)
         return ref
 

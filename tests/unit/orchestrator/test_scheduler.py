@@ -201,3 +201,27 @@ def test_queued_steps_keep_their_judge_calls_flowing_while_a_step_trains(timed):
     # step 1's three chunks landed and were judged one call at a time during "training"
     assert len(ahead.landed) == 3 and len(ahead.calls) == 3
     assert all(c.results is not None for c in ahead.calls.values())
+
+
+def test_judge_cost_is_summed_per_step_per_judge_and_logged():
+    # 3 prompts x 2 responses in chunks of one prompt: each judge gets 3 calls of 2 samples
+    cfg = config(schedule={"mode": "sync", "stream_prompts": 1})
+    local, actor = LengthJudge(), fake_actor_judge()
+    sched, _, _ = make(cfg, [JudgeHandle("rule", 1.0, True, local=local), JudgeHandle("model", 1.0, True, actor=actor)])
+    work = sched.take(0)
+    groups = sched.collect(work)
+    assert {n: c.calls for n, c in work.judge_cost.items()} == {"rule": 6, "model": 6}
+    m = step_metrics(0, work, groups, reward_groups(groups, {"rule": 1.0, "model": 1.0}, {}), {}, {}, 0.0, 0.0, 1.0, 0)
+    assert m["judge_cost/rule/calls"] == 6 and m["judge_cost/model/calls"] == 6 and m["judge_cost/model/retries"] == 0
+    assert m["judge_cost/model/seconds"] >= 0 and "judge_cost/model/usage_requests" not in m
+    # a refill round's calls count toward the step that asked for it
+    sched.more(work, salt=1)
+    assert work.judge_cost["rule"].calls == 12
+    # report.md: totals over the run and per step
+    from grm.orchestrator.recorder import cost_table
+
+    lines = cost_table([m, m])
+    assert "## Judge cost" in lines
+    row = next(ln for ln in lines if ln.startswith("| model |"))
+    assert row.split(" | ")[1] == "12 (6.0)"  # calls: 6 per step over two steps
+    assert cost_table([{"step": 1}]) == []
