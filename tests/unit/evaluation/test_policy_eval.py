@@ -213,3 +213,48 @@ def test_policy_sources_resolve_runs_checkpoints_specs_and_models(tmp_path):
     spec = policy_source.resolve_policy(str(tmp_path / "terse.yaml"))
     assert spec.system_prompt == "Be terse." and spec.checkpoint is None
     assert policy_source.resolve_policy("smollm2-135m-instruct").identity()["checkpoint"] is None
+
+
+def test_checkpoint_weights_of_either_trainer_load_into_the_base_model(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from grm.models.weights import unique_tensors
+
+    def tiny():
+        torch.manual_seed(0)
+        return LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=64,
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                tie_word_embeddings=True,
+            )
+        )
+
+    trained = tiny()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(1.0)
+    # torch backend: model.safetensors with the tied LM head stored once under the embedding's name
+    torch_ckpt = tmp_path / "torch" / "policy"
+    torch_ckpt.mkdir(parents=True)
+    save_file(unique_tensors(trained.state_dict()), str(torch_ckpt / "model.safetensors"))
+    # DeepSpeed ZeRO-0: the whole module in the model-states file
+    ds_state = tmp_path / "ds" / "policy" / "state"
+    ds_state.mkdir(parents=True)
+    torch.save({"module": trained.state_dict()}, ds_state / "mp_rank_00_model_states.pt")
+    for ckpt in (tmp_path / "torch", tmp_path / "ds"):
+        model = tiny()
+        policy_source.apply_state(model, policy_source.checkpoint_state(ckpt), ckpt)
+        for k, v in trained.state_dict().items():
+            assert torch.equal(model.state_dict()[k], v), (ckpt.name, k)
+        assert torch.equal(model.lm_head.weight, trained.model.embed_tokens.weight)  # still tied
+    broken = {k: v for k, v in unique_tensors(trained.state_dict()).items() if "mlp" not in k}
+    with pytest.raises(policy_source.PolicySourceError, match="missing"):
+        policy_source.apply_state(tiny(), broken, tmp_path)
+    with pytest.raises(policy_source.PolicySourceError, match="no policy weights"):
+        policy_source.checkpoint_state(tmp_path / "empty")
