@@ -103,11 +103,12 @@ def check_resume(out: Path, ident: dict[str, Any], record: dict[str, Any], force
     if path.exists():
         prev = yaml.safe_load(path.read_text()) or {}
         old = {k: prev.get(k) for k in ident}
-        if old != ident and not force:
-            diff = ", ".join(k for k in ident if old.get(k) != ident[k])
+        differ = [k for k in ident if old[k] != ident[k]]
+        if differ and not force:
+            was = "; ".join(f"{k}: recorded {old[k]}, now {ident[k]}" for k in differ)
             raise EvalError(
-                f"{out} holds a different evaluation ({diff} differ: recorded {', '.join(f'{k}={old.get(k)}' for k in ident if old.get(k) != ident[k])}); "  # noqa: E501
-                "use another --out, or --force to resume anyway"
+                f"{out} holds a different evaluation ({', '.join(differ)} differ; {was}); "
+                "use another --out, or --force to reuse its responses anyway"
             )
     atomic_write_text(path, yaml.safe_dump({**ident, **record}, sort_keys=False, allow_unicode=True))
 
