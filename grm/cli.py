@@ -107,8 +107,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from grm.evaluation.runner import EvalConfig, run
+    from grm.evaluation.runner import EvalConfig, EvalError, run
 
+    if args.policy is not None:
+        return cmd_eval_policy(args)
+    policy_only = [f"--{k.replace('_', '-')}" for k in POLICY_EVAL_ONLY if getattr(args, k) is not None]
+    if args.data is None or not args.judges or policy_only:
+        raise EvalError(
+            "grm eval needs JUDGES --data SOURCE (judge a labelled data set) or [JUDGES] --policy POLICY --prompts SET "
+            "(evaluate a policy)" + (f"; {', '.join(policy_only)} only apply with --policy" if policy_only else "")
+        )
     cfg = EvalConfig(
         judges=[j for j in args.judges.split(",") if j],
         data=args.data,
@@ -123,6 +131,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     run(cfg)
     print(f"wrote {cfg.out}/results.jsonl, metrics.json, report.md")
+    return 0
+
+
+POLICY_EVAL_ONLY = ("prompts", "against", "max_new_tokens", "temperature", "seed")
+
+
+def cmd_eval_policy(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from grm.evaluation.policy_eval import PolicyEvalConfig, run_policy_eval
+    from grm.evaluation.runner import EvalError
+
+    judge_only = [f for f, on in (("--data", args.data), ("--map", args.map), ("--length-control", args.length_control)) if on]
+    if args.prompts is None or judge_only:
+        raise EvalError(
+            "grm eval --policy needs --prompts SET (a prompt set, as data.prompts of a pipeline)"
+            + (f"; {', '.join(judge_only)} only apply to judging a labelled data set" if judge_only else "")
+        )
+    cfg = PolicyEvalConfig(
+        policy=args.policy,
+        prompts=args.prompts,
+        out=Path(args.out),
+        judges=[j for j in (args.judges or "").split(",") if j],
+        against=args.against,
+        limit=args.limit,
+        max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
+        temperature=0.0 if args.temperature is None else args.temperature,
+        seed=0 if args.seed is None else args.seed,
+        batch_size=args.batch_size,
+        overrides=args.overrides,
+        force=args.force,
+    )
+    run_policy_eval(cfg)
+    print(f"wrote {cfg.out}/responses.jsonl, results.jsonl, summary.json, report.md")
     return 0
 
 
@@ -225,14 +267,31 @@ def build_parser() -> argparse.ArgumentParser:
     for sp in (jr, jt, jl):
         sp.set_defaults(func=cmd_judge)
 
-    e = sub.add_parser("eval", help="judge a data set with one or more judges (resumable; report + metrics)")
-    e.add_argument("judges", metavar="JUDGE[,JUDGE2...]", help="judge specs (paths or builtin:NAME), comma separated")
+    e = sub.add_parser(
+        "eval",
+        help="judge a labelled data set with judges (--data), or evaluate a policy on prompts (--policy); resumable",
+    )
+    e.add_argument("judges", nargs="?", metavar="JUDGE[,JUDGE2...]", help="judge specs (paths or builtin:NAME), comma separated")
     e.add_argument(
         "--data",
-        required=True,
         metavar="SOURCE",
-        help=".json/.jsonl/.csv/.parquet file, a saved datasets directory, or builtin:arith-pairs",
+        help="judge mode: .json/.jsonl/.csv/.parquet file, a saved datasets directory, or builtin:arith-pairs",
     )
+    e.add_argument(
+        "--policy",
+        metavar="POLICY",
+        help="policy mode: generate with POLICY (a run dir: its latest checkpoint; a checkpoint dir; a policy spec; "
+        "a model alias or local HF dir) on --prompts, then score the responses with JUDGES",
+    )
+    e.add_argument("--prompts", metavar="SET", help="policy mode: prompt set (builtin:NAME or a .jsonl/.json/.csv file)")
+    e.add_argument(
+        "--against",
+        metavar="OTHER",
+        help="policy mode: a second policy, generated and scored the same way; pairwise JUDGES give POLICY's win rate",
+    )
+    e.add_argument("--max-new-tokens", type=int, metavar="N", help="policy mode: tokens per response at most (64)")
+    e.add_argument("--temperature", type=float, metavar="T", help="policy mode: sampling temperature (0: greedy, the default)")
+    e.add_argument("--seed", type=int, metavar="S", help="policy mode: sampling seed (0)")
     e.add_argument("--out", required=True, metavar="DIR", help="output directory; re-running with it resumes")
     e.add_argument("--limit", type=int, metavar="N", help="first N items only")
     e.add_argument(
@@ -245,7 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--force", action="store_true", help="resume even if the recorded judges/data differ")
     e.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) rows that fail validation")
-    e.add_argument("--batch-size", type=int, default=16, metavar="N", help="items judged per batch (and per fsync)")
+    e.add_argument(
+        "--batch-size",
+        type=int,
+        default=16,
+        metavar="N",
+        help="items judged (policy mode: prompts generated) per batch and per fsync",
+    )
     e.add_argument("--length-control", type=_length_control, metavar="regress|penalty:COEF", help=LENGTH_CONTROL_HELP)
     e.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override fields of every judge")
     e.set_defaults(func=cmd_eval)

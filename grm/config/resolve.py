@@ -66,6 +66,13 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
             update={"prompts": str(_resolve(spec.data.prompts, base, "pipelines", located.where(("data", "prompts"))).resolve())}
         )
         spec = spec.model_copy(update={"data": data})
+    if not spec.policy.spec.startswith("builtin:"):
+        # absolute in the run's config.resolved.yaml too: ``grm eval --policy RUN_DIR`` finds the
+        # policy spec (its model, system prompt) from there without the pipeline file's directory
+        role = spec.policy.model_copy(
+            update={"spec": str(_resolve(spec.policy.spec, base, "policy", located.where(("policy", "spec"))).resolve())}
+        )
+        spec = spec.model_copy(update={"policy": role})
     check_ranks(spec, located)
     policy = load_policy(spec.policy.spec, base, spec.policy.overrides)
     judges = []

@@ -83,6 +83,15 @@ class Generation:
         return self.completion_tokens if self.completion_tokens is not None else len(self.token_ids)
 
 
+def chat_request(prompt: str, system_prompt: str | None = None, *, seed: int | None = None) -> GenerationRequest:
+    """How a policy is asked a prompt: one user turn, after ``system_prompt`` when the policy spec
+    has one (None leaves the chat template's default). The rollout of ``grm run`` and the policy
+    evaluation of ``grm eval --policy`` both build requests here, so a policy is evaluated on
+    exactly the text it was trained on."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return GenerationRequest(messages=[*system, {"role": "user", "content": prompt}], seed=seed)
+
+
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> str:
     """The text a model sees for ``request``: its raw ``text``, or its messages through the
     tokenizer's chat template (the last assistant message left open when ``continue_final``)."""

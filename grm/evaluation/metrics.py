@@ -106,3 +106,47 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
         return (float("nan"), float("nan"))
     m = sum(vals) / len(vals)
     return m, (sum((v - m) ** 2 for v in vals) / len(vals)) ** 0.5
+
+
+# --------------------------------------------------------------------------- policy evaluation
+
+
+def mean_ci(values: Sequence[float | None], *, reps: int = 1000, seed: int = 0) -> dict[str, object]:
+    """Mean of the defined values with a 95% percentile bootstrap interval; ``masked`` counts the
+    None (failed) values, which are left out rather than counted as any number."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    mean = sum(vals) / len(vals) if vals else float("nan")
+    ci = bootstrap_ci(lambda idx: sum(vals[i] for i in idx) / len(idx), len(vals), reps=reps, seed=seed)
+    return {"n": len(vals), "masked": len(values) - len(vals), "mean": mean, "ci95": ci}
+
+
+def paired_difference(
+    a: Sequence[float | None], b: Sequence[float | None], *, reps: int = 1000, seed: int = 0
+) -> dict[str, object]:
+    """Mean of ``a[i] - b[i]`` over the items both scored, with a paired bootstrap interval (items,
+    not the two sides, are resampled, so what the prompts share cancels). ``masked``: items where
+    either side has no score."""
+    diffs = [x - y for x, y in zip(a, b, strict=True) if x is not None and y is not None and not math.isnan(x - y)]
+    mean = sum(diffs) / len(diffs) if diffs else float("nan")
+    ci = bootstrap_ci(lambda idx: sum(diffs[i] for i in idx) / len(idx), len(diffs), reps=reps, seed=seed)
+    return {"n": len(diffs), "masked": len(a) - len(diffs), "mean": mean, "ci95": ci}
+
+
+WIN_POINTS = {"1": 1.0, "2": 0.0, "tie": 0.5}
+
+
+def win_rate(verdicts: Sequence[Verdict | None], *, reps: int = 1000, seed: int = 0) -> dict[str, object]:
+    """Response 1's win rate over decided comparisons (a tie is half a win), with a 95% bootstrap
+    interval over items; masked comparisons (None) are counted apart, never as a loss or a tie."""
+    pts = [WIN_POINTS[v] for v in verdicts if v is not None]
+    rate_ = sum(pts) / len(pts) if pts else float("nan")
+    ci = bootstrap_ci(lambda idx: sum(pts[i] for i in idx) / len(idx), len(pts), reps=reps, seed=seed)
+    return {
+        "n": len(pts),
+        "wins": sum(v == "1" for v in verdicts),
+        "losses": sum(v == "2" for v in verdicts),
+        "ties": sum(v == "tie" for v in verdicts),
+        "masked": sum(v is None for v in verdicts),
+        "win_rate": rate_,
+        "ci95": ci,
+    }

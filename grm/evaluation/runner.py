@@ -148,7 +148,12 @@ def config_record(cfg: EvalConfig, judges: list[Judge], mapping: dict[str, str])
 
 
 def _identity(rec: dict[str, Any]) -> dict[str, Any]:
-    return {"data": rec["data"], "map": rec["map"], "judges": [(j["name"], j["spec_sha256"]) for j in rec["judges"]]}
+    # .get: a directory of ``grm eval --policy`` has no data/map, and differs rather than crashing
+    return {
+        "data": rec.get("data"),
+        "map": rec.get("map"),
+        "judges": [(j["name"], j["spec_sha256"]) for j in rec.get("judges") or []],
+    }
 
 
 def past_deadline(judge: Judge, samples: int, seconds: float) -> str | None:

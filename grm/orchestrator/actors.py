@@ -144,17 +144,14 @@ class PolicyActor:
     ) -> tuple[list[Group], float]:
         """``n`` responses per prompt with the current weights, as one group per prompt keyed by
         ``keys``; returns (groups, seconds). Rank 0 of a group appends the ``others`` ranks' parts."""
-        from grm.engines.base import GenerationRequest, SamplingParams
+        from grm.engines.base import SamplingParams, chat_request
         from grm.orchestrator.policy_group import gather_rollouts
 
         t0 = time.perf_counter()
         if not prompts:
             return _gather(([], 0.0), others, gather_rollouts)
         r = self.cfg.rollout
-        msgs = []
-        for p in prompts:
-            m = [{"role": "system", "content": self.policy.system_prompt}] if self.policy.system_prompt else []
-            msgs.append(GenerationRequest(messages=m + [{"role": "user", "content": p.text}]))
+        msgs = [chat_request(p.text, self.policy.system_prompt) for p in prompts]
         sp = SamplingParams(
             n=n,
             temperature=r.temperature,
