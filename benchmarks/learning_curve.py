@@ -1,71 +1,248 @@
-"""Run the quickstart (or a variant) long enough for the rule-verifier reward to move, and print
-the mean reward of the first and last 5 steps with their std.
+"""Does judge-driven RL make the policy better on something the judge never sees?
 
-    python benchmarks/learning_curve.py [--steps 30] [extra key=value overrides ...]
+Trains SmolLM2 on ``builtin:constraints-train`` with up to three rewards, in one invocation:
+- ``grm``: the GRM judge alone (``pipelines/instruct-grm.yaml``: a checklist judge reads each
+  prompt's own yes/no questions as P(yes); the rule checkers ride along at weight 0 as a monitor);
+- ``verifier``: the rule checkers themselves as the reward (``pipelines/instruct-verifier.yaml``,
+  the upper bound: what a perfect judge of these constraints would teach);
+- ``length``: a reward that reads length only (``pipelines/instruct-length.yaml``, the hacking
+  control: if it gains on held-out accuracy, length explains the GRM's gain too).
+Each run is extended ``--eval-every`` steps at a time (``grm run ... --resume``; the LR is constant,
+so the segments are one run), and after each segment its latest checkpoint is evaluated on
+``builtin:constraints-heldout`` (topics the training prompts never use) with ``grm eval --policy``
+and the rule checkers (``builtin:constraints``): strict accuracy (every constraint of the prompt
+holds) with a 95% bootstrap interval, accuracy per constraint type, and response length. The
+initial policy is evaluated once, the same way. The final checkpoint of each run is then compared
+with the initial policy on the same prompts (paired): the difference in held-out strict accuracy
+with its interval, and the GRM judge's win rate of final over initial (per prompt, the higher
+judge score wins, ties count half).
+
+Prints a markdown table and the 'recovered' share (GRM gain / verifier gain), writes
+``learning_curve.png`` and ``learning_curve.json`` under --out. Every number comes from the eval
+directories' ``summary.json``; a stopped invocation resumes (runs and evals are resumable).
+
+    python benchmarks/learning_curve.py --steps 40 --eval-every 10 --heldout 100
+    python benchmarks/learning_curve.py --systems grm,verifier --steps 20 --eval-every 10 train.lr=2e-5
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import platform
 import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINES = {
+    "grm": ROOT / "pipelines" / "instruct-grm.yaml",
+    "verifier": ROOT / "pipelines" / "instruct-verifier.yaml",
+    "length": ROOT / "pipelines" / "instruct-length.yaml",
+}
+INITIAL = "builtin:smollm2-135m-instruct"
+HELDOUT = "builtin:constraints-heldout"
+CHECKERS = "builtin:constraints"
+
+
+def cpu() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return platform.processor()
+    info = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    flags = set(info.get("Flags", "").split())
+    wanted = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "fma"]
+    have = ", ".join(f for f in wanted if f in flags) or "none of " + "/".join(wanted)
+    return f"{info.get('Model name', '?').strip()} (flags: {have})"
+
+
+def grm(*args: str) -> None:
+    cmd = [sys.executable, "-m", "grm", *args]
+    print("$", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, cwd=ROOT)
+    if r.returncode != 0:
+        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}")
+
+
+def evaluate(policy: str, out: Path, args: argparse.Namespace, judges: str = CHECKERS, against: str | None = None) -> dict:
+    extra = ["--against", against] if against else []
+    grm(
+        "eval",
+        judges,
+        "--policy",
+        policy,
+        "--prompts",
+        HELDOUT,
+        "--limit",
+        str(args.heldout),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--out",
+        str(out),
+        *extra,
+        *args.judge_overrides,
+    )
+    return json.loads((out / "summary.json").read_text())
+
+
+def strict(summary: dict, side: str = "policy") -> dict:
+    s = summary["sides"][side]
+    return {
+        "accuracy": s["judges"]["constraints"]["mean"],
+        "ci95": s["judges"]["constraints"]["ci95"],
+        "by_type": {k: v["mean"] for k, v in (s["judges"]["constraints"].get("details") or {}).items()},
+        "tokens": s["tokens"]["mean"],
+    }
+
+
+def judge_win_rate(out: Path, judge: str) -> dict | None:
+    """Final vs initial under the GRM judge: per prompt the higher score wins, ties count half."""
+    from grm.evaluation.metrics import win_rate
+
+    path = out / "results.jsonl"
+    if not path.exists():
+        return None
+    score: dict[tuple[str, str], float | None] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            x = json.loads(line)
+            if x["judge"] == judge and x["side"] in ("policy", "other"):
+                score[(x["side"], x["prompt_id"])] = x["score"]
+    ids = sorted({pid for _, pid in score})
+    verdicts: list[Any] = []
+    for pid in ids:
+        a, b = score.get(("policy", pid)), score.get(("other", pid))
+        verdicts.append(None if a is None or b is None else "1" if a > b else "2" if b > a else "tie")
+    return win_rate(verdicts) if verdicts else None
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pipeline", default="builtin:quickstart")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("overrides", nargs="*", help="e.g. train.lr=1e-5 schedule.mode=sync")
+    ap.add_argument("--systems", default="grm,verifier,length", help="comma list of: " + ", ".join(PIPELINES))
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--heldout", type=int, default=100, help="held-out prompts evaluated")
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="the pipelines' rollout length")
+    ap.add_argument("--judge", default="builtin:checklist-data-logprob", help="the GRM judge, for its win rate")
+    ap.add_argument("--judge-model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--out", default="bench-out/learning-curve")
+    ap.add_argument("overrides", nargs="*", help="pipeline overrides for every run, e.g. train.lr=2e-5")
     args = ap.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="grm-curve-")) / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "grm",
-        "run",
-        args.pipeline,
-        f"train.steps={args.steps}",
-        f"out_dir={out}",
-        "checkpoint.every=0",
-        *args.overrides,
-    ]
-    print("running:", " ".join(cmd), flush=True)
-    r = subprocess.run(cmd)
-    if r.returncode != 0:
-        return r.returncode
-    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    keys = ["reward_mean"] + sorted(k for k in ms[0] if k.startswith("reward/"))
-    for k in keys:
-        first = [m[k] for m in ms[:5] if m.get(k) is not None]
-        last = [m[k] for m in ms[-5:] if m.get(k) is not None]
-        print(
-            json.dumps(
-                {
-                    "metric": k,
-                    "first5_mean": round(statistics.mean(first), 4),
-                    "first5_std": round(statistics.pstdev(first), 4),
-                    "last5_mean": round(statistics.mean(last), 4),
-                    "last5_std": round(statistics.pstdev(last), 4),
-                }
-            )
-        )
-    phases = [
-        "seconds_step",
-        "seconds_rollout",
-        "seconds_judging",
-        "seconds_reference",
-        "seconds_training",
-        "seconds_sync",
-        "seconds_idle",
-    ]
-    print(json.dumps({k: round(statistics.median(m[k] for m in ms[1:] or ms), 2) for k in phases} | {"run_dir": str(out)}))
+    args.judge_overrides = [f"model={args.judge_model}"]
+    out = Path(args.out).resolve()
+    systems = args.systems.split(",")
+    if bad := [s for s in systems if s not in PIPELINES]:
+        ap.error(f"unknown system(s) {bad}; choose from {list(PIPELINES)}")
+    if args.steps % args.eval_every:
+        ap.error("--steps must be a multiple of --eval-every")
+    print(f"cpu: {cpu()}; torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}", flush=True)
+
+    t0 = time.time()
+    initial = strict(evaluate(INITIAL, out / "initial", args))
+    curves: dict[str, list[dict]] = {}
+    minutes: dict[str, float] = {}
+    for system in systems:
+        run = out / system / "run"
+        curves[system] = [{"step": 0, **initial}]
+        t_run = 0.0
+        for steps in range(args.eval_every, args.steps + 1, args.eval_every):
+            resume = ["--resume", str(run)] if (run / "config.resolved.yaml").exists() else []
+            t = time.time()
+            if not (run / "checkpoints" / f"step-{steps}" / "COMPLETE").exists():
+                grm(
+                    "run",
+                    str(PIPELINES[system]),
+                    f"out_dir={run}",
+                    f"train.steps={steps}",
+                    f"checkpoint.every={args.eval_every}",
+                    "checkpoint.keep=1",
+                    f"rollout.max_new_tokens={args.max_new_tokens}",
+                    *args.overrides,
+                    *resume,
+                )
+            t_run += time.time() - t
+            curves[system].append({"step": steps, **strict(evaluate(str(run), out / system / f"eval-step{steps}", args))})
+        minutes[system] = t_run / 60
+    finals: dict[str, dict] = {}
+    for system in systems:
+        cmp_dir = out / system / "final-vs-initial"
+        summary = evaluate(str(out / system / "run"), cmp_dir, args, judges=f"{CHECKERS},{args.judge}", against=INITIAL)
+        diff = summary["comparison"]["judges"]["constraints"]
+        finals[system] = {
+            "accuracy_gain": diff["mean"],
+            "accuracy_gain_ci95": diff["ci95"],
+            "judge_win_rate": judge_win_rate(cmp_dir, Path(args.judge.removeprefix("builtin:")).stem),
+            "tokens_change": summary["comparison"]["tokens_difference"]["mean"],
+            "train_minutes": minutes[system],
+        }
+
+    result = {"cpu": cpu(), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
+    result["minutes_total"] = (time.time() - t0) / 60
+    (out / "learning_curve.json").write_text(json.dumps(result, indent=1))
+    print_table(result)
+    plot(result, out / "learning_curve.png")
     return 0
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _ci(ci: list | tuple | None) -> str:
+    return "" if not ci or ci[0] is None else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def print_table(result: dict) -> None:
+    print("\n## held-out strict accuracy (%) by step [95% CI]\n")
+    print("| system | step | accuracy | mean tokens |")
+    print("|---|---|---|---|")
+    for system, points in result["curves"].items():
+        for p in points:
+            print(f"| {system} | {p['step']} | {_pct(p['accuracy'])}{_ci(p['ci95'])} | {p['tokens']:.1f} |")
+    print("\n## final vs initial (paired, same held-out prompts)\n")
+    print("| system | accuracy gain (points) [95% CI] | GRM judge win rate [95% CI] | token change | train minutes |")
+    print("|---|---|---|---|---|")
+    for system, f in result["finals"].items():
+        wr = f["judge_win_rate"]
+        wr_s = "-" if not wr else f"{_pct(wr['win_rate'])}{_ci(wr['ci95'])}"
+        print(
+            f"| {system} | {_pct(f['accuracy_gain'])}{_ci(f['accuracy_gain_ci95'])} | {wr_s} | "
+            f"{f['tokens_change']:+.1f} | {f['train_minutes']:.1f} |"
+        )
+    f = result["finals"]
+    if "grm" in f and "verifier" in f and f["verifier"]["accuracy_gain"] > 0:
+        print(f"\nrecovered: GRM gain / verifier gain = {f['grm']['accuracy_gain'] / f['verifier']['accuracy_gain']:.2f}")
+    print(f"\ncpu: {result['cpu']}; {result['minutes_total']:.1f} min in all")
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for system, points in result["curves"].items():
+        xs = [p["step"] for p in points]
+        ys = [100 * p["accuracy"] for p in points]
+        cis = [p["ci95"] if p["ci95"] and p["ci95"][0] is not None else (p["accuracy"],) * 2 for p in points]
+        lo = [100 * (p["accuracy"] - ci[0]) for p, ci in zip(points, cis, strict=True)]
+        hi = [100 * (ci[1] - p["accuracy"]) for p, ci in zip(points, cis, strict=True)]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=system)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("held-out strict accuracy (%)")
+    ax.set_title("constraints-heldout, rule-checked (95% CI)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -220,7 +220,11 @@ class RuleSpec(Strict):
     case_sensitive: bool = False
     """(exact-match) compare case-sensitively."""
     target_tokens: int | None = None
-    """(length) responses up to this many whitespace tokens score 1, longer decay linearly to 0 at 2x."""
+    """(length) the length, in whitespace tokens, the score is measured against (see ``prefer``)."""
+    prefer: Literal["shorter", "longer"] = "shorter"
+    """(length) ``shorter``: up to ``target_tokens`` score 1, longer decays linearly to 0 at 2x (a brevity
+    reward); ``longer``: the score is ``min(1, tokens / target_tokens)`` (a length-only reward, the
+    control that tells whether a judge's gain is only length)."""
 
     @model_validator(mode="after")
     def _needs(self) -> RuleSpec:

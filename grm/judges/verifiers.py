@@ -75,6 +75,8 @@ def check(rule: RuleSpec, response: str, reference: str | None) -> tuple[float |
         return float(ok), "format ok" if ok else f"does not match {rule.pattern!r}"
     if rule.type == "length":
         n, t = len(response.split()), rule.target_tokens or 1
+        if rule.prefer == "longer":
+            return min(1.0, n / t), f"{n} words (reward grows to 1 at {t})"
         score = 1.0 if n <= t else max(0.0, 1.0 - (n - t) / t)
         return score, f"{n} words (target {t})"
     raise ValueError(f"rule {rule.type} is not checked here (constraints: grm.judges.instructions)")  # pragma: no cover

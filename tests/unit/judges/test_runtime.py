@@ -205,6 +205,8 @@ def test_rule_verifiers():
     assert check(RuleSpec(type="exact-match"), " Paris. ", "paris")[0] == 1.0
     assert check(RuleSpec(type="regex-format", pattern=r"(?m)^Answer: \S+"), "x\nAnswer: 4", None)[0] == 1.0
     assert check(RuleSpec(type="length", target_tokens=4), "a b c d e f", None)[0] == pytest.approx(0.5)
+    longer = RuleSpec(type="length", target_tokens=4, prefer="longer")  # the length-only control reward
+    assert [check(longer, r, None)[0] for r in ("a", "a b", "a b c d", "a b c d e f")] == [0.25, 0.5, 1.0, 1.0]
 
 
 def _pointwise_logprob(tmp_path, **parser):
