@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
 from grm.data.prompts import PromptStream, load_prompts
+from grm.orchestrator.canary import Canaries
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
@@ -34,6 +35,7 @@ class Driver:
 
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
         self.algorithm = algorithm_of(self.cfg)
+        self.canaries = Canaries.load(loaded)  # labelled sets read now: a bad file fails before Ray starts
         self.roles = place_roles(loaded, self.algorithm, address)
         self.placement = self.roles.placement()
         recorder.write_placement(self.placement)
@@ -48,6 +50,7 @@ class Driver:
         state = self.recorder.resume_state(self.roles.policy)
         self.stream.restore(state["stream"])
         self.start_step = state["step"]
+        self.canaries.restore(self.recorder.metrics())
 
     def run(self) -> Path:
         cfg, ray, policy = self.cfg, self.ray, self.roles.policy
@@ -71,6 +74,7 @@ class Driver:
                 batch, adv_stats = with_advantages(self.algorithm, batch, groups, version)  # advantages
                 train = self.scheduler.wait(policy.train.remote(batch))  # train
                 sync_s = ray.get(policy.sync.remote())  # weight sync
+                extra.update(self.canaries.after_step(step + 1, self.roles.judges))  # canary: judges re-score labelled pairs
                 now = time.perf_counter()
                 metrics = step_metrics(
                     step, work, groups, reward_stats, {**adv_stats, **extra}, train, ref_s, sync_s, now - t_prev, version
@@ -128,12 +132,22 @@ class Driver:
         print("\nstop requested: checkpointing after the step in flight", flush=True)
 
 
-def run_pipeline(path: str, overrides: Sequence[str] = (), resume: str | None = None, address: str | None = None) -> Path:
-    """Validate, place and run a pipeline; returns the run directory."""
+def run_pipeline(
+    path: str,
+    overrides: Sequence[str] = (),
+    resume: str | None = None,
+    address: str | None = None,
+    gates: Callable[[LoadedPipeline, Path], Any] | None = None,
+) -> Path:
+    """Validate, place and run a pipeline; returns the run directory. ``gates(loaded, run_dir)``
+    (the judge gate, ``grm.evaluation.gate``) runs before Ray places any role and stops the run by
+    raising."""
     import ray
 
     loaded = load_pipeline(path, overrides)
     recorder = Recorder.create(loaded.spec, resume)
+    if gates is not None:
+        gates(loaded, recorder.path)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         driver = Driver(loaded, recorder, address)
