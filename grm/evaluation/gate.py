@@ -125,13 +125,17 @@ def run_gates(loaded: LoadedPipeline, run_dir: Path, console: Any = None) -> lis
         eval_dir = run_dir / "gate" / j.name
         if prev is not None and _same_gate(prev, j, gate):
             if prev["passed"]:
-                console.print(f"gate: judge '{j.name}' passed before ({run_dir / GATE_FILE}); not re-run", highlight=False)
+                console.print(
+                    f"gate: judge '{j.name}' passed before ({run_dir / GATE_FILE}); not re-run", highlight=False, soft_wrap=True
+                )
                 continue
         elif prev is not None and eval_dir.exists():
             shutil.rmtree(eval_dir)  # another spec or gate: its judgments are not this gate's
         labelled_pairs(gate.data, gate.limit, f"judge '{j.name}' gate")  # no labelled pairs: say so before judging
         console.print(
-            f"gate: evaluating judge '{j.name}' on {gate.data} (bar: accuracy >= {gate.min_accuracy:g})", highlight=False
+            f"gate: evaluating judge '{j.name}' on {gate.data} (bar: accuracy >= {gate.min_accuracy:g})",
+            highlight=False,
+            soft_wrap=True,
         )
         cfg = EvalConfig(judges=[str(j.path)], data=gate.data, out=eval_dir, limit=gate.limit, overrides=j.role.overrides)
         metrics = run(cfg, console=Console(stderr=True))
@@ -140,7 +144,7 @@ def run_gates(loaded: LoadedPipeline, run_dir: Path, console: Any = None) -> lis
         atomic_write_text(run_dir / GATE_FILE, json.dumps(decisions, indent=2))
         results.append(result)
         if result.passed:
-            console.print(result.line(), highlight=False)
+            console.print(result.line(), highlight=False, soft_wrap=True)
     failed = [r for r in results if not r.passed]
     if failed:
         raise GateFailed("\n".join(r.line() for r in failed))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grm.base import GrmError
 from grm.config.pipeline import CanarySpec
 from grm.config.resolve import LoadedPipeline
 from grm.data.items import EvalItem, labelled_pairs
@@ -136,7 +137,7 @@ class Canaries:
             m = drift(c.name, now, c.first, c.spec.max_drop)
             m[f"{PREFIX}{c.name}/seconds"] = time.perf_counter() - t0
             if m[f"{PREFIX}{c.name}/alarm"]:
-                Console().print(warning_line(c.name, step, m, c.spec.max_drop), style="yellow", highlight=False)
+                Console().print(warning_line(c.name, step, m, c.spec.max_drop), style="yellow", highlight=False, soft_wrap=True)
             metrics.update(m)
         return metrics
 
@@ -147,12 +148,20 @@ def _num(x: Any) -> float:
 
 def score(handle: Any, samples: list[Sample]) -> list[JudgeResult]:
     """``samples`` scored by the judge as training runs it: its first replica's actor, or the rule
-    verifier in this process."""
-    if handle.local is not None:
-        return handle.local.score_batch(samples)
-    import ray
+    verifier in this process. A call that fails (the actor died mid-call, the judge raised) is a
+    reading with every pair masked, which alarms, rather than the end of the training run."""
+    try:
+        if handle.local is not None:
+            return handle.local.score_batch(samples)
+        import ray
 
-    return ray.get(handle.actor.score_batch.remote(samples))
+        try:
+            return ray.get(handle.actor.score_batch.remote(samples))
+        except ray.exceptions.RayError as e:
+            error = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    except GrmError as e:
+        error = str(e)
+    return [JudgeResult(judge=handle.name, error=f"canary call failed: {error}") for _ in samples]
 
 
 # --------------------------------------------------------------------------- what a person reads
