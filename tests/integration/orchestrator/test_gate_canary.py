@@ -4,6 +4,7 @@ judge (its actor) and the rule verifier (the driver) after every step, and a res
 passed gate and the canaries' first readings."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,4 @@ def test_a_passing_gate_trains_with_canaries_and_resume_keeps_both(tmp_path):
     first = ms[0]["canary/helpfulness-pointwise-logprob/accuracy"]
     third = ms[2]["canary/helpfulness-pointwise-logprob/accuracy"]
     assert ms[2]["canary/helpfulness-pointwise-logprob/accuracy_drift"] == pytest.approx(third - first)  # baseline kept
+    shutil.rmtree(out / "checkpoints")  # a policy checkpoint is large; the suite leaves none behind

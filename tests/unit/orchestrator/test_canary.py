@@ -148,3 +148,25 @@ def test_a_failed_canary_call_is_a_masked_reading_that_alarms_not_the_end_of_the
     m = canaries.after_step(2, [SimpleNamespace(name="numeric-answer", local=Broken(), actor=None)])
     assert m["canary/numeric-answer/masked"] == 4 and m["canary/numeric-answer/accuracy"] == 0.0
     assert m["canary/numeric-answer/alarm"] is True and "4 pair(s) masked" in capsys.readouterr().out
+
+
+def test_the_dry_run_plan_lists_the_gate_and_the_canary(tmp_path):
+    from grm.orchestrator import dry_run
+    from grm.orchestrator.placement import Pool, role_pools
+
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    p = tmp_path / "p.yaml"
+    p.write_text(
+        "name: t\npools: {a: {cpus: 1}}\npolicy: {spec: builtin:smollm2-135m-instruct, pool: a}\n"
+        f"judges:\n  - {{spec: builtin:numeric-answer, gate: {{data: {PAIRS}, min_accuracy: 0.9, limit: 50}},"
+        f" canary: {{data: {PAIRS}, every: 2}}}}\ndata: {{prompts: prompts.jsonl}}\n"
+    )
+    loaded = load_pipeline(p)
+    roles = role_pools(loaded.spec, ["numeric-answer"])
+    lines = dry_run.describe(loaded, {"a": Pool("a", loaded.spec.pools["a"], None, roles["a"])})  # the plan Ray is not asked for
+    assert lines[-2:] == [
+        "gate: judge 'numeric-answer' is evaluated on the first 50 pairs of builtin:arith-pairs before the policy loads; "
+        "below accuracy 0.9 the run stops",
+        "canary: judge 'numeric-answer' re-scores the first 32 pairs of builtin:arith-pairs every 2 step(s); "
+        "a fall of more than 0.1 accuracy points below its first reading is a warning",
+    ]
