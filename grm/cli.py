@@ -87,10 +87,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         dry_run(args.pipeline, args.overrides, args.address)
         return 0
+    from grm.evaluation.gate import run_gates
     from grm.orchestrator.driver import run_pipeline
 
     try:
-        out = run_pipeline(args.pipeline, args.overrides, resume=args.resume, address=args.address, no_live=args.no_live)
+        out = run_pipeline(
+            args.pipeline, args.overrides, resume=args.resume, address=args.address, no_live=args.no_live, gates=run_gates
+        )
     except KeyboardInterrupt:
         _err("interrupted; a checkpoint was written; continue with --resume RUN_DIR")
         return 130

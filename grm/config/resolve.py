@@ -73,6 +73,7 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
             update={"spec": str(_resolve(spec.policy.spec, base, "policy", located.where(("policy", "spec"))).resolve())}
         )
         spec = spec.model_copy(update={"policy": role})
+    spec = _absolute_judge_data(spec, located, base)
     check_ranks(spec, located)
     policy = load_policy(spec.policy.spec, base, spec.policy.overrides)
     judges = []
@@ -110,6 +111,21 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
             "metrics are keyed by judge name"
         )
     return LoadedPipeline(path, spec, policy, tuple(judges))
+
+
+def _absolute_judge_data(spec: PipelineSpec, located: Any, base: Path) -> PipelineSpec:
+    """The judges' gate and canary data files made absolute (relative to the pipeline file, as
+    validation checked them), so the run directory's resolved config works from anywhere."""
+    roles = []
+    for i, role in enumerate(spec.judges):
+        update = {}
+        for key in ("gate", "canary"):
+            check = getattr(role, key)
+            if check is not None and not check.data.startswith("builtin:"):
+                path = _resolve(check.data, base, "pipelines", located.where(("judges", i, key, "data")))
+                update[key] = check.model_copy(update={"data": str(path.resolve())})
+        roles.append(role.model_copy(update=update) if update else role)
+    return spec.model_copy(update={"judges": roles})
 
 
 def check_pairwise(judge: JudgeSpec, spec: PipelineSpec, where: str) -> PipelineSpec:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from grm.data import constraints
 from grm.data.builtin import DEFAULT_MAPS
 from grm.data.checklists import METADATA_KEY, read_checklist
-from grm.data.sources import DataError
+from grm.data.sources import DataError, load_rows
 
 FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id", "checklist", "constraints")
 LLMBAR_MAP = {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label"}
@@ -160,3 +160,17 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
         input_hash=h,
         extra=extra,
     )  # type: ignore[possibly-undefined]
+
+
+def labelled_pairs(source: str, limit: int | None, what: str) -> list[EvalItem]:
+    """The first ``limit`` labelled pairs of ``source`` (columns mapped as ``grm eval`` maps them by
+    default), for a judge's gate or canary (``what`` names it in errors)."""
+    rows = load_rows(source)
+    items, _ = to_items(rows, default_map(source, set().union(*rows)), source)
+    pairs = [it for it in items if it.kind == "pair" and it.label is not None]
+    if not pairs:
+        raise DataError(
+            f"{what}: {source} has no labelled pairs; it needs prompt/response_a/response_b/label columns "
+            "(or LLMBar's input/output_1/output_2/label), label 1 or 2 naming the preferred response"
+        )
+    return pairs[:limit]

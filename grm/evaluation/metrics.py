@@ -13,15 +13,10 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from grm.judges.labelled import accuracy as accuracy  # shared with the gate and canary; re-exported
 from grm.judges.types import Verdict
 
 T = TypeVar("T")
-
-
-def accuracy(verdicts: Sequence[Verdict | None], labels: Sequence[int]) -> float:
-    if not labels:
-        return float("nan")
-    return sum(v == str(lab) for v, lab in zip(verdicts, labels, strict=True)) / len(labels)
 
 
 def positional_agreement(order1: Sequence[Verdict | None], order2: Sequence[Verdict | None]) -> float:

@@ -23,13 +23,12 @@ from grm.config.judge import JudgeSpec
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.sources import load_rows
 from grm.evaluation.length_control import LengthControl
-from grm.judges.aggregate import verdict_of
 from grm.judges.base import Judge
 from grm.judges.cost import JudgeCost, costed, split
 from grm.judges.errors import JudgeError
+from grm.judges.labelled import outcome, samples_for
 from grm.judges.limits import call_limits
 from grm.judges.runtime import build_judge, load
-from grm.judges.types import Sample
 
 
 class EvalError(GrmError):
@@ -71,19 +70,6 @@ def load_judges(refs: Sequence[str], overrides: Sequence[str]) -> list[Judge]:
     return judges
 
 
-def samples_for(judge: Judge, item: EvalItem) -> list[Sample]:
-    """The judge calls one item needs: a pair is one pairwise/listwise call or two pointwise calls."""
-    mode = judge.spec.mode
-    base = {"prompt": item.prompt, "reference": item.reference, "metadata": dict(item.extra), "id": item.id}
-    if item.kind == "pair":
-        if mode in ("pairwise", "listwise"):
-            return [Sample(responses=list(item.responses), **base)]
-        return [Sample(response=r, **{**base, "id": f"{item.id}/{k}"}) for k, r in enumerate(item.responses)]
-    if mode in ("pairwise", "listwise"):
-        raise EvalError(f"judge '{judge.name}' is {mode} but the data has single responses; map response_a/response_b")
-    return [Sample(response=item.responses[0], **base)]
-
-
 def summarize(judge: Judge, item: EvalItem, results: list[Any], cost: JudgeCost | None = None) -> dict[str, Any]:
     """One results.jsonl line: the item's final verdict/score plus every raw judgment, and its share
     of its batch's cost (``grm.judges.cost.split``: counts sum exactly over the batch)."""
@@ -108,26 +94,6 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any], cost: JudgeCost 
         line["lengths"] = [len(r) for r in item.responses]  # characters; for the length-bias metrics
     line.update(outcome(mode, item.kind, results))
     return line
-
-
-def outcome(mode: str, kind: str, results: list[Any]) -> dict[str, Any]:
-    """Final verdict (pairs) or score (singles), per-order verdicts, and masking."""
-    if kind != "pair":
-        r = results[0]
-        return {"score": r.score, "verdict": None, "order_verdicts": None, "masked": r.score is None}
-    if mode == "pairwise":
-        r = results[0]
-        orders = [verdict_of(m) for m in (r.view_margins or [])]
-        return {"verdict": r.verdict, "order_verdicts": orders, "margin": r.margin, "masked": r.verdict is None, "scores": None}
-    if mode == "listwise":
-        s = results[0].scores
-    else:
-        s = [r.score for r in results]
-    if s is None or any(x is None for x in s):
-        return {"verdict": None, "order_verdicts": [None, None], "scores": s, "masked": True}
-    v = "1" if s[0] > s[1] else "2" if s[1] > s[0] else "tie"
-    # Scoring each response alone has no presentation order: both "orders" are the same verdict.
-    return {"verdict": v, "order_verdicts": [v, v], "scores": s, "masked": False}
 
 
 def config_record(cfg: EvalConfig, judges: list[Judge], mapping: dict[str, str]) -> dict[str, Any]:
@@ -228,7 +194,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
             t0 = time.perf_counter()
             n_done = 0
             for chunk in _chunks(pending, cfg.batch_size):
-                per_item = [samples_for(judge, it) for it in chunk]
+                per_item = [samples_for(judge.spec, it) for it in chunk]
                 flat = [s for ss in per_item for s in ss]
                 t_batch = time.perf_counter()
                 try:

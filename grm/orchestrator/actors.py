@@ -346,6 +346,11 @@ class JudgeActor(_HostsReference):
 
         return costed(self.judge, self.judge.score_groups, groups)
 
+    @ray.method(max_task_retries=0)
+    def score_batch(self, samples: Sequence[Any]) -> list[Any]:
+        """Each sample scored on its own (a pair as one pairwise call): the judge canary's calls."""
+        return self.judge.score_batch(samples)
+
     def pid(self) -> int:
         return os.getpid()
 

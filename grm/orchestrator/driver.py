@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from grm.config.resolve import LoadedPipeline, load_pipeline
 from grm.data.prompts import PromptStream, check_checklists, load_prompts
 from grm.orchestrator.anchors import remember, store_for
+from grm.orchestrator.canary import Canaries
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
@@ -39,6 +40,7 @@ class Driver:
         prompts = load_prompts(self.cfg.data)  # a bad row is refused before any actor starts
         check_checklists(prompts, self.cfg.data, [j.spec for j in loaded.judges])
         self.stream = PromptStream(prompts, self.cfg.seed, self.cfg.data.shuffle)
+        self.canaries = Canaries.load(loaded)  # labelled sets read now: a bad file fails before Ray starts
         self.roles = place_roles(loaded, self.algorithm, address)
         self.placement = self.roles.placement()
         recorder.write_placement(self.placement)
@@ -58,6 +60,7 @@ class Driver:
         if self.anchors is not None and state.get("anchors") is not None:
             self.anchors.restore(state["anchors"])
         self.start_step = state["step"]
+        self.canaries.restore(self.recorder.metrics())
 
     def run(self) -> Path:
         cfg, ray, policy = self.cfg, self.ray, self.roles.policy
@@ -87,6 +90,7 @@ class Driver:
                 train = self.scheduler.wait(policy.train.remote(batch))  # train
                 show.set_phase("weight sync")
                 sync_s = ray.get(policy.sync.remote())  # weight sync
+                extra.update(self.canaries.after_step(step + 1, self.roles.judges))  # canary: judges re-score labelled pairs
                 now = time.perf_counter()
                 metrics = step_metrics(
                     step, work, groups, reward_stats, {**adv_stats, **extra}, train, ref_s, sync_s, now - t_prev, version
@@ -154,14 +158,22 @@ class Driver:
 
 
 def run_pipeline(
-    path: str, overrides: Sequence[str] = (), resume: str | None = None, address: str | None = None, no_live: bool = False
+    path: str,
+    overrides: Sequence[str] = (),
+    resume: str | None = None,
+    address: str | None = None,
+    no_live: bool = False,
+    gates: Callable[[LoadedPipeline, Path], Any] | None = None,
 ) -> Path:
     """Validate, place and run a pipeline; returns the run directory. A live panel shows progress on
-    a terminal unless ``no_live`` (``grm.orchestrator.live``)."""
+    a terminal unless ``no_live`` (``grm.orchestrator.live``). ``gates(loaded, run_dir)`` (the judge
+    gate, ``grm.evaluation.gate``) runs before Ray places any role and stops the run by raising."""
     import ray
 
     loaded = load_pipeline(path, overrides)
     recorder = Recorder.create(loaded.spec, resume)
+    if gates is not None:
+        gates(loaded, recorder.path)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         driver = Driver(loaded, recorder, address, live_wanted(no_live))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
+from grm.orchestrator.canary import describe as judge_checks
 from grm.orchestrator.placement import PlacementError, Pool, bundles_of, create_pools, missing_resources, role_pools, start_ray
 
 
@@ -46,7 +47,7 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
     local = [j.name for j in loaded.judges if j.role.pool is None]
     if local:
         lines.append(f"in the driver process: {', '.join(local)} (rule judges, no pool)")
-    return lines
+    return lines + judge_checks(loaded)
 
 
 def _share(pool: Pool, role: str) -> tuple[float, float]:

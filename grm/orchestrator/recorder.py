@@ -16,6 +16,7 @@ from grm.base import append_jsonl, atomic_dir, atomic_write_text, read_jsonl, re
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.judges.cost import COUNTS, JudgeCost
+from grm.orchestrator.canary import report_lines
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.types import Group, StepWork, rollouts_of
 
@@ -123,7 +124,8 @@ class Recorder:
                 "| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |"
             )
         lines += cost_table(ms)
-        lines += ["", "Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
+        lines += ["", *report_lines(self.path, ms)]  # judge gate and canary, when the run has them
+        lines += ["Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
         (self.path / "report.md").write_text("\n".join(lines))
         return self.path / "report.md"
 

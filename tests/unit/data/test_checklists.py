@@ -76,7 +76,7 @@ def test_a_rollout_hands_its_prompts_checklist_to_the_judges():
 
 
 def test_eval_items_carry_a_mapped_checklist(tmp_path):
-    from grm.evaluation.runner import samples_for
+    from grm.judges.labelled import samples_for
     from grm.judges.runtime import load
 
     rows = [{"prompt": "p", "response": "r", "checklist": ["Is it r?"]}, {"prompt": "p2", "response": "r2"}]
@@ -87,7 +87,7 @@ def test_eval_items_carry_a_mapped_checklist(tmp_path):
     assert items[0].extra == {"checklist": [{"question": "Is it r?", "weight": 1.0}]} and plain[0].extra == {}
     assert items[0].input_hash != plain[0].input_hash  # another checklist is another input
     judge = load("builtin:checklist-data-logprob")
-    (sample,) = samples_for(judge, items[0])
+    (sample,) = samples_for(judge.spec, items[0])
     assert sample.metadata == items[0].extra and sample.response == "r"
 
 
