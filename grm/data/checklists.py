@@ -24,16 +24,22 @@ _SHAPE = 'a non-empty list of yes/no questions (strings, or {"question": ..., "w
 def read_checklist(value: Any, where: str) -> list[dict[str, Any]]:
     """``value`` as ``[{"question", "weight"}, ...]``; a ``DataError`` starting with ``where`` (e.g.
     ``"data.jsonl row 3: column 'checklist'"``) says what is wrong with it."""
+    return [_item(entry, f"{where} item {k}") for k, entry in enumerate(list_cell(value, where, _SHAPE))]
+
+
+def list_cell(value: Any, where: str, shape: str) -> list[Any]:
+    """A data cell that holds a non-empty list, or that list as JSON text (a CSV cell); a
+    ``DataError`` starting with ``where`` says it is missing or what it holds instead of ``shape``."""
     if value is None:
-        raise DataError(f"{where} is missing; expected {_SHAPE}")
+        raise DataError(f"{where} is missing; expected {shape}")
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
-            raise DataError(f"{where}: expected {_SHAPE}; found text that is not a JSON list: {_short(value)}") from None
+            raise DataError(f"{where}: expected {shape}; found text that is not a JSON list: {short(value)}") from None
     if not isinstance(value, list) or not value:
-        raise DataError(f"{where}: expected {_SHAPE}; found {_short(value)}")
-    return [_item(entry, f"{where} item {k}") for k, entry in enumerate(value)]
+        raise DataError(f"{where}: expected {shape}; found {short(value)}")
+    return value
 
 
 def check_length(items: list[dict[str, Any]], max_items: int, judge: str, where: str) -> None:
@@ -52,19 +58,20 @@ def _item(entry: Any, where: str) -> dict[str, Any]:
     if isinstance(entry, str):
         entry = {"question": entry}
     if not isinstance(entry, dict):
-        raise DataError(f"{where}: expected a question (string) or an object with 'question' and 'weight'; found {_short(entry)}")
+        raise DataError(f"{where}: expected a question (string) or an object with 'question' and 'weight'; found {short(entry)}")
     unknown = sorted(set(entry) - {"question", "weight"})
     if unknown:
         raise DataError(f"{where}: unknown key(s) {unknown}; an item has 'question' and optionally 'weight'")
     question = entry.get("question")
     if not isinstance(question, str) or not question.strip():
-        raise DataError(f"{where}: 'question' must be a non-empty string, found {_short(question)}")
+        raise DataError(f"{where}: 'question' must be a non-empty string, found {short(question)}")
     weight = entry.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight) or weight <= 0:
-        raise DataError(f"{where}: 'weight' must be a number above 0, found {_short(weight)}")
+        raise DataError(f"{where}: 'weight' must be a number above 0, found {short(weight)}")
     return {"question": question.strip(), "weight": float(weight)}
 
 
-def _short(v: Any) -> str:
+def short(v: Any) -> str:
+    """``repr(v)`` cut to 80 characters, for error messages."""
     text = repr(v)
     return text if len(text) <= 80 else text[:77] + "..."

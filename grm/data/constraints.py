@@ -17,10 +17,10 @@ text was already drawn is skipped, so texts are unique.
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
+from grm.data.checklists import list_cell, short
 from grm.data.sources import DataError
 
 METADATA_KEY = "constraints"
@@ -298,16 +298,7 @@ def read_constraints(value: Any, where: str) -> list[dict[str, Any]]:
     """``value`` (a list, or that list as JSON text in a CSV cell) checked against ``ARGS``; a
     ``DataError`` starting with ``where`` (e.g. ``"data.jsonl row 3: column 'constraints'"``) says
     what is wrong. A type may occur once per prompt: per-type results are keyed by type."""
-    if value is None:
-        raise DataError(f"{where} is missing; expected {_SHAPE}")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise DataError(f"{where}: expected {_SHAPE}; found text that is not a JSON list: {_short(value)}") from None
-    if not isinstance(value, list) or not value:
-        raise DataError(f"{where}: expected {_SHAPE}; found {_short(value)}")
-    out = [_constraint(c, f"{where} item {k}") for k, c in enumerate(value)]
+    out = [_constraint(c, f"{where} item {k}") for k, c in enumerate(list_cell(value, where, _SHAPE))]
     types = [c["type"] for c in out]
     twice = sorted({t for t in types if types.count(t) > 1})
     if twice:
@@ -317,10 +308,10 @@ def read_constraints(value: Any, where: str) -> list[dict[str, Any]]:
 
 def _constraint(c: Any, where: str) -> dict[str, Any]:
     if not isinstance(c, dict):
-        raise DataError(f"{where}: expected an object with 'type' and its arguments, found {_short(c)}")
+        raise DataError(f"{where}: expected an object with 'type' and its arguments, found {short(c)}")
     kind = c.get("type")
     if kind not in ARGS:
-        raise DataError(f"{where}: unknown constraint type {_short(kind)}; known: {', '.join(ARGS)}")
+        raise DataError(f"{where}: unknown constraint type {short(kind)}; known: {', '.join(ARGS)}")
     want = ARGS[kind]
     unknown = sorted(set(c) - {"type"} - set(want))
     if unknown:
@@ -330,15 +321,10 @@ def _constraint(c: Any, where: str) -> dict[str, Any]:
         v = c.get(arg)
         if typ is int:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise DataError(f"{where}: '{kind}' needs '{arg}', a whole number >= 1; found {_short(v)}")
+                raise DataError(f"{where}: '{kind}' needs '{arg}', a whole number >= 1; found {short(v)}")
         elif not isinstance(v, str) or not v.strip():
-            raise DataError(f"{where}: '{kind}' needs '{arg}', a non-empty string; found {_short(v)}")
+            raise DataError(f"{where}: '{kind}' needs '{arg}', a non-empty string; found {short(v)}")
         else:
             v = v.strip()
         out[arg] = v
     return out
-
-
-def _short(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 80 else text[:77] + "..."
