@@ -16,7 +16,16 @@ SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines":
 
 _PKG = Path(__file__).resolve().parents[1]
 
-BUILTIN_DATA_SETS = ("arith-pairs", "arith-prompts", "constraints-train", "constraints-heldout", "constraints-pairs")
+BUILTIN_DATA_SETS = (
+    "arith-pairs",
+    "arith-prompts",
+    "constraints-train",
+    "constraints-heldout",
+    "constraints-pairs",
+    "constraints-lexical-train",
+    "constraints-lexical-heldout",
+    "constraints-lexical-pairs",
+)
 """Names of ``grm.data.builtin``'s generated sets (``builtin:NAME`` as a data source). Listed here so
 that validating a config never imports the data package; a unit test keeps the two in step."""
 

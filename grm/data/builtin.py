@@ -97,6 +97,30 @@ SETS["constraints-train"] = constraints_train
 SETS["constraints-heldout"] = constraints_heldout
 SETS["constraints-pairs"] = constraints_pairs
 
+
+def constraints_lexical_train() -> list[dict[str, Any]]:
+    from grm.data.constraints import constraints_train
+
+    return constraints_train(lexical=True)
+
+
+def constraints_lexical_heldout() -> list[dict[str, Any]]:
+    from grm.data.constraints import constraints_heldout
+
+    return constraints_heldout(lexical=True)
+
+
+def constraints_lexical_pairs() -> list[dict[str, Any]]:
+    from grm.data.constraint_pairs import constraints_pairs
+
+    return constraints_pairs(lexical=True)
+
+
+# The same task with the constraints a small judge can read without counting (constraints.LEXICAL).
+SETS["constraints-lexical-train"] = constraints_lexical_train
+SETS["constraints-lexical-heldout"] = constraints_lexical_heldout
+SETS["constraints-lexical-pairs"] = constraints_lexical_pairs
+
 DEFAULT_MAPS: dict[str, dict[str, str]] = {
     "arith-pairs": {
         "prompt": "input",
@@ -119,3 +143,5 @@ DEFAULT_MAPS: dict[str, dict[str, str]] = {
     "constraints-train": {"prompt": "prompt", "id": "id", "checklist": "checklist", "constraints": "constraints"},
     "constraints-heldout": {"prompt": "prompt", "id": "id", "checklist": "checklist", "constraints": "constraints"},
 }
+for _split in ("train", "heldout", "pairs"):
+    DEFAULT_MAPS[f"constraints-lexical-{_split}"] = DEFAULT_MAPS[f"constraints-{_split}"]

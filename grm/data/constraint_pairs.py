@@ -202,11 +202,11 @@ def _targets(cons: dict[str, dict[str, Any]], broken: str, longer_pass: bool, rn
     return (long, short) if longer_pass else (short, long)
 
 
-def constraints_pairs(n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
-    """One labelled pair per held-out prompt (``constraints_heldout(n, seed)``) that can be built."""
-    rng = random.Random(f"constraints-pairs:{seed}")
+def constraints_pairs(n: int = 200, seed: int = 0, lexical: bool = False) -> list[dict[str, Any]]:
+    """One labelled pair per held-out prompt (``constraints_heldout(n, seed, lexical)``) that can be built."""
+    rng = random.Random(f"constraints-{'lexical-' if lexical else ''}pairs:{seed}")
     rows = []
-    for i, prompt in enumerate(constraints_heldout(n, seed)):
+    for i, prompt in enumerate(constraints_heldout(n, seed, lexical)):
         cons = {c["type"]: c for c in prompt["constraints"]}
         order = list(cons)
         pair = None
@@ -227,7 +227,7 @@ def constraints_pairs(n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
         out1, out2 = (good, bad) if label == 1 else (bad, good)
         rows.append(
             {
-                "id": f"constraints-pair-{len(rows)}",
+                "id": f"constraints-{'lexical-' if lexical else ''}pair-{len(rows)}",
                 "input": prompt["prompt"],
                 "output_1": out1,
                 "output_2": out2,

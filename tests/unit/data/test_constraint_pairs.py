@@ -41,3 +41,23 @@ def test_deterministic_and_mapped_for_grm_eval():
     items, _ = to_items(rows, default_map("builtin:constraints-pairs", set(rows[0])), "builtin:constraints-pairs")
     assert items[0].kind == "pair" and items[0].label == 1
     assert set(items[0].extra) == {"checklist", "constraints"}
+
+
+def test_the_lexical_sets_hold_only_constraints_read_without_counting():
+    """``constraints-lexical-*``: the same task over ``LEXICAL`` types only, still disjoint by split,
+    its pairs still verified by the checkers and still no length hint."""
+    from grm.data.constraints import LEXICAL
+
+    train, held = load_rows("builtin:constraints-lexical-train"), load_rows("builtin:constraints-lexical-heldout")
+    assert (len(train), len(held)) == (512, 200)
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in held}
+    assert {c["type"] for r in train + held for c in r["constraints"]} == set(LEXICAL)
+    pairs = load_rows("builtin:constraints-lexical-pairs")
+    assert len(pairs) == 200 and {r["input"] for r in pairs} <= {r["prompt"] for r in held}
+    assert set(Counter(r["broken"] for r in pairs)) == set(LEXICAL)
+    for r in pairs:
+        good, bad = r[f"output_{r['label']}"], r[f"output_{3 - r['label']}"]
+        assert set(check_all(r["constraints"], good).values()) == {1.0}, (r["id"], good)
+        assert [t for t, ok in check_all(r["constraints"], bad).items() if not ok] == [r["broken"]], r["id"]
+    assert 0.4 <= length_stats(pairs)["pass_longer"] <= 0.6
+    assert constraints_pairs(12, seed=3, lexical=True) == constraints_pairs(12, seed=3, lexical=True)
