@@ -1,6 +1,6 @@
 """Does judge-driven RL make the policy better on something the judge never sees?
 
-Trains SmolLM2 on ``builtin:constraints-train`` with up to three rewards, in one invocation:
+Trains SmolLM2 on ``builtin:constraints-lexical-train`` with up to three rewards, in one invocation:
 - ``grm``: the GRM judge alone (``pipelines/instruct-grm.yaml``: a checklist judge reads each
   prompt's own yes/no questions as P(yes); the rule checkers ride along at weight 0 as a monitor);
 - ``verifier``: the rule checkers themselves as the reward (``pipelines/instruct-verifier.yaml``,
@@ -9,7 +9,7 @@ Trains SmolLM2 on ``builtin:constraints-train`` with up to three rewards, in one
   control: if it gains on held-out accuracy, length explains the GRM's gain too).
 Each run is extended ``--eval-every`` steps at a time (``grm run ... --resume``; the LR is constant,
 so the segments are one run), and after each segment its latest checkpoint is evaluated on
-``builtin:constraints-heldout`` (topics the training prompts never use) with ``grm eval --policy``
+``builtin:constraints-lexical-heldout`` (topics the training prompts never use) with ``grm eval --policy``
 and the rule checkers (``builtin:constraints``): strict accuracy (every constraint of the prompt
 holds) with a 95% bootstrap interval, accuracy per constraint type, and response length. The
 initial policy is evaluated once, the same way. The final checkpoint of each run is then compared
@@ -45,7 +45,7 @@ PIPELINES = {
     "length": ROOT / "pipelines" / "instruct-length.yaml",
 }
 INITIAL = "builtin:smollm2-135m-instruct"
-HELDOUT = "builtin:constraints-heldout"
+HELDOUT = "builtin:constraints-lexical-heldout"
 CHECKERS = "builtin:constraints"
 
 
@@ -236,7 +236,7 @@ def plot(result: dict, path: Path) -> None:
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=system)
     ax.set_xlabel("training step")
     ax.set_ylabel("held-out strict accuracy (%)")
-    ax.set_title("constraints-heldout, rule-checked (95% CI)")
+    ax.set_title("constraints-lexical-heldout, rule-checked (95% CI)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
