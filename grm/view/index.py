@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The recorder writes "step" as the first key of every row; reading it with a regex from the
-# line's head instead of json.loads makes indexing ~20x faster (benchmarks/view_open.py).
+# The recorder writes "step" as the first key of every row; reading it with a regex from the line's
+# head instead of json.loads: 0.014 s vs 0.19 s for 20k lines of 1.7 KB. With it, indexing 100k such
+# lines (170 MB) takes 0.40 s and a step's first page 0.07 s (benchmarks/view_open.py).
 _STEP = re.compile(rb'^\{\s*"step"\s*:\s*(-?\d+)')
 
 

@@ -103,7 +103,8 @@ async function render() {
   }
   const y = window.scrollY;
   main.replaceChildren(body);
-  window.scrollTo(0, y);
+  const at = state.params.at && document.getElementById(state.params.at);  // #...&at=samples: a section
+  if (at && !state.scrolled) { at.scrollIntoView(); state.scrolled = true; } else window.scrollTo(0, y);
   document.body.dataset.ready = "1";
 }
 
@@ -205,7 +206,7 @@ async function renderRun(body, d) {
       if (last[k] !== undefined) cards.appendChild(stat(label, fmt(last[k])));
     }
     body.appendChild(cards);
-    body.appendChild(el("h2", {}, "curves", el("span", { class: "sub" }, `${metrics.rows.length} steps`)));
+    body.appendChild(el("h2", { id: "curves" }, "curves", el("span", { class: "sub" }, `${metrics.rows.length} steps`)));
     body.appendChild(chartsFor([{ name: d.name, metrics }]));
   } else {
     body.appendChild(el("p", { class: "muted" }, "no step logged yet (metrics.jsonl is empty); tick 'live' to follow the run"));
@@ -215,7 +216,7 @@ async function renderRun(body, d) {
 }
 
 async function renderSamples(body, d, steps) {
-  body.appendChild(el("h2", {}, "samples", el("span", { class: "sub" }, "each prompt's group side by side, with every judge's critiques")));
+  body.appendChild(el("h2", { id: "samples" }, "samples", el("span", { class: "sub" }, "each prompt's group side by side, with every judge's critiques")));
   if (!steps.length) { body.appendChild(el("p", { class: "muted" }, "samples.jsonl has no rows yet")); return; }
   const p = state.params;
   const step = p.step && steps.includes(Number(p.step)) ? Number(p.step) : steps[steps.length - 1];
@@ -375,7 +376,7 @@ async function renderPairs(body, d, judge, judges, counts) {
   const p = state.params, filter = p.filter || "all", page = Number(p.page || 0);
   const data = await api(`/api/d/${d.id}/pairs?judge=${encodeURIComponent(judge)}&filter=${filter}&page=${page}`);
   const pages = Math.max(1, Math.ceil(data.total / data.per_page));
-  body.appendChild(el("h2", {}, "pairs", el("span", { class: "sub" }, "both presentations' critiques and verdicts")));
+  body.appendChild(el("h2", { id: "pairs" }, "pairs", el("span", { class: "sub" }, "both presentations' critiques and verdicts")));
   body.appendChild(el("div", { class: "toolbar" },
     el("label", {}, "judge "), select(judges, judge, (v) => go({ judge: v, page: 0 })),
     el("label", {}, "show "), select(PAIR_FILTERS.map((f) => f[0]), filter, (v) => go({ filter: v, page: 0 }), PAIR_FILTERS.map((f) => `${f[1]} (${counts[f[0]]})`)),
