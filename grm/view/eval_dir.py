@@ -87,7 +87,7 @@ def presentations(line: dict[str, Any]) -> list[dict[str, Any]]:
             elif view == -1:
                 title = "checklist writing"
             else:
-                title = f"order {view + 1}: {_who(order)}" if len(order) > 1 else f"view {view}"
+                title = f"order {view + 1}: {_who(order)}" if len(order) > 1 else "judgment"
             verdict = order_verdict(line, view) if len(results) == 1 and view >= 0 and line.get("kind") == "pair" else None
             out.append(
                 {
@@ -145,7 +145,7 @@ class EvalDir:
             per_judge[name] = {
                 "lines": len(lines),
                 "pairs": len(pairs),
-                "counts": {f: sum(keep_pair(r, f) for r in pairs) for f in PAIR_FILTERS},
+                "counts": {f: sum(keep_pair(r, f) for r in lines) for f in PAIR_FILTERS},
                 "confusion": confusion(pairs) if any(r.get("label") is not None for r in pairs) else None,
             }
         return {

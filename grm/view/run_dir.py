@@ -33,13 +33,13 @@ def flatten_numeric(row: dict[str, Any], prefix: str = "") -> dict[str, float | 
     return out
 
 
-def metric_group(key: str) -> str:
-    """The chart a key belongs to: its prefix before '/', else before the first '_' for families
-    (``seconds_rollout`` -> seconds, ``reward_mean`` -> reward), else the key itself."""
+def metric_group(key: str, families: frozenset[str] | set[str] = frozenset()) -> str:
+    """The chart a key belongs to: its prefix before '/' (``reward/judge`` -> reward), else the part
+    before its first '_' when other keys share it (``seconds_rollout`` -> seconds), else the key."""
     if "/" in key:
         return key.split("/", 1)[0]
     head = key.split("_", 1)[0]
-    return head if head != key else key
+    return head if head in families else key
 
 
 def group_keys(rows: list[dict[str, float | None]]) -> dict[str, list[str]]:
@@ -49,9 +49,14 @@ def group_keys(rows: list[dict[str, float | None]]) -> dict[str, list[str]]:
         for k, v in r.items():
             if v is not None and k != "step":
                 seen.setdefault(k, None)
+    heads: dict[str, int] = {}
+    for k in seen:
+        head = k.split("/", 1)[0].split("_", 1)[0] if "/" not in k else k.split("/", 1)[0]
+        heads[head] = heads.get(head, 0) + 1
+    families = {h for h, n in heads.items() if n > 1}
     groups: dict[str, list[str]] = {}
     for k in seen:
-        groups.setdefault(metric_group(k), []).append(k)
+        groups.setdefault(metric_group(k, families), []).append(k)
     return groups
 
 

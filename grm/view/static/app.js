@@ -170,7 +170,7 @@ const MAIN_CHARTS = [
   ["KL to the reference", (k) => k === "kl" || k.startsWith("kl/") || k.startsWith("kl_")],
   ["response length (tokens)", (k) => k === "response_len_mean"],
   ["masked samples", (k) => k === "masked" || k.startsWith("masked_by_judge/")],
-  ["seconds per phase", (k) => k.startsWith("seconds_") && k !== "seconds_idle"],
+  ["seconds per phase", (k) => k.startsWith("seconds_") && !k.includes("/")],
   ["judges' share of step time", (k) => k === "judge_share"],
 ];
 

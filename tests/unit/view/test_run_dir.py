@@ -17,7 +17,8 @@ def test_every_numeric_key_is_grouped_by_prefix(tmp_path):
 
 def test_flatten_and_group_names():
     assert flatten_numeric({"a": True, "b": float("nan"), "c": {"d": 2}}) == {"a": 1.0, "b": None, "c/d": 2.0}
-    assert metric_group("seconds_rollout") == "seconds" and metric_group("kl") == "kl" and metric_group("canary/x") == "canary"
+    assert metric_group("seconds_rollout", {"seconds"}) == "seconds" and metric_group("seconds_rollout") == "seconds_rollout"
+    assert metric_group("kl") == "kl" and metric_group("canary/x") == "canary"
     assert group_keys([{"step": 1, "kl": None}]) == {}
 
 
