@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 SHOTS = [  # file, page (URL hash), window height
     ("view-run.png", "#d=0", 1250),
-    ("view-samples.png", "#d=0&at=samples", 1250),
+    ("view-samples.png", "#d=0&only=samples&diffs=1", 1250),
     ("view-eval.png", "#d=1&filter=disagree", 1500),
 ]
 

@@ -79,8 +79,8 @@ def served(tmp_path_factory):
     r = run_grm("run", "builtin:quickstart", f"out_dir={run}", *RUN, timeout=900, env=ENV)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     r = run_grm(
-        "eval", "builtin:pairwise-preference", "--data", "builtin:arith-pairs", "--out", str(ev), "--limit", "3",
-        "sampling.max_new_tokens=32", "on_failure.retries=0", env=ENV,
+        "eval", "builtin:pairwise-rules-cot-logprob", "--data", "builtin:arith-pairs", "--out", str(ev), "--limit", "3",
+        "sampling.max_new_tokens=40", env=ENV,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     p = subprocess.Popen(
@@ -123,7 +123,7 @@ def test_eval_page_shows_a_metric_and_both_orders_critiques(served):
     views = {s["view"]: s["text"] for s in first["results"][0]["samples"]}
     assert set(views) == {0, 1}  # both presentation orders were judged
     metrics = json.loads((ev / "metrics.json").read_text())
-    acc = metrics["judges"]["pairwise-preference"]["pairs"]["accuracy_average"]
+    acc = metrics["judges"]["pairwise-rules-cot-logprob"]["pairs"]["accuracy_average"]
     dom = dump_dom(url + "#d=1")
     assert "accuracy (mean of orders)" in dom and f'<div class="v">{js_fmt(acc)}</div>' in dom
     assert "order 2 (swapped)" in dom  # the second order's confusion table

@@ -103,8 +103,7 @@ async function render() {
   }
   const y = window.scrollY;
   main.replaceChildren(body);
-  const at = state.params.at && document.getElementById(state.params.at);  // #...&at=samples: a section
-  if (at && !state.scrolled) { at.scrollIntoView(); state.scrolled = true; } else window.scrollTo(0, y);
+  window.scrollTo(0, y);
   document.body.dataset.ready = "1";
 }
 
@@ -129,9 +128,9 @@ function lineChart(title, series) {
   const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (x0 === x1) { x0 -= 1; x1 += 1; }
+  if (y0 === y1) { if (y0 === 0) y1 = 1; else { y0 -= Math.abs(y0) / 2; y1 += Math.abs(y1) / 2; } }
   const yt = niceTicks(y0, y1, 4);
   y0 = Math.min(y0, yt[0]); y1 = Math.max(y1, yt[yt.length - 1]);
-  if (y0 === y1) { y0 -= 1; y1 += 1; }
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
   const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
   const g = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img" });
@@ -199,6 +198,10 @@ async function renderRun(body, d) {
   const [info, metrics] = await Promise.all([api(`/api/d/${d.id}/info`), api(`/api/d/${d.id}/metrics`)]);
   body.appendChild(el("div", { class: "path" }, info.path));
   const last = metrics.rows[metrics.rows.length - 1];
+  if (state.params.only === "samples") {  // #d=N&only=samples: the sample browser alone
+    await renderSamples(body, d, info.steps);
+    return;
+  }
   if (last) {
     body.appendChild(el("h2", {}, "last step", el("span", { class: "sub" }, `step ${fmt(last.step)} of what metrics.jsonl holds so far`)));
     const cards = el("div", { class: "cards" });
@@ -220,7 +223,7 @@ async function renderSamples(body, d, steps) {
   if (!steps.length) { body.appendChild(el("p", { class: "muted" }, "samples.jsonl has no rows yet")); return; }
   const p = state.params;
   const step = p.step && steps.includes(Number(p.step)) ? Number(p.step) : steps[steps.length - 1];
-  const sort = p.sort || "reward", desc = p.desc || "1", filter = p.filter || "all", page = Number(p.page || 0);
+  const sort = p.sort || "reward", desc = p.desc || "1", filter = p.filter || "all", page = Number(p.page || 0), diffs = p.diffs === "1";
   const data = await api(`/api/d/${d.id}/samples?step=${step}&sort=${sort}&desc=${desc}&filter=${filter}&page=${page}`);
   const pages = Math.max(1, Math.ceil(data.groups_total / data.per_page));
   body.appendChild(el("div", { class: "toolbar" },
@@ -229,23 +232,24 @@ async function renderSamples(body, d, steps) {
     select(["1", "0"], desc, (v) => go({ desc: v, page: 0 }), ["high first", "low first"]),
     el("label", {}, "show "), select(["all", "masked", "unmasked", "positive", "negative", "truncated"], filter, (v) => go({ filter: v, page: 0 }),
       ["all", "masked", "not masked", "advantage > 0", "advantage < 0", "cut at max tokens"]),
+    el("label", {}, el("input", { type: "checkbox", checked: diffs, onchange: (e) => go({ diffs: e.target.checked ? "1" : "" }) }), " diffs open"),
     el("span", { class: "muted" }, `${data.rows} responses, ${data.groups_total} groups shown`),
     el("span", { class: "pager" },
       el("button", { type: "button", disabled: page <= 0, onclick: () => go({ page: page - 1 }) }, "‹ prev"),
       `page ${page + 1} / ${pages}`,
       el("button", { type: "button", disabled: page + 1 >= pages, onclick: () => go({ page: page + 1 }) }, "next ›"))));
-  for (const g of data.groups) body.appendChild(groupCard(g));
+  for (const g of data.groups) body.appendChild(groupCard(g, diffs));
 }
 
-function groupCard(g) {
+function groupCard(g, diffs) {
   const side = el("div", { class: "side" });
-  for (const r of g.rows) side.appendChild(responseCard(r));
+  for (const r of g.rows) side.appendChild(responseCard(r, diffs));
   return el("div", { class: "group" },
     el("div", { class: "prompt" }, el("div", { class: "label" }, `prompt · group ${g.group} · ${g.size} responses`), el("pre", {}, g.prompt || "")),
     side);
 }
 
-function responseCard(r) {
+function responseCard(r, diffs) {
   const masked = r.masked_reasons.length > 0;
   const nums = el("div", { class: "nums" },
     pill("reward " + fmt(r.reward), r.reward === null ? "bad" : "accent"),
@@ -261,7 +265,7 @@ function responseCard(r) {
   if (r.diff) {
     const pre = el("pre", {});
     for (const [op, text] of r.diff) pre.appendChild(op === "equal" ? document.createTextNode(text) : el(op === "insert" ? "ins" : "del", {}, text));
-    card.appendChild(el("details", {}, el("summary", { class: "label" }, "diff against the group's best"), pre));
+    card.appendChild(el("details", { open: diffs }, el("summary", { class: "label" }, "diff against the group's best"), pre));
   }
   for (const [name, j] of Object.entries(r.judges || {})) card.appendChild(judgeBlock(name, j));
   return card;
@@ -323,7 +327,7 @@ function flatten(obj, prefix, out) {
 }
 
 function confusionTable(title, c) {
-  const max = Math.max(1, ...c.flat());
+  const max = Math.max(1, ...c.rows.flat());
   const t = el("table", { class: "grid" }, el("tr", {}, el("th", {}, "label \\ judge"), c.columns.map((x) => el("th", {}, x))));
   c.rows.forEach((row, i) => t.appendChild(el("tr", {}, el("th", {}, "human: " + (i + 1)),
     row.map((n, j) => el("td", { style: `background: rgba(53,89,224,${(0.75 * n) / max}); color: ${n / max > 0.55 ? "#fff" : "inherit"}`, title: `label ${i + 1}, judge ${c.columns[j]}` }, n)))));
