@@ -236,5 +236,5 @@ def start_in_thread(paths: list[str], host: str = "127.0.0.1") -> tuple[Threadin
     """A server on a free port in a daemon thread (tests, the benchmark); ``shutdown()`` stops it."""
     httpd = ThreadingHTTPServer((host, 0), make_handler(App(open_dirs(paths)), static_files()))
     httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return httpd, f"http://{host}:{httpd.server_address[1]}/"
