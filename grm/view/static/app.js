@@ -179,7 +179,7 @@ function chartsFor(runs) {
   const series = (ks) => runs.flatMap((r) => ks.map((k) => ({
     label: (runs.length > 1 ? r.name + ": " : "") + k,
     points: r.metrics.rows.map((row) => [row.step, row[k] === undefined ? null : row[k]]),
-  })));
+  })).filter((s) => s.points.some((p) => p[1] !== null)));  // a key another run has, this one not
   const main = el("div", { class: "charts" });
   for (const [title, pick] of MAIN_CHARTS) {
     const ks = keys.filter(pick);
