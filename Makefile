@@ -10,7 +10,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup lint test test-fast test-serving quickstart bench clean
+.PHONY: setup browser lint test test-fast test-serving quickstart bench clean
 
 setup: $(VENV)/.installed
 
@@ -30,7 +30,18 @@ lint: setup
 	echo "lint-imports"; $(BIN)/lint-imports --no-cache --no-logo || rc=1; \
 	exit $$rc
 
-test: setup
+# The `grm view` test renders the page in the system's Chromium (Debian package, no browser
+# download at test time). Installed here when missing and possible (root with apt-get); otherwise
+# that one test is skipped and says how to install it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else \
+	    echo "Chromium is missing: the grm view browser test will be skipped (sudo apt-get install -y chromium)"; \
+	  fi; }
+
+test: setup browser
 	$(BIN)/python -m pytest -q
 
 # Everything not marked slow (no model, Ray, DeepSpeed or server): the unit tests, in seconds.

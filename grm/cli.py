@@ -181,6 +181,22 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- view
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from grm.view.server import serve
+
+    def ready(url: str) -> None:
+        print(f"grm view: {url}  (Ctrl-C to stop; the page re-reads the directories on refresh)", flush=True)
+
+    try:
+        serve(args.dirs, host=args.host, port=args.port, ready=ready)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def _length_control(text: str) -> LengthControl:
     from grm.evaluation.length_control import parse_length_control
 
@@ -323,6 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--judge", metavar="JUDGE.yaml", help="a changed judge spec (parser/aggregation) to apply")
     r.add_argument("--length-control", type=_length_control, metavar="regress|penalty:COEF", help=LENGTH_CONTROL_HELP)
     r.set_defaults(func=cmd_rescore)
+
+    w = sub.add_parser("view", help="browse run and eval directories in a local web page (curves, samples, critiques)")
+    w.add_argument("dirs", nargs="+", metavar="DIR", help="run directories (grm run) and eval directories (grm eval --out)")
+    w.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    w.add_argument("--port", type=int, default=0, help="port (default 0: a free one; the URL is printed)")
+    w.set_defaults(func=cmd_view)
     return p
 
 

@@ -22,6 +22,8 @@ def test_wheel_ships_builtin_assets(tmp_path):
             assert f"grm/_builtin/{kind}/{f.name}" in names, f
     assert "grm/_builtin/judges/fixtures/helpfulness-pointwise.json" in names
     assert "grm/cli.py" in names
+    for f in (ROOT / "grm" / "view" / "static").iterdir():  # grm view's page: served from the package
+        assert f"grm/view/static/{f.name}" in names, f
 
     # Installed without a checkout around it, builtin: resolves inside the package.
     site = tmp_path / "site"

@@ -1,0 +1,134 @@
+"""`grm view` on a real 2-step run and a real eval directory, rendered by headless Chromium: the DOM
+shows a critique read from samples.jsonl / results.jsonl and a metric read from the files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+from grm.view.chromium import INSTALL, dump_dom, find_chromium, screenshot
+from tests.conftest import ROOT, run_grm
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(find_chromium() is None, reason=f"needs Chromium for the rendered page: {INSTALL}"),
+]
+
+RUN = [
+    "algorithm.prompts_per_step=2",
+    "algorithm.group_size=2",
+    "rollout.max_new_tokens=16",
+    "train.micro_batch_size=2",
+    "judges.0.overrides=[sampling.max_new_tokens=24]",
+    "train.steps=2",
+    "checkpoint.every=0",
+    "train.backend.type=torch",
+    "schedule.mode=sync",
+]
+ENV = {"RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+class Texts(HTMLParser):
+    """Text of every element whose class list has ``cls`` (critiques are <pre class="critique">)."""
+
+    def __init__(self, cls: str) -> None:
+        super().__init__()
+        self.cls, self.depth, self.found, self.buf = cls, 0, [], []
+
+    def handle_starttag(self, tag, attrs):
+        if self.depth:
+            self.depth += 1
+        elif self.cls in (dict(attrs).get("class") or "").split():
+            self.depth, self.buf = 1, []
+
+    def handle_endtag(self, tag):
+        if self.depth:
+            self.depth -= 1
+            if not self.depth:
+                self.found.append("".join(self.buf))
+
+    def handle_data(self, data):
+        if self.depth:
+            self.buf.append(data)
+
+
+def texts(dom: str, cls: str) -> list[str]:
+    """Whitespace-normalised (HTML serialisation may add a newline after <pre>, and CRLF becomes LF)."""
+    p = Texts(cls)
+    p.feed(dom)
+    return [norm(t) for t in p.found]
+
+
+def norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def js_fmt(x: float) -> str:
+    """The page's fmt() for a number in [0, 1]: three decimals, trailing zeros dropped."""
+    return f"{x:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("view")
+    run, ev = tmp / "run", tmp / "eval"
+    r = run_grm("run", "builtin:quickstart", f"out_dir={run}", *RUN, timeout=900, env=ENV)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    r = run_grm(
+        "eval", "builtin:pairwise-rules-cot-logprob", "--data", "builtin:arith-pairs", "--out", str(ev), "--limit", "3",
+        "sampling.max_new_tokens=40", env=ENV,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "grm", "view", str(run), str(ev)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("grm view: http://127.0.0.1:"), (line, p.stderr.read() if p.poll() is not None else "")
+        yield line.split()[2], run, ev, tmp
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def test_run_page_shows_a_critique_and_the_reward(served):
+    url, run, _, tmp = served
+    rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    last = max(r["step"] for r in rows)
+    critiques = [c for r in rows if r["step"] == last for j in r["judges"].values() if j for c in j["critiques"]]
+    assert critiques, "the run recorded no critique"
+    dom = dump_dom(url + "#d=0")
+    shown = texts(dom, "critique")
+    assert norm(critiques[0]) in shown, (critiques[0], shown[:3])
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2 and 'data-chart="rewards (mean and per judge)"' in dom
+    assert f"step {metrics[-1]['step']} of what metrics.jsonl holds" in dom
+    assert dom.count('data-sample="') == len([r for r in rows if r["step"] == last])  # the whole last step
+    png = screenshot(url + "#d=0", tmp / "run.png", height=1800)
+    assert png.stat().st_size > 20_000
+
+
+def test_eval_page_shows_a_metric_and_both_orders_critiques(served):
+    url, _, ev, tmp = served
+    lines = [json.loads(x) for x in (ev / "results.jsonl").read_text().splitlines()]
+    first = lines[0]
+    views = {s["view"]: s["text"] for s in first["results"][0]["samples"]}
+    assert set(views) == {0, 1}  # both presentation orders were judged
+    metrics = json.loads((ev / "metrics.json").read_text())
+    acc = metrics["judges"]["pairwise-rules-cot-logprob"]["pairs"]["accuracy_average"]
+    dom = dump_dom(url + "#d=1")
+    assert "accuracy (mean of orders)" in dom and f'<div class="v">{js_fmt(acc)}</div>' in dom
+    assert "order 2 (swapped)" in dom  # the second order's confusion table
+    shown = texts(dom, "critique")
+    assert norm(views[0]) in shown and norm(views[1]) in shown
+    assert f'data-item="{first["item_id"]}"' in dom
+    png = screenshot(url + "#d=1", tmp / "eval.png", height=1800)
+    assert png.stat().st_size > 20_000
