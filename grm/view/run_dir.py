@@ -4,6 +4,7 @@ and a step's samples grouped by prompt, filtered, sorted and diffed against the 
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from pathlib import Path
@@ -151,7 +152,16 @@ class RunDir:
 
     def metrics(self) -> dict[str, Any]:
         rows = [flatten_numeric(r) for r in self.metrics_log.refresh()]
-        return {"rows": rows, "groups": group_keys(rows)}
+        return {"rows": rows, "groups": group_keys(rows), "gate": self.gate()}
+
+    def gate(self) -> list[dict[str, Any]]:
+        """The judge gates this run passed or failed (``gate.json``, written before the policy
+        loads), one entry per judge; empty when the run has none or the file is unreadable."""
+        try:
+            data = json.loads((self.path / "gate.json").read_text())
+        except (OSError, ValueError):
+            return []
+        return [g for g in data.values() if isinstance(g, dict)] if isinstance(data, dict) else []
 
     def steps(self) -> list[int]:
         self.samples.refresh()

@@ -202,6 +202,14 @@ async function renderRun(body, d) {
     await renderSamples(body, d, info.steps);
     return;
   }
+  if (metrics.gate && metrics.gate.length) {  // gate.json: each judge measured on labelled pairs before training
+    body.appendChild(el("h2", { id: "gate" }, "judge gate", el("span", { class: "sub" }, "accuracy on labelled pairs before the policy loaded")));
+    const cards = el("div", { class: "cards" });
+    for (const g of metrics.gate) {
+      cards.appendChild(stat(`${g.judge} ${g.passed ? "passed" : "FAILED"}`, fmt(g.accuracy), `95% CI ${fmt(g.ci95)}; bar ${fmt(g.min_accuracy)}; ${fmt(g.pairs)} pairs`));
+    }
+    body.appendChild(cards);
+  }
   if (last) {
     body.appendChild(el("h2", {}, "last step", el("span", { class: "sub" }, `step ${fmt(last.step)} of what metrics.jsonl holds so far`)));
     const cards = el("div", { class: "cards" });

@@ -48,3 +48,17 @@ def test_sample_page_groups_filters_and_sorts(tmp_path):
 def test_word_diff_marks_inserted_and_deleted_words():
     d = word_diff("The answer is 13. Done.", "The answer is 12. Done.")
     assert ["delete", "13. "] in d and ["insert", "12. "] in d and d[0] == ["equal", "The answer is "]
+
+
+def test_the_gate_result_is_read_for_the_page(tmp_path):
+    """gate.json (written by ``grm run`` before the policy loads) reaches the page as one entry per
+    judge; a run without one, or with a broken one, shows none."""
+    import json
+
+    path = write_run(tmp_path / "run")
+    assert RunDir(path).metrics()["gate"] == []
+    gate = {"judge": "format", "passed": False, "accuracy": 0.0, "ci95": [0.0, 0.0], "min_accuracy": 0.9, "pairs": 20}
+    (path / "gate.json").write_text(json.dumps({"format": gate}))
+    assert RunDir(path).metrics()["gate"] == [gate]
+    (path / "gate.json").write_text("{not json")
+    assert RunDir(path).metrics()["gate"] == []
