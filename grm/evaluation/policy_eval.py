@@ -67,14 +67,16 @@ def prompt_sha(p: Prompt) -> str:
 
 
 def load_prompt_set(ref: str, limit: int | None) -> list[Prompt]:
-    """The prompts as a pipeline's ``data:`` would read them (with a ``checklist`` column read as
-    checklists when the set has one), in file order, ids unique."""
+    """The prompts as a pipeline's ``data:`` would read them (``checklist`` and ``constraints``
+    columns carried to the judges when the set has them), in file order, ids unique."""
     from grm.config.pipeline import DataSpec
     from grm.data.sources import load_rows
 
     rows = load_rows(ref)
     checklist = "checklist" if rows and "checklist" in rows[0] else None
-    prompts = load_prompts(DataSpec(prompts=ref, limit=limit, shuffle=False, checklist_field=checklist))
+    constraints = "constraints" if rows and "constraints" in rows[0] else None
+    spec = DataSpec(prompts=ref, limit=limit, shuffle=False, checklist_field=checklist, constraints_field=constraints)
+    prompts = load_prompts(spec)
     seen: set[str] = set()
     for p in prompts:
         if p.id in seen:

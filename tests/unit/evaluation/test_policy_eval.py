@@ -258,3 +258,21 @@ def test_checkpoint_weights_of_either_trainer_load_into_the_base_model(tmp_path)
         policy_source.apply_state(tiny(), broken, tmp_path)
     with pytest.raises(policy_source.PolicySourceError, match="no policy weights"):
         policy_source.checkpoint_state(tmp_path / "empty")
+
+
+def test_the_constraints_verifier_reads_each_prompts_own_constraints(tmp_path, monkeypatch):
+    """A prompt set with a ``constraints`` column carries it to the verifier, as ``grm run`` does with
+    ``data.constraints_field``: before, every response was masked ('no constraints')."""
+
+    class Keyword(ScriptedEngine):  # writes every keyword it is asked for, and nothing else
+        def __init__(self):
+            super().__init__(lambda text, j, call: " ".join(re.findall(r'Include the word "(\w+)"', text)) or "ok")
+
+    monkeypatch.setattr(policy_source, "load_engine", lambda src, **kw: Keyword())
+    m = run_policy_eval(
+        cfg(tmp_path / "ev", prompts="builtin:constraints-lexical-heldout", judges=["builtin:constraints"], limit=12)
+    )
+    jm = m["sides"]["policy"]["judges"]["constraints"]
+    assert jm["masked"] == 0 and jm["n"] == 12
+    assert jm["details"]["keyword"]["mean"] == 1.0  # the keyword constraints hold
+    assert jm["details"]["start_phrase"]["mean"] == 0.0  # a start phrase was never written
