@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -127,8 +128,17 @@ def done_responses(lines: list[dict[str, Any]], prompts: list[Prompt]) -> dict[t
     return {(x["side"], x["prompt_id"]): x for x in lines if want.get(x["prompt_id"]) == x.get("prompt_sha")}
 
 
-def result_key(judge: Judge, side: str, prompt_id: str, responses: Sequence[str]) -> tuple[str, ...]:
-    return (judge.name, judge.spec_hash, side, prompt_id, sha("\x00".join(responses)))
+def judged_sha(p: Prompt, responses: Sequence[str]) -> str:
+    """What a judgment was made from besides the judge and the prompt text: the responses and the
+    prompt's metadata (its checklist, constraints), so a set whose constraints changed is judged anew."""
+    text = "\x00".join(responses)
+    if p.metadata:  # left out when empty: results written before metadata was hashed stay valid
+        text += "\x00" + json.dumps(p.metadata, sort_keys=True)
+    return sha(text)
+
+
+def result_key(judge: Judge, side: str, p: Prompt, responses: Sequence[str]) -> tuple[str, ...]:
+    return (judge.name, judge.spec_hash, side, p.id, judged_sha(p, responses))
 
 
 def _line_key(x: dict[str, Any]) -> tuple[str, ...]:
@@ -193,7 +203,7 @@ def result_line(judge: Judge, side: str, p: Prompt, responses: Sequence[str], r:
         "mode": mode,
         "side": side,
         "prompt_id": p.id,
-        "responses_sha": sha("\x00".join(responses)),
+        "responses_sha": judged_sha(p, responses),
         "parse_failures": r.parse_failures,
         "samples_total": len(r.samples),
         "tokens": r.tokens,
@@ -230,7 +240,7 @@ def current_results(
     sides: Sequence[str],
 ) -> list[dict[str, Any]]:
     """The results lines of these judges on the current responses, one per judgment (the latest)."""
-    wanted = {result_key(j, side, p.id, texts) for j in judges for side, p, texts in judged(j, prompts, responses, sides)}
+    wanted = {result_key(j, side, p, texts) for j in judges for side, p, texts in judged(j, prompts, responses, sides)}
     latest = {}
     for x in lines:
         k = _line_key(x) if "responses_sha" in x else None
@@ -256,7 +266,7 @@ def score(
         work = [
             (side, p, texts)
             for side, p, texts in judged(judge, prompts, responses, sides)
-            if result_key(judge, side, p.id, texts) not in done
+            if result_key(judge, side, p, texts) not in done
         ]
         if not work:
             continue

@@ -276,3 +276,14 @@ def test_the_constraints_verifier_reads_each_prompts_own_constraints(tmp_path, m
     assert jm["masked"] == 0 and jm["n"] == 12
     assert jm["details"]["keyword"]["mean"] == 1.0  # the keyword constraints hold
     assert jm["details"]["start_phrase"]["mean"] == 0.0  # a start phrase was never written
+
+
+def test_a_judgment_is_keyed_by_the_metadata_the_judge_saw():
+    """A result made before a prompt's constraints reached the verifier (masked) is not taken as done
+    once they do; results of prompts without metadata keep the key they always had."""
+    from grm.data.prompts import Prompt
+    from grm.evaluation.policy_eval import judged_sha, sha
+
+    bare, with_meta = Prompt("p", "say hi", None), Prompt("p", "say hi", None, {"constraints": [{"type": "title"}]})
+    assert judged_sha(bare, ["hi"]) == sha("hi")
+    assert judged_sha(with_meta, ["hi"]) != judged_sha(bare, ["hi"])
