@@ -48,7 +48,7 @@ def where() -> dict[str, Any]:
     return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "resources": ctx.get_assigned_resources()}
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"progress": 1})  # train_progress answers while train runs
 class PolicyActor:
     """Trainer, rollout engine and (when colocated) reference and critic of the policy."""
 
@@ -227,13 +227,24 @@ class PolicyActor:
         one. Each rank of a group trains its shard of the batch (the trainer picks it)."""
         from grm.orchestrator.policy_group import gather_first
         from grm.orchestrator.policy_update import train_on_batch
+        from grm.training.core import MICRO_BATCHES
 
         t0 = time.perf_counter()
+        MICRO_BATCHES.reset()
         metrics = train_on_batch(self.trainer, self.critic, self.algorithm, batch)
+        self.last_micro_batches = MICRO_BATCHES.done
         metrics["train_seconds"] = time.perf_counter() - t0
         if self.shared:
             self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
         return _gather(metrics, others, gather_first)
+
+    @ray.method(concurrency_group="progress")
+    def train_progress(self) -> tuple[int, int | None]:
+        """(micro-batches this rank has run in the ``train`` call under way, how many the previous
+        call ran, None before the first): what the live display shows while a step trains."""
+        from grm.training.core import MICRO_BATCHES
+
+        return MICRO_BATCHES.done, getattr(self, "last_micro_batches", None)
 
     def version_of_trainer(self) -> int:
         """Policy version = batches trained (a batch may take several optimizer steps)."""

@@ -33,9 +33,22 @@ class StepProgress(Protocol):
         """A call of ``judge`` (on ``replica``; None: in this process) judged ``samples`` of ``step``."""
         ...
 
+    wants_training: bool
+    """Whether ``training`` is worth polling the policy for (a live panel is showing)."""
+
+    def training(self, done: int, previous: int | None) -> None:
+        """The policy (rank 0) has run ``done`` micro-batches of the step training now; ``previous``:
+        how many the previous step's training ran (None before the first)."""
+        ...
+
 
 class NoProgress:
+    wants_training = False
+
     def landed(self, step: int, samples: int) -> None:
+        pass
+
+    def training(self, done: int, previous: int | None) -> None:
         pass
 
     def judged(self, step: int, judge: str, replica: int | None, samples: int) -> None:
@@ -82,6 +95,12 @@ class RunDisplay:
         self.step_seconds: list[float] = []
         self.last: dict[str, Any] | None = None
         self._live: Any = None
+        self.micro: tuple[int, int | None] | None = None
+        """(micro-batches done, the previous step's count) of the training under way, rank 0."""
+
+    @property
+    def wants_training(self) -> bool:
+        return self.live
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -104,6 +123,11 @@ class RunDisplay:
 
     def set_phase(self, phase: str) -> None:
         self.phase, self.phase_at = phase, time.perf_counter()
+        if phase == "training":
+            self.micro = None
+
+    def training(self, done: int, previous: int | None) -> None:
+        self.micro = (done, previous)
 
     def landed(self, step: int, samples: int) -> None:
         self.counts.setdefault(step, StepCounts()).samples += samples
@@ -159,7 +183,12 @@ class RunDisplay:
             rep = "  " + " ".join(f"#{i} {per.get(i, 0)}" for i in range(replicas)) if replicas > 1 else ""
             bars.add_row(f"judge {name}", ProgressBar(total=total, completed=n, width=24), f"{n}/{total}{rep}")
         if self.phase == "training":
-            bars.add_row("training", "", f"running {now - self.phase_at:.1f} s (micro-batches not reported)")
+            done, previous = self.micro or (0, None)
+            if previous:  # the previous step's count sizes the bar: steps of one run are alike
+                bar = ProgressBar(total=max(previous, done), completed=done, width=24)
+                bars.add_row("training", bar, f"{done}/{previous} micro-batches (rank 0)  {now - self.phase_at:.1f} s")
+            else:
+                bars.add_row("training", "", f"{done} micro-batches (rank 0)  {now - self.phase_at:.1f} s")
         ahead = self.counts.get(self.step + 1)
         parts: list[Any] = [head] if finished else [head, bars]
         if ahead is not None:  # async: the next step's rollouts and judging overlap this one

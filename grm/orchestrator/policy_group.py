@@ -49,6 +49,7 @@ class PolicyGroup:
         # first argument cut across the ranks
         self.sync, self.save, self.load, self.train = (GroupMethod(self, m) for m in ("sync", "save", "load", "train"))
         self.version = _Rank0(self, "version")
+        self.train_progress = _Rank0(self, "train_progress")  # rank 0's micro-batches (each rank trains a shard)
         self.rollout = _Split(self, "rollout", split_rollout if hf_rollout else None)
         self.prepare = _Split(self, "prepare", split_prepare)
 

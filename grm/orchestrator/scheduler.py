@@ -180,19 +180,23 @@ class Scheduler:
         return batch, secs
 
     def wait(self, ref: Any) -> Any:
-        """``ray.get(ref)`` that meanwhile hands the chunks of queued (async) steps to the judges as
-        they land and keeps the judges' calls flowing, so judges work on step t+1 while step t trains."""
+        """``ray.get(ref)`` of a training call that meanwhile hands the chunks of queued (async) steps
+        to the judges as they land and keeps the judges' calls flowing, so judges work on step t+1
+        while step t trains; a live display is told the micro-batches trained, once a second."""
+        progress = getattr(self.roles.policy, "train_progress", None) if self.progress.wants_training else None
         while True:
             landing = {r: (w, c) for w in self.queue for c, r in enumerate(w.chunks) if c not in w.landed}
-            if self._advance(landing, ref):
+            if self._advance(landing, ref, timeout=1.0 if progress is not None else 5.0):
                 return self.ray.get(ref)
+            if progress is not None:
+                self.progress.training(*self.ray.get(progress.remote()))
 
-    def _advance(self, landing: dict[Any, tuple[StepWork, int]], target: Any = None) -> bool:
+    def _advance(self, landing: dict[Any, tuple[StepWork, int]], target: Any = None, timeout: float = 5.0) -> bool:
         """Wait (up to 5 s) for a rollout chunk of ``landing``, any judge call in flight, a replica's
         probe or ``target``; land or finish what is ready, then time out judge calls past their
         deadline. True once ``target`` is ready."""
         waits = [*landing, *self.running, *self.probes, *([target] if target is not None else [])]
-        ready, _ = self.ray.wait(waits, num_returns=1, timeout=5.0)
+        ready, _ = self.ray.wait(waits, num_returns=1, timeout=timeout)
         hit = False
         for r in ready:
             if target is not None and r == target:

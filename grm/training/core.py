@@ -70,6 +70,21 @@ def lr_lambda(
     return f
 
 
+class MicroBatchCount:
+    """Micro-batches this process has run (forward, loss, backward) since ``reset``: the training
+    progress a live display shows. Read from another thread (the policy actor's progress method)
+    while training runs; a plain int, so a read sees a whole count."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def reset(self) -> None:
+        self.done = 0
+
+
+MICRO_BATCHES = MicroBatchCount()
+
+
 def accumulate(
     module: torch.nn.Module,
     micro: list[TrainBatch],
@@ -87,6 +102,7 @@ def accumulate(
         out, ent = forward(module, mb, entropy)
         loss, metrics = loss_fn(out, mb.to(out.device), ent)
         backward(loss)
+        MICRO_BATCHES.done += 1
         total = loss.detach() if total is None else total + loss.detach()
         rows.append(metrics)
         tokens.append(float(mb.loss_mask.sum()))

@@ -6,6 +6,7 @@ import torch
 
 from grm.algorithms import PolicyLoss, build_algorithm
 from grm.orchestrator.policy_update import mini_batches, train_on_batch
+from grm.training.core import MICRO_BATCHES
 from grm.training.torch_backend import TorchTrainer
 from tests.integration.training.tiny import fixed_batch, tiny_llama
 
@@ -25,8 +26,10 @@ def run(epochs: int, mini: int) -> dict[str, float]:
 def test_clip_binds_only_with_several_optimizer_steps():
     one = run(1, 1)
     assert one["optimizer_steps"] == 1 and one["clip_frac"] == 0.0 and one["ratio_mean"] == pytest.approx(1.0)
+    MICRO_BATCHES.reset()
     many = run(3, 2)
     assert many["optimizer_steps"] == 6
+    assert MICRO_BATCHES.done == 3 * 2 * 2  # epochs x mini-batches x micro-batches of 2: the live panel's count
     assert many["clip_frac"] > 0.0, many
 
 

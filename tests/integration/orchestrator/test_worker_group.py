@@ -106,8 +106,13 @@ def test_two_ranks_reproduce_one_rank(one_rank, two_ranks, zero):
     assert wa.keys() == wb.keys()
     worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
     assert worst <= 1e-4, worst
-    moved = max(float((wa[k] - v).abs().max()) for k, v in final_weights_at_start().items() if k in wa)
-    assert moved > 10 * max(worst, 1e-7)  # the runs trained: the match is not two untouched models
+    # The runs trained, and the ranks' difference is small beside what training moved: in L2 over
+    # all weights (a max-abs ratio is not: Adam turns reduction-order noise in near-zero gradients
+    # into updates of up to lr, measured 3.5e-6 against a largest move of 1.6e-5 on an AVX-512 CPU).
+    start = {k: v for k, v in final_weights_at_start().items() if k in wa}
+    moved = sum(float((wa[k] - v).pow(2).sum()) for k, v in start.items()) ** 0.5
+    apart = sum(float((wa[k] - wb[k]).pow(2).sum()) for k in start) ** 0.5
+    assert moved > 0 and apart < 0.1 * moved, (apart, moved)
 
 
 def final_weights_at_start() -> dict[str, torch.Tensor]:

@@ -114,14 +114,23 @@ def test_panel_shows_progress_per_judge_and_replica_and_the_last_steps_cost():
     assert "step 1: reward 0.500±0.250  masked 1  kl 0.0012" in text
 
 
-def test_training_phase_is_shown_with_elapsed_seconds():
+def test_training_phase_shows_micro_batches_against_the_previous_step():
     con = Console(force_terminal=True, width=120, record=True, file=io.StringIO())
-    d = RunDisplay("quick", 2, 4, {"math": 0}, live=False, console=con)
+    d = RunDisplay("quick", 2, 4, {"math": 0}, live=True, console=con)
+    assert d.wants_training  # the scheduler polls the policy only for a panel
     d.begin(0)
     d.set_phase("training")
+    d.training(3, None)  # the first step: no earlier count to size a bar
     con.print(d.render())
-    text = con.export_text()
-    assert "training" in text and "micro-batches not reported" in text and "ETA -" in text
+    text = con.export_text()  # (export clears what the console recorded)
+    assert "3 micro-batches (rank 0)" in text and "ETA -" in text
+    d.set_phase("training")  # the next step's training starts from nothing
+    con.print(d.render())
+    assert "0 micro-batches (rank 0)" in con.export_text()
+    d.training(5, 8)
+    con.print(d.render())
+    assert "5/8 micro-batches (rank 0)" in con.export_text()
+    assert not RunDisplay("quick", 2, 4, {}, live=False, console=con).wants_training
 
 
 def test_live_mode_starts_and_stops_a_panel_and_keeps_step_lines():

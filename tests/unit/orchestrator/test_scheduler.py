@@ -225,3 +225,41 @@ def test_judge_cost_is_summed_per_step_per_judge_and_logged():
     row = next(ln for ln in lines if ln.startswith("| model |"))
     assert row.split(" | ")[1] == "12 (6.0)"  # calls: 6 per step over two steps
     assert cost_table([{"step": 1}]) == []
+
+
+def test_waiting_on_training_tells_a_live_display_the_micro_batches():
+    """While ``train`` runs, ``wait`` polls the policy's ``train_progress`` (a separate Ray concurrency
+    group) about once a second and hands it to the display; without a panel it never asks."""
+    from grm.orchestrator.live import NoProgress
+
+    class Display(NoProgress):
+        wants_training = True
+
+        def __init__(self):
+            self.seen = []
+
+        def training(self, done, previous):
+            self.seen.append((done, previous))
+
+    class Slow:  # a training call that is ready on the third wait
+        def __init__(self):
+            self.waits = 0
+
+    sched, _, ray = make(config(), [])
+    polled = []
+    sched.roles.policy.train_progress = type("M", (), {"remote": lambda self: polled.append(1) or (len(polled), 4)})()
+    slow, target = Slow(), object()
+
+    def wait(refs, num_returns=1, timeout=None):
+        slow.waits += 1
+        assert timeout == 1.0
+        return ([target] if slow.waits == 3 and target in refs else []), refs
+
+    ray.wait, ray.get = wait, lambda ref: "trained" if ref is target else ref
+    sched.progress = Display()
+    assert sched.wait(target) == "trained"
+    assert sched.progress.seen == [(1, 4), (2, 4)]
+    sched.progress, polled[:] = NoProgress(), []
+    slow.waits = 2
+    ray.wait = lambda refs, num_returns=1, timeout=None: ([target], refs)
+    assert sched.wait(target) == "trained" and polled == []
