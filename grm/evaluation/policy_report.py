@@ -16,6 +16,7 @@ from grm.base import atomic_write_text, json_safe
 from grm.data.prompts import Prompt
 from grm.evaluation import metrics as M
 from grm.evaluation.report import _fmt, _save
+from grm.evaluation.table import print_table
 from grm.judges.base import Judge
 
 SIDE_NAMES = {"policy": "POLICY", "other": "OTHER"}
@@ -232,7 +233,6 @@ def write_policy_outputs(
     console: Any = None,
 ) -> dict[str, Any]:
     from rich.console import Console
-    from rich.table import Table
 
     m = compute(prompts, responses, lines, sides)
     m.update(extra or {})
@@ -268,12 +268,5 @@ def write_policy_outputs(
     (out / "report.md").write_text("\n".join(md))
     console = console or Console()
     for title, rs in ((f"Policy evaluation ({out})", rows), ("POLICY vs OTHER", crows)):
-        if not rs:
-            continue
-        table = Table(title=title)
-        for c in rs[0]:
-            table.add_column(c, overflow="fold")
-        for r in rs:
-            table.add_row(*r.values())
-        console.print(table)
+        print_table(console, rs, title)  # fitted to the terminal, plain text in a pipe
     return m
