@@ -129,7 +129,7 @@ def main() -> int:
     ap.add_argument("--heldout", type=int, default=100, help="held-out prompts evaluated")
     ap.add_argument("--max-new-tokens", type=int, default=128, help="the pipelines' rollout length")
     ap.add_argument("--judge", default="builtin:checklist-data-logprob", help="the GRM judge, for its win rate")
-    ap.add_argument("--judge-model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--judge-model", default="qwen2.5-coder-1.5b-instruct", help="the GRM pipeline's judge model")
     ap.add_argument("--out", default="bench-out/learning-curve")
     ap.add_argument("overrides", nargs="*", help="pipeline overrides for every run, e.g. train.lr=2e-5")
     args = ap.parse_args()
