@@ -95,47 +95,18 @@ def _ci(d: dict[str, Any], key: str = "mean") -> str:
 
 def table_rows(m: dict[str, Any]) -> list[dict[str, str]]:
     """One row per (judge, policy): n, mean [95% CI], masked; then the lengths."""
+
+    def row(label: str, side: str, n: Any, d: dict[str, Any], masked: str = "") -> dict[str, str]:
+        return {"judge": label, "policy": SIDE_NAMES[side], "n": str(n), "mean [95% CI]": _ci(d), "masked": masked}
+
     rows = []
     for side, sm in m["sides"].items():
         for name, jm in sm["judges"].items():
-            rows.append(
-                {
-                    "judge": name,
-                    "policy": SIDE_NAMES[side],
-                    "n": str(jm["n"]),
-                    "mean [95% CI]": _ci(jm),
-                    "masked": str(jm["masked"]),
-                }
-            )
-            for key, d in (jm.get("details") or {}).items():
-                rows.append(
-                    {
-                        "judge": f"  {name}/{key}",
-                        "policy": SIDE_NAMES[side],
-                        "n": str(d["n"]),
-                        "mean [95% CI]": _ci(d),
-                        "masked": "",
-                    }
-                )
+            rows.append(row(name, side, jm["n"], jm, str(jm["masked"])))
+            rows += [row(f"  {name}/{key}", side, d["n"], d) for key, d in (jm.get("details") or {}).items()]
     for side, sm in m["sides"].items():
-        rows.append(
-            {
-                "judge": "length (tokens)",
-                "policy": SIDE_NAMES[side],
-                "n": str(sm["responses"]),
-                "mean [95% CI]": _ci(sm["tokens"]),
-                "masked": "",
-            }
-        )
-        rows.append(
-            {
-                "judge": "length (chars)",
-                "policy": SIDE_NAMES[side],
-                "n": str(sm["responses"]),
-                "mean [95% CI]": _ci(sm["chars"]),
-                "masked": "",
-            }
-        )
+        rows.append(row("length (tokens)", side, sm["responses"], sm["tokens"]))
+        rows.append(row("length (chars)", side, sm["responses"], sm["chars"]))
     return rows
 
 
