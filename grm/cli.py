@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         dry_run(args.pipeline, args.overrides, args.address)
         return 0
     from grm.evaluation.gate import run_gates
-    from grm.orchestrator.driver import run_pipeline
+    from grm.orchestrator.launch import run_pipeline
 
     try:
         out = run_pipeline(

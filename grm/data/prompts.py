@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grm.config.judge import JudgeSpec
-from grm.config.pipeline import DataSpec
+from grm.config.pipeline import DataSpec, PipelineSpec
 from grm.data import constraints
 from grm.data.checklists import METADATA_KEY, check_length, read_checklist
 from grm.data.sources import DataError, load_rows
@@ -59,6 +59,14 @@ def check_checklists(prompts: Sequence[Prompt], spec: DataSpec, judges: Sequence
         for i, p in enumerate(prompts):
             where = f"{spec.prompts} row {i}: column '{spec.checklist_field}'"
             check_length(p.metadata.get(METADATA_KEY) or [], j.checklist.max_items, j.name, where)
+
+
+def prompt_stream(cfg: PipelineSpec, judges: Sequence[JudgeSpec]) -> PromptStream:
+    """A pipeline's prompts, every row checked (and every data checklist against the judges that
+    read it), as the seeded stream ``grm run`` takes its steps from."""
+    prompts = load_prompts(cfg.data)
+    check_checklists(prompts, cfg.data, judges)
+    return PromptStream(prompts, cfg.seed, cfg.data.shuffle)
 
 
 class PromptStream:

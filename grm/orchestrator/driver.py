@@ -8,21 +8,19 @@ group of N ranks, the same handle); what is written, the recorder's; the math, t
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from grm.config.resolve import LoadedPipeline, load_pipeline
-from grm.data.prompts import PromptStream, check_checklists, load_prompts
+from grm.config.resolve import LoadedPipeline
+from grm.data.prompts import prompt_stream
 from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.canary import Canaries
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
-from grm.orchestrator.live import RunDisplay, live_wanted
+from grm.orchestrator.live import RunDisplay
 from grm.orchestrator.placement import place_roles
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
 from grm.orchestrator.recorder import Recorder, sample_rows, step_metrics
@@ -37,18 +35,14 @@ class Driver:
 
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
         self.algorithm = algorithm_of(self.cfg)
-        prompts = load_prompts(self.cfg.data)  # a bad row is refused before any actor starts
-        check_checklists(prompts, self.cfg.data, [j.spec for j in loaded.judges])
-        self.stream = PromptStream(prompts, self.cfg.seed, self.cfg.data.shuffle)
+        self.stream = prompt_stream(self.cfg, [j.spec for j in loaded.judges])  # a bad row fails before any actor
         self.canaries = Canaries.load(loaded)  # labelled sets read now: a bad file fails before Ray starts
         self.roles = place_roles(loaded, self.algorithm, address)
         self.placement = self.roles.placement()
         recorder.write_placement(self.placement)
         self.watch = NodeWatch(ray, self.placement)
         self.anchors = store_for(self.cfg, [j.spec for j in loaded.judges])  # groups.anchor: previous
-        a = self.cfg.algorithm
-        judges = {j.name: len(j.replicas) for j in self.roles.judges}
-        self.display = RunDisplay(self.cfg.name, self.cfg.train.steps, a.prompts_per_step * a.group_size, judges, live)
+        self.display = RunDisplay.for_run(self.cfg, {j.name: len(j.replicas) for j in self.roles.judges}, live)
         self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.display, self.anchors)
         self.weights = {j.name: j.weight for j in self.roles.judges}
         self.required = {j.name: j.required for j in self.roles.judges}
@@ -155,36 +149,3 @@ class Driver:
             raise KeyboardInterrupt()
         self.scheduler.stop_requested = True
         print("\nstop requested: checkpointing after the step in flight", flush=True)
-
-
-def run_pipeline(
-    path: str,
-    overrides: Sequence[str] = (),
-    resume: str | None = None,
-    address: str | None = None,
-    no_live: bool = False,
-    gates: Callable[[LoadedPipeline, Path], Any] | None = None,
-) -> Path:
-    """Validate, place and run a pipeline; returns the run directory. A live panel shows progress on
-    a terminal unless ``no_live`` (``grm.orchestrator.live``). ``gates(loaded, run_dir)`` (the judge
-    gate, ``grm.evaluation.gate``) runs before Ray places any role and stops the run by raising."""
-    import ray
-
-    loaded = load_pipeline(path, overrides)
-    recorder = Recorder.create(loaded.spec, resume)
-    if gates is not None:
-        gates(loaded, recorder.path)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        driver = Driver(loaded, recorder, address, live_wanted(no_live))
-        # installed after ray.init, whose own SIGTERM handler would otherwise abort without a checkpoint
-        for s in handlers:
-            signal.signal(s, driver.request_stop)
-        if resume:
-            driver.resume()
-        return driver.run()
-    finally:
-        for s, h in handlers.items():
-            signal.signal(s, h)
-        if ray.is_initialized() and not address:
-            ray.shutdown()

@@ -102,6 +102,12 @@ class RunDisplay:
     def wants_training(self) -> bool:
         return self.live
 
+    @classmethod
+    def for_run(cls, cfg: Any, judges: dict[str, int], live: bool) -> RunDisplay:
+        """The display of a pipeline (``PipelineSpec``) whose judges have these replica counts."""
+        a = cfg.algorithm
+        return cls(cfg.name, cfg.train.steps, a.prompts_per_step * a.group_size, judges, live)
+
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         if self.live and self._live is None:

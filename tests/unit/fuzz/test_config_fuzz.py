@@ -289,20 +289,20 @@ class _Validated(Exception):
 
 @pytest.fixture(scope="module")
 def stub_driver() -> Any:
-    """``grm.orchestrator.driver`` replaced by a module whose ``run_pipeline`` raises ``_Validated``."""
+    """``grm.orchestrator.launch`` replaced by a module whose ``run_pipeline`` raises ``_Validated``."""
 
     def run_pipeline(*args: Any, **kwargs: Any) -> Path:
         raise _Validated
 
-    stub = types.ModuleType("grm.orchestrator.driver")
+    stub = types.ModuleType("grm.orchestrator.launch")
     stub.run_pipeline = run_pipeline  # type: ignore[attr-defined]
-    saved = sys.modules.get("grm.orchestrator.driver")
-    sys.modules["grm.orchestrator.driver"] = stub
+    saved = sys.modules.get("grm.orchestrator.launch")
+    sys.modules["grm.orchestrator.launch"] = stub
     yield
     if saved is None:
-        del sys.modules["grm.orchestrator.driver"]
+        del sys.modules["grm.orchestrator.launch"]
     else:
-        sys.modules["grm.orchestrator.driver"] = saved
+        sys.modules["grm.orchestrator.launch"] = saved
 
 
 def check_validate(f: Path, sets: list[str]) -> None:
