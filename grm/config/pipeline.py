@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grm.config.base import Strict, check_file
-from grm.config.paths import BUILTIN_DATA_SETS
+from grm.config.judge_checks import CanarySpec, GateSpec, check_source
 
 
 class PoolSpec(Strict):
@@ -38,56 +38,6 @@ class PolicyRole(RoleSpec):
     @classmethod
     def _exists(cls, v: str, info: ValidationInfo) -> str:
         return check_file(v, info, "policy")
-
-
-def _check_source(v: str, info: ValidationInfo) -> str:
-    """A data source: builtin:NAME of a generated set, or a file/dir relative to the pipeline."""
-    if v.startswith("builtin:"):
-        if v.removeprefix("builtin:") not in BUILTIN_DATA_SETS:
-            raise ValueError(f"unknown builtin data set '{v}'; known: {', '.join(BUILTIN_DATA_SETS)}")
-        return v
-    check_file(v, info, "pipelines")
-    return v
-
-
-class GateSpec(Strict):
-    """Judge gate: before training, the judge is evaluated on labelled pairs through ``grm eval``'s
-    code; below the bar the run stops before the policy is loaded."""
-
-    data: str
-    """Labelled pairs (prompt, two responses, label 1/2): builtin:arith-pairs, or an LLMBar-style
-    .json/.jsonl/.csv/.parquet file (path relative to this pipeline) with input/output_1/output_2/label
-    or prompt/response_a/response_b/label columns."""
-    min_accuracy: float = Field(ge=0, le=1)
-    """The bar, as a fraction of pairs in [0, 1]: the judge's swap-combined accuracy (``grm eval``'s
-    ``accuracy_swap_combined``; ties and masked judgments count as wrong) must be at least this."""
-    limit: int | None = Field(None, ge=1)
-    """Evaluate only the first N pairs of ``data``; None: all of them."""
-
-    @field_validator("data")
-    @classmethod
-    def _source(cls, v: str, info: ValidationInfo) -> str:
-        return _check_source(v, info)
-
-
-class CanarySpec(Strict):
-    """Judge canary: during training the judge re-scores a fixed labelled set, so drift of the judge
-    (a restarted replica on another device, a changed engine, numerical trouble) shows in metrics."""
-
-    data: str
-    """Labelled pairs, as for ``gate.data`` (builtin:NAME or a file relative to this pipeline)."""
-    every: int = Field(ge=1)
-    """Re-score the set after every K-th training step (steps K, 2K, ...)."""
-    limit: int = Field(32, ge=1)
-    """Pairs re-scored each time: the first N of ``data`` (every reading uses the same ones)."""
-    max_drop: float = Field(0.1, ge=0, le=1)
-    """Largest tolerated fall of the canary's accuracy, in accuracy points (fraction of pairs, [0, 1])
-    below its first reading of the run; a larger fall prints a warning and is listed in report.md."""
-
-    @field_validator("data")
-    @classmethod
-    def _source(cls, v: str, info: ValidationInfo) -> str:
-        return _check_source(v, info)
 
 
 class JudgeRole(Strict):
@@ -388,7 +338,7 @@ class PipelineSpec(Strict):
     @field_validator("data")
     @classmethod
     def _data_exists(cls, v: DataSpec, info: ValidationInfo) -> DataSpec:
-        _check_source(v.prompts, info)
+        check_source(v.prompts, info)
         return v
 
     @model_validator(mode="after")
