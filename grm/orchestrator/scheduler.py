@@ -192,7 +192,7 @@ class Scheduler:
                 self.progress.training(*self.ray.get(progress.remote()))
 
     def _advance(self, landing: dict[Any, tuple[StepWork, int]], target: Any = None, timeout: float = 5.0) -> bool:
-        """Wait (up to 5 s) for a rollout chunk of ``landing``, any judge call in flight, a replica's
+        """Wait (up to ``timeout`` s) for a rollout chunk of ``landing``, any judge call in flight, a replica's
         probe or ``target``; land or finish what is ready, then time out judge calls past their
         deadline. True once ``target`` is ready."""
         waits = [*landing, *self.running, *self.probes, *([target] if target is not None else [])]
