@@ -69,7 +69,15 @@ def grm(*args: str) -> None:
         raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}")
 
 
+def latest_step(run: Path) -> int:
+    """The run's newest complete checkpoint (0 if none): with ``checkpoint.keep=1`` only the last is kept."""
+    done = [int(c.name.removeprefix("step-")) for c in (run / "checkpoints").glob("step-*") if (c / "COMPLETE").exists()]
+    return max(done, default=0)
+
+
 def evaluate(policy: str, out: Path, args: argparse.Namespace, judges: str = CHECKERS, against: str | None = None) -> dict:
+    if (out / "summary.json").exists():  # evaluated in an earlier invocation (its checkpoint may since be replaced)
+        return json.loads((out / "summary.json").read_text())
     extra = ["--against", against] if against else []
     grm(
         "eval",
@@ -130,6 +138,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128, help="the pipelines' rollout length")
     ap.add_argument("--judge", default="builtin:checklist-data-logprob", help="the GRM judge, for its win rate")
     ap.add_argument("--judge-model", default="qwen2.5-coder-1.5b-instruct", help="the GRM pipeline's judge model")
+    ap.add_argument("--judge-controls", action="store_true", help="read the judge's win rate for the controls too")
     ap.add_argument("--out", default="bench-out/learning-curve")
     ap.add_argument("overrides", nargs="*", help="pipeline overrides for every run, e.g. train.lr=2e-5")
     args = ap.parse_args()
@@ -149,11 +158,12 @@ def main() -> int:
     for system in systems:
         run = out / system / "run"
         curves[system] = [{"step": 0, **initial}]
-        t_run = 0.0
+        timing = out / system / "train_seconds.json"  # per segment, kept across invocations
+        seconds: dict[str, float] = json.loads(timing.read_text()) if timing.exists() else {}
         for steps in range(args.eval_every, args.steps + 1, args.eval_every):
             resume = ["--resume", str(run)] if (run / "config.resolved.yaml").exists() else []
             t = time.time()
-            if not (run / "checkpoints" / f"step-{steps}" / "COMPLETE").exists():
+            if latest_step(run) < steps:
                 grm(
                     "run",
                     str(PIPELINES[system]),
@@ -165,13 +175,18 @@ def main() -> int:
                     *args.overrides,
                     *resume,
                 )
-            t_run += time.time() - t
+                seconds[str(steps)] = time.time() - t
+                timing.write_text(json.dumps(seconds))
             curves[system].append({"step": steps, **strict(evaluate(str(run), out / system / f"eval-step{steps}", args))})
-        minutes[system] = t_run / 60
+        minutes[system] = sum(seconds.values()) / 60
     finals: dict[str, dict] = {}
     for system in systems:
         cmp_dir = out / system / "final-vs-initial"
-        summary = evaluate(str(out / system / "run"), cmp_dir, args, judges=f"{CHECKERS},{args.judge}", against=INITIAL)
+        # the GRM judge's win rate is read for the GRM run (for the controls too with --judge-controls):
+        # a 1.5B judge over 200 responses is ~15 CPU-minutes per system on a 2-core machine
+        judged = system == "grm" or args.judge_controls
+        judges = f"{CHECKERS},{args.judge}" if judged else CHECKERS
+        summary = evaluate(str(out / system / "run"), cmp_dir, args, judges=judges, against=INITIAL)
         diff = summary["comparison"]["judges"]["constraints"]
         finals[system] = {
             "accuracy_gain": diff["mean"],

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
-from grm.engines.kvcache import PromptCache, prefill
+from grm.engines.kvcache import PromptCache, prefill, warm
 from grm.models.device import module_device, to_cpu
 from grm.models.loading import load_model, torch_dtype
 from grm.models.weights import token_logprobs
@@ -244,6 +244,8 @@ class HFEngine:
         candidate that tokenizes to nothing has no log-prob: None."""
         prompts = [self.encode(r) for r in requests]
         cont_ids = [[self.tokenize(c) for c in conts] for conts in continuations]
+        if self._prompt_cache is not None:  # shared prefixes (a group's instruction, a response's questions) once
+            warm(self.model, prompts, self.pad_id, self._prompt_cache)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         out: dict[int, list[float | None]] = {}
         extra = max((len(c) for conts in cont_ids for c in conts), default=1)

@@ -87,6 +87,40 @@ class PromptCache:
         return (best, layers) if best >= self.min_reuse else (0, None)
 
 
+def branch_prefixes(prompts: Sequence[Sequence[int]], min_len: int) -> list[tuple[int, ...]]:
+    """The prefixes at which two or more distinct prompts part (a prefix trie's branching nodes), at
+    least ``min_len`` tokens and never a whole prompt (its last token must still run), shortest
+    first. In sorted order every branching node is the common prefix of some adjacent pair."""
+    uniq = sorted({tuple(p) for p in prompts})
+    nodes = set()
+    for a, b in zip(uniq, uniq[1:], strict=False):
+        n = min(_common_prefix([a, b]), len(a) - 1, len(b) - 1)
+        if n >= min_len:
+            nodes.add(a[:n])
+    return sorted(nodes, key=len)
+
+
+@torch.inference_mode()
+def warm(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, cache: PromptCache) -> int:
+    """Prefill, once each, the prefixes that several of ``prompts`` share, into ``cache``: each on
+    top of the longest prefix already there, so the trie's every edge is computed once. A judge's
+    readings share a lot: the n responses of one prompt share the instruction, the checklist
+    questions of one response share the instruction and the response. ``prefill`` with the cache
+    then runs each prompt's own tail only. Returns the tokens computed here."""
+    computed, record = 0, cache.record
+    cache.record = True
+    try:
+        for node in branch_prefixes(prompts, cache.min_reuse):
+            if any(t[: len(node)] == node for t, _ in cache.entries):  # already inside a kept prompt
+                continue
+            n, _ = cache.match(node)
+            prefill(model, [node], pad_id, extra=0, cache=cache)
+            computed += len(node) - n
+    finally:
+        cache.record = record
+    return computed
+
+
 def _groups(lengths: Sequence[int], max_tokens: int, min_fill: float) -> list[list[int]]:
     """Row indices grouped longest first so that a group's padded size stays within
     ``max_tokens`` and at least ``min_fill`` of it is real tokens."""

@@ -169,3 +169,27 @@ def test_prompt_cache_reuses_prefill_and_changes_nothing(smollm2_fp32):
     assert [g.token_ids for g in gens] == [g.token_ids for g in plain_gens] == [g.token_ids for g in again]
     for a, b in zip(scores, plain_scores, strict=False):
         assert a == pytest.approx(b, abs=1e-3)
+
+
+def test_shared_prefixes_of_a_judge_batch_are_prefilled_once_and_change_nothing(smollm2_fp32):
+    """A checklist batch: 2 instructions x 3 responses x 2 questions. Inside ``prompt_cache`` the
+    instruction is computed once per instruction and each response once (not once per question);
+    every reading equals the uncached one."""
+    eng = smollm2_fp32
+    reqs = []
+    for topic in ("rivers", "bridges"):
+        instruction = " ".join(f"Write about {topic}; sentence {i} must be clear." for i in range(12))
+        for r in range(3):
+            response = " ".join(f"Answer {r} about {topic}, point {j}." for j in range(10))
+            for q in ("Is it clear?", "Does it mention a number?"):
+                reqs.append(Req(text=f"[Request]\n{instruction}\n[Answer]\n{response}\n[Question]\n{q}\nAnswer:"))
+    cands = [[" Yes", " No"]] * len(reqs)
+    plain = eng.score_continuations(reqs, cands)
+    full = sum(len(eng.encode(r)) for r in reqs)
+    with eng.prompt_cache() as pc:
+        cached = eng.score_continuations(reqs, cands)
+        assert pc.hits >= len(reqs)  # every reading ran on top of a shared prefix
+        # the tails run per reading are the question and what follows it: well under a third of all tokens
+        assert full - pc.reused_tokens < full / 3, (full, pc.reused_tokens)
+    for a, b in zip(cached, plain, strict=True):
+        assert a == pytest.approx(b, abs=1e-3)
