@@ -5,12 +5,20 @@ A critique-then-score judge prefills each judge prompt twice: once to write the 
 (prompt + critique + the score prefix) to read the score's log-probs. With the cache the second
 pass runs only the critique and prefix tokens.
 
+A checklist judge reads every response once per question of its prompt's checklist, and a GRPO step
+judges a group of responses per prompt: with the cache, the prefixes these readings share (the
+instruction, then each response) are prefilled once each and every reading runs only its question.
+
 Items: responses of ../shared/data/human-preference/mt-bench.json (read in place, not shipped); the
-built-in arithmetic set when that file is absent.
+built-in arithmetic set when that file is absent. A checklist judge reads a GRPO-shaped batch
+instead: --group responses per prompt of builtin:constraints-lexical-train, sampled from SmolLM2
+as the instruct pipelines' policy samples them (temperature 1, 128 tokens).
 
     python benchmarks/prompt_cache.py [--items 32] [--batch 16] [--repeats 2]
     python benchmarks/prompt_cache.py --judge builtin:pairwise-rules-cot-logprob --items 8 \
         model=qwen2.5-coder-1.5b-instruct
+    python benchmarks/prompt_cache.py --judge builtin:checklist-data-logprob --items 32 --batch 32 \
+        --group 8 --repeats 1 model=qwen2.5-coder-1.5b-instruct
 """
 
 from __future__ import annotations
@@ -28,8 +36,31 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference" / "mt-bench.json"
 
 
-def _samples(mode: str, n: int) -> tuple[list, str]:
+def _group_samples(n: int, group: int) -> tuple[list, str]:
+    """``n`` responses, ``group`` per prompt, with the prompt's checklist (a GRPO step's judge batch)."""
+    from grm.data.builtin import SETS
+    from grm.engines.base import GenerationRequest, SamplingParams
+    from grm.engines.hf import HFEngine
     from grm.judges import Sample
+
+    rows = SETS["constraints-lexical-train"]()[: math.ceil(n / group)]
+    policy = HFEngine("smollm2-135m-instruct", dtype="fp32")
+    reqs = [GenerationRequest(messages=[{"role": "user", "content": r["prompt"]}]) for r in rows]
+    gens = policy.generate(reqs, SamplingParams(n=group, temperature=1.0, max_new_tokens=128, seed=0))
+    out = [
+        Sample(prompt=r["prompt"], response=gens[k * group + j].text, metadata={"checklist": r["checklist"]}, id=f"{k}-{j}")
+        for k, r in enumerate(rows)
+        for j in range(group)
+    ]
+    questions = sum(len(s.metadata["checklist"]) for s in out[:n])
+    return out[:n], f"builtin:constraints-lexical-train, {group} SmolLM2 samples per prompt, {questions} questions"
+
+
+def _samples(mode: str, n: int, group: int) -> tuple[list, str]:
+    from grm.judges import Sample
+
+    if mode == "checklist":
+        return _group_samples(n, group)
 
     if DATA.exists():
         rows, source = json.loads(DATA.read_text()), DATA.name
@@ -50,6 +81,7 @@ def main() -> None:
     ap.add_argument("--judge", default="builtin:helpfulness-pointwise-logprob")
     ap.add_argument("--items", type=int, default=32, help="judged items (responses, or pairs for a pairwise judge)")
     ap.add_argument("--batch", type=int, default=16, help="items per score_batch call (a grm eval batch)")
+    ap.add_argument("--group", type=int, default=8, help="checklist judges: responses per prompt")
     ap.add_argument("--repeats", type=int, default=2, help="timed passes per setting, alternating off/on")
     ap.add_argument("overrides", nargs="*", help="judge spec overrides, e.g. model=qwen2.5-coder-1.5b-instruct")
     args = ap.parse_args()
@@ -58,7 +90,7 @@ def main() -> None:
 
     judge = load(args.judge, overrides=args.overrides)
     engine = judge.engine
-    samples, source = _samples(judge.spec.mode, args.items)
+    samples, source = _samples(judge.spec.mode, args.items, args.group)
     batches = [samples[i : i + args.batch] for i in range(0, len(samples), args.batch)]
     judge.score_batch(samples[:1])  # warm-up: weights paged in, kernels picked
 

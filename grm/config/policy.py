@@ -13,9 +13,12 @@ class HFEngineSpec(Strict):
     """Hugging Face transformers backend (CPU default)."""
 
     type: Literal["hf"] = "hf"
-    dtype: Literal["bf16", "fp32"] = "fp32"
-    """Weights and activations dtype. On the 2-core AVX-512 CPU we measured fp32 matmuls at ~1.9x
-    the bf16 rate (benchmarks/), so fp32 is the CPU default; bf16 halves memory and suits GPUs."""
+    dtype: Literal["bf16", "fp32", "auto"] = "fp32"
+    """Weights and activations dtype. CPUs differ: without AVX-512 BF16 fp32 matmuls measured ~1.9x
+    the bf16 rate, with it a 1.5B prefill ran ~4x faster in bf16. ``auto`` times both once per
+    machine and takes the faster (``grm.models.dtype``; GPUs: bf16); the choice is recorded in the
+    run's ``placement.json``. fp32 is the default: the numbers a run produces do not depend on the
+    machine."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op threads for the process; None: the pool's CPU count."""
     max_batch_size: int = Field(32, ge=1)

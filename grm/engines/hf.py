@@ -18,6 +18,7 @@ import torch
 from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.kvcache import PromptCache, prefill, warm
 from grm.models.device import module_device, to_cpu
+from grm.models.dtype import resolve_dtype
 from grm.models.loading import load_model, torch_dtype
 from grm.models.weights import token_logprobs
 
@@ -46,9 +47,13 @@ class HFEngine:
         if threads:
             torch.set_num_threads(threads)
         self.model_id = model
-        self.dtype = torch_dtype(dtype)
         if model_obj is None:
+            dtype = resolve_dtype(dtype, device)  # auto: this machine's faster dtype
             model_obj, tokenizer = load_model(model, dtype)
+        else:  # a model built elsewhere runs in its own dtype
+            dtype = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(next(model_obj.parameters()).dtype, "fp32")
+        self.dtype_name = dtype
+        self.dtype = torch_dtype(dtype)
         self.model = model_obj if device is None else model_obj.to(device)
         self.device = module_device(self.model)
         self.tokenizer = tokenizer

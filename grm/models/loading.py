@@ -26,7 +26,10 @@ def _quiet() -> None:
 
 
 def load_model(model: str, dtype: str = "fp32") -> tuple[Any, Any]:
-    """(causal LM in eval mode, tokenizer)."""
+    """(causal LM in eval mode, tokenizer). ``dtype`` may be ``auto`` (see ``grm.models.dtype``)."""
+    from grm.models.dtype import resolve_dtype
+
+    dtype = resolve_dtype(dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grm.models.store import resolve_model

@@ -42,6 +42,12 @@ def _actor_device() -> Any:
     return role_device(len(ray.get_gpu_ids()))
 
 
+def engine_dtype(engine: Any) -> dict[str, Any]:
+    """``{"dtype": ...}`` for an hf engine (what ``dtype: auto`` chose, for placement.json), else {}."""
+    name = getattr(engine, "dtype_name", None)
+    return {"dtype": name} if isinstance(name, str) else {}
+
+
 def where() -> dict[str, Any]:
     """Node and resources of the calling actor (asserted by placement tests)."""
     ctx = ray.get_runtime_context()
@@ -72,6 +78,7 @@ class PolicyActor:
 
         from grm.engines import build_engine
         from grm.models.device import role_device
+        from grm.models.dtype import resolve_dtype
         from grm.models.loading import load_model
         from grm.training.models import ReferenceModel, ValueModel, value_forward
 
@@ -85,11 +92,12 @@ class PolicyActor:
         # hf: generates with the trainer's own module when dtypes agree (torch backend: no copy,
         # nothing to sync), else with a second copy in the engine's dtype; sglang: servers on the
         # pool's GPUs that sync() feeds from disk
-        self.shared = policy.engine.type == "hf" and policy.engine.dtype == "fp32" and t.backend.type == "torch"
+        engine_dtype = resolve_dtype(policy.engine.dtype, self.device) if policy.engine.type == "hf" else None
+        self.shared = engine_dtype == "fp32" and t.backend.type == "torch"
         self.has_engine = policy.engine.type == "hf" or self.rank == 0
         own = {}
         if policy.engine.type == "hf" and self.has_engine:
-            own["model_obj"] = train_model if self.shared else load_model(policy.model, policy.engine.dtype)[0]
+            own["model_obj"] = train_model if self.shared else load_model(policy.model, engine_dtype or "fp32")[0]
         # an hf engine on every rank (rollouts are split across ranks); an sglang engine (its servers
         # span the pool) on rank 0 only
         if policy.engine.type == "hf":
@@ -136,7 +144,7 @@ class PolicyActor:
         return TorchTrainer(module, device=self.device, **common, **kw)
 
     def where(self) -> dict[str, Any]:
-        return where()
+        return {**where(), **engine_dtype(self.engine)}
 
     # ------------------------------------------------------------- rollout
     def rollout(
@@ -342,8 +350,8 @@ class JudgeActor(_HostsReference):
 
             engine = build_engine(spec.engine, spec.model, device=_actor_device())
         self.judge = build_judge(spec, base_dir, engine)
-        if spec.mode != "rule":
-            _ = self.judge.engine  # load the model now, not inside the first timed call
+        # load the model now, not inside the first timed call
+        self.engine_info = engine_dtype(self.judge.engine) if spec.mode != "rule" else {}
         if reference is not None:
             self._load_reference(*reference)
 
@@ -366,4 +374,4 @@ class JudgeActor(_HostsReference):
         return os.getpid()
 
     def where(self) -> dict[str, Any]:
-        return where()
+        return {**where(), **self.engine_info}

@@ -18,17 +18,6 @@ pytestmark = [
     pytest.mark.skipif(find_chromium() is None, reason=f"needs Chromium for the rendered page: {INSTALL}"),
 ]
 
-RUN = [
-    "algorithm.prompts_per_step=2",
-    "algorithm.group_size=2",
-    "rollout.max_new_tokens=16",
-    "train.micro_batch_size=2",
-    "judges.0.overrides=[sampling.max_new_tokens=24]",
-    "train.steps=2",
-    "checkpoint.every=0",
-    "train.backend.type=torch",
-    "schedule.mode=sync",
-]
 ENV = {"RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
 
 
@@ -73,11 +62,11 @@ def js_fmt(x: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, gated_run):
+    """The session's gated quickstart run (2 steps, or 3 once the gate tests resumed it) and a
+    3-pair pairwise eval, served by ``grm view``."""
     tmp = tmp_path_factory.mktemp("view")
-    run, ev = tmp / "run", tmp / "eval"
-    r = run_grm("run", "builtin:quickstart", f"out_dir={run}", *RUN, timeout=900, env=ENV)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    run, ev = gated_run[0], tmp / "eval"
     r = run_grm(
         "eval", "builtin:pairwise-rules-cot-logprob", "--data", "builtin:arith-pairs", "--out", str(ev), "--limit", "3",
         "sampling.max_new_tokens=40", env=ENV,
@@ -109,7 +98,7 @@ def test_run_page_shows_a_critique_and_the_reward(served):
     shown = texts(dom, "critique")
     assert norm(critiques[0]) in shown, (critiques[0], shown[:3])
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 2 and 'data-chart="rewards (mean and per judge)"' in dom
+    assert len(metrics) == last and 'data-chart="rewards (mean and per judge)"' in dom
     assert f"step {metrics[-1]['step']} of what metrics.jsonl holds" in dom
     assert dom.count('data-sample="') == len([r for r in rows if r["step"] == last])  # the whole last step
     png = screenshot(url + "#d=0", tmp / "run.png", height=1800)

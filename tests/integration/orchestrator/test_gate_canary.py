@@ -10,13 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_grm
+from tests.integration.conftest import GATE, GATED
 from tests.integration.orchestrator.test_run import ENV, SMALL
 
 pytestmark = pytest.mark.slow
-
-# numeric-answer prefers the correct side of every arith pair (accuracy 1.0); format looks for an
-# "Answer:" line that neither side has, so every pair is a tie (accuracy 0.0)
-GATE = "{data: builtin:arith-pairs, min_accuracy: 0.9, limit: 20}"
 
 
 def metrics(out: Path) -> list[dict]:
@@ -44,19 +41,8 @@ def test_a_judge_below_its_gate_stops_the_run_before_the_policy_loads(tmp_path):
     assert eval_metrics["judges"]["format"]["pairs"]["tie_rate"] == 1.0  # grm eval's own output, kept to inspect
 
 
-def test_a_passing_gate_trains_with_canaries_and_resume_keeps_both(tmp_path):
-    out = tmp_path / "pass"
-    common = [
-        *SMALL,
-        "schedule.mode=sync",
-        "train.backend.type=torch",
-        "checkpoint.every=0",
-        f"judges.1.gate={GATE}",
-        "judges.0.canary={data: builtin:arith-pairs, every: 1, limit: 2}",
-        "judges.1.canary={data: builtin:arith-pairs, every: 1, limit: 16, max_drop: 0.05}",
-    ]
-    r = run_grm("run", "builtin:quickstart", f"out_dir={out}", "train.steps=2", *common, timeout=900, env=ENV)
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+def test_a_passing_gate_trains_with_canaries_and_resume_keeps_both(gated_run):
+    out, r = gated_run
     assert "gate passed: judge 'numeric-answer' accuracy 1.000 (95% CI 1.000-1.000) on 20 labelled pairs" in r.stdout
     assert json.loads((out / "gate.json").read_text())["numeric-answer"]["passed"] is True
     ms = metrics(out)
@@ -71,7 +57,7 @@ def test_a_passing_gate_trains_with_canaries_and_resume_keeps_both(tmp_path):
     assert "## Judge gate" in report and "## Judge canary" in report and "| 2 | numeric-answer | 1.000 | +0.000" in report
 
     r = run_grm(
-        "run", "builtin:quickstart", f"out_dir={out}", "train.steps=3", *common, "--resume", str(out), timeout=900, env=ENV
+        "run", "builtin:quickstart", f"out_dir={out}", "train.steps=3", *SMALL, *GATED, "--resume", str(out), timeout=900, env=ENV
     )
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
     assert "gate: judge 'numeric-answer' passed before" in r.stdout and "gate passed:" not in r.stdout
@@ -80,4 +66,4 @@ def test_a_passing_gate_trains_with_canaries_and_resume_keeps_both(tmp_path):
     first = ms[0]["canary/helpfulness-pointwise-logprob/accuracy"]
     third = ms[2]["canary/helpfulness-pointwise-logprob/accuracy"]
     assert ms[2]["canary/helpfulness-pointwise-logprob/accuracy_drift"] == pytest.approx(third - first)  # baseline kept
-    shutil.rmtree(out / "checkpoints")  # a policy checkpoint is large; the suite leaves none behind
+    shutil.rmtree(out / "checkpoints")  # a policy checkpoint is large; the suite leaves none behind (grm view reads the rest)
