@@ -18,6 +18,8 @@ accuracy, picks-longer and the shorter-preferred accuracy; the order columns do 
     python benchmarks/judge_quality.py                                  # defaults below
     python benchmarks/judge_quality.py --judges builtin:pairwise-logprob@qwen2.5-coder-0.5b-instruct --sets mt-bench
     python benchmarks/judge_quality.py --saved --length-control regress   # the saved runs, plus controlled rows
+    python benchmarks/judge_quality.py --judges builtin:pairwise-rules-logprob@qwen2.5-coder-1.5b-instruct \
+        --sets mt-bench,llmeval2 --dtype auto --length-control regress   # bf16 where the CPU is faster in it
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def main() -> int:
     ap.add_argument("--out", default="bench-out/judge-quality", help="eval dirs (resumable)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--length-control", metavar="regress|penalty:COEF", help="also print length-controlled rows")
+    ap.add_argument("--dtype", choices=["fp32", "bf16", "auto"], help="the judges' engine dtype (default: each judge's own)")
     ap.add_argument("--saved", action="store_true", help="read the eval dirs under --out; judge nothing")
     args = ap.parse_args()
     if not Path(args.data_dir).is_dir():
@@ -82,9 +85,15 @@ def main() -> int:
     for ref in args.judges.split(","):
         judge, _, model = ref.partition("@")
         overrides = [f"model={model}"] if model else []
+        dtype = None
+        if args.dtype:
+            from grm.models.dtype import resolve_dtype
+
+            dtype = resolve_dtype(args.dtype)
+            overrides.append(f"engine.dtype={dtype}")
         for name in args.sets.split(","):
             data = Path(args.data_dir) / f"{name}.json"
-            tag = f"{judge.replace('builtin:', '')}@{model or 'default'}@{name}"
+            tag = f"{judge.replace('builtin:', '')}@{model or 'default'}@{name}" + (f"@{dtype}" if dtype else "")
             out = Path(args.out) / tag
             print(f"== {tag}", file=sys.stderr, flush=True)
             if args.saved:
@@ -107,7 +116,7 @@ def main() -> int:
             p = jm.get("pairs") or {}
             row = {
                 "judge": judge.replace("builtin:", ""),
-                "model": model or "default",
+                "model": model or "default" if not dtype else f"{model or 'default'} ({dtype})",
                 "set": name,
                 "n": p.get("n"),
                 "acc_order1": p.get("accuracy_order1"),

@@ -196,6 +196,8 @@ def _fmt(x: Any) -> str:
     if isinstance(x, float):
         return "nan" if math.isnan(x) else f"{x:.3f}"
     if isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(v, float) for v in x):
+        if all(math.isnan(v) for v in x):
+            return "[-]"  # no interval: fewer than 2 scored items
         return f"[{_fmt(x[0])}, {_fmt(x[1])}]"
     return str(x)
 

@@ -183,7 +183,8 @@ class StepWork:
     def judge_window_s(self) -> float:
         if self.first_judge_start is None or not self.last_judge_end:
             return 0.0
-        return self.last_judge_end - self.first_judge_start
+        # a rule verifier's calls are timed in the driver and can end on the clock tick they began
+        return max(0.0, self.last_judge_end - self.first_judge_start)
 
 
 def rollouts_of(groups: list[Group]) -> list[Rollout]:
