@@ -42,6 +42,10 @@ def _actor_device() -> Any:
     return role_device(len(ray.get_gpu_ids()))
 
 
+REFERENCE_DTYPE = "fp32"
+"""The frozen reference's dtype: its log-probs enter the KL against the fp32 trainer's."""
+
+
 def engine_dtype(engine: Any) -> dict[str, Any]:
     """``{"dtype": ...}`` for an hf engine (what ``dtype: auto`` chose, for placement.json), else {}."""
     name = getattr(engine, "dtype_name", None)
@@ -115,7 +119,7 @@ class PolicyActor:
         )
         self.trainer = self._trainer(train_model, batch, common, entropy=True)
         self.reference = (
-            ReferenceModel(policy.model, dtype="fp32", micro_batch_size=t.micro_batch_size, device=self.device)
+            ReferenceModel(policy.model, dtype=REFERENCE_DTYPE, micro_batch_size=t.micro_batch_size, device=self.device)
             if with_reference
             else None
         )
@@ -143,8 +147,10 @@ class PolicyActor:
 
         return TorchTrainer(module, device=self.device, **common, **kw)
 
-    def where(self) -> dict[str, Any]:
-        return {**where(), **engine_dtype(self.engine)}
+    def where(self, role: str = "policy") -> dict[str, Any]:
+        """Where this actor runs, and the dtype of ``role``'s model here (the rollout engine's for
+        the policy; the reference's when it is colocated)."""
+        return {**where(), **({"dtype": REFERENCE_DTYPE} if role == "reference" else engine_dtype(self.engine))}
 
     # ------------------------------------------------------------- rollout
     def rollout(
@@ -310,7 +316,7 @@ class _HostsReference:
     def _load_reference(self, model: str, micro_batch_size: int) -> None:
         from grm.training.models import ReferenceModel
 
-        self.ref = ReferenceModel(model, dtype="fp32", micro_batch_size=micro_batch_size, device=_actor_device())
+        self.ref = ReferenceModel(model, dtype=REFERENCE_DTYPE, micro_batch_size=micro_batch_size, device=_actor_device())
 
     def logprobs(self, prepared: Any) -> tuple[Any, float]:
         """Reference log-probs of a batch, or of ``PolicyActor.prepare``'s ``(batch, seconds)``
@@ -329,8 +335,8 @@ class ReferenceActor(_HostsReference):
         _threads(threads)
         self._load_reference(model, micro_batch_size)
 
-    def where(self) -> dict[str, Any]:
-        return where()
+    def where(self, role: str = "reference") -> dict[str, Any]:
+        return {**where(), "dtype": REFERENCE_DTYPE}
 
 
 @ray.remote
@@ -373,5 +379,7 @@ class JudgeActor(_HostsReference):
     def pid(self) -> int:
         return os.getpid()
 
-    def where(self) -> dict[str, Any]:
-        return {**where(), **self.engine_info}
+    def where(self, role: str = "judge") -> dict[str, Any]:
+        """Where this actor runs, and the dtype of ``role``'s model here (the judge's engine, or the
+        reference's when this actor hosts it)."""
+        return {**where(), **({"dtype": REFERENCE_DTYPE} if role == "reference" else self.engine_info)}

@@ -265,7 +265,7 @@ class Roles:
 
         refs = {role: actor.where.remote() for role, actor in self.policy.actor_roles().items()}
         if self.reference is not None:
-            refs["reference"] = self.reference.where.remote()
+            refs["reference"] = self.reference.where.remote("reference")
         refs.update({j.role(i): a.where.remote() for j in self.judges for i, a in enumerate(j.replicas)})
         info = {k: ray.get(v) for k, v in refs.items()}
         for k, v in info.items():

@@ -88,6 +88,9 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert placement["policy"]["pool"] == "train" and placement["judge:helpfulness-pointwise-logprob"]["pool"] == "judge"
     assert placement["reference"]["pool"] == "judge"
     assert placement["reference"]["pid"] == placement["judge:helpfulness-pointwise-logprob"]["pid"]
+    # each role's model dtype, as its actor reports it (the judge's engine and the reference it hosts differ in role)
+    assert placement["policy"]["dtype"] == placement["reference"]["dtype"] == "fp32"
+    assert placement["judge:helpfulness-pointwise-logprob"]["dtype"] == "fp32"
     assert all(math.isfinite(m["kl"]) and m["kl"] >= 0 for m in ms)  # reference log-probs arrived from the judge actor
     # stdout is a pipe: one plain line per step, no live panel
     steps = [ln for ln in r.stdout.splitlines() if "step " in ln and " reward " in ln]
