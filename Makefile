@@ -42,8 +42,9 @@ browser:
 	    echo "Chromium is missing: the grm view browser test will be skipped (sudo apt-get install -y chromium)"; \
 	  fi; }
 
+# --durations: the slowest tests are listed at the end, so the suite's budget (20 min here) is easy to audit.
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 # Everything not marked slow (no model, Ray, DeepSpeed or server): the unit tests, in seconds.
 test-fast: setup
