@@ -1,9 +1,11 @@
 """A prompt's checklist as data: the yes/no questions a checklist judge asks about each response.
 
-A checklist cell is a list of questions, each a string or ``{question, weight}`` (weight > 0,
-default 1), or that list as JSON text (a CSV cell). ``read_checklist`` checks one cell and returns
-it in one shape, ``[{"question": str, "weight": float}, ...]``, the shape judges receive in
-``Sample.metadata["checklist"]``, so a wrong row is refused when the data loads, naming it.
+A checklist cell is a list of questions, each a string or ``{question, weight, pass_if}`` (weight >
+0, default 1; ``pass_if`` "yes" (default) or "no": the answer that means the response passes, for a
+question asked about presence, e.g. "Does the response use the word X?"), or that list as JSON text
+(a CSV cell). ``read_checklist`` checks one cell and returns it in one shape, ``[{"question": str,
+"weight": float}, ...]`` plus ``"pass_if": "no"`` on the items "No" passes, the shape judges receive
+in ``Sample.metadata["checklist"]``, so a wrong row is refused when the data loads, naming it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from grm.data.sources import DataError
 METADATA_KEY = "checklist"
 """Where a sample's checklist travels to judges: ``Sample.metadata["checklist"]``."""
 
-_SHAPE = 'a non-empty list of yes/no questions (strings, or {"question": ..., "weight": ...} objects)'
+_SHAPE = 'a non-empty list of yes/no questions (strings, or {"question": ..., "weight": ..., "pass_if": "yes"|"no"} objects)'
 
 
 def read_checklist(value: Any, where: str) -> list[dict[str, Any]]:
@@ -59,16 +61,20 @@ def _item(entry: Any, where: str) -> dict[str, Any]:
         entry = {"question": entry}
     if not isinstance(entry, dict):
         raise DataError(f"{where}: expected a question (string) or an object with 'question' and 'weight'; found {short(entry)}")
-    unknown = sorted(set(entry) - {"question", "weight"})
+    unknown = sorted(set(entry) - {"question", "weight", "pass_if"})
     if unknown:
-        raise DataError(f"{where}: unknown key(s) {unknown}; an item has 'question' and optionally 'weight'")
+        raise DataError(f"{where}: unknown key(s) {unknown}; an item has 'question' and optionally 'weight' and 'pass_if'")
     question = entry.get("question")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: 'question' must be a non-empty string, found {short(question)}")
     weight = entry.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight) or weight <= 0:
         raise DataError(f"{where}: 'weight' must be a number above 0, found {short(weight)}")
-    return {"question": question.strip(), "weight": float(weight)}
+    pass_if = entry.get("pass_if", "yes")
+    if pass_if not in ("yes", "no"):
+        raise DataError(f'{where}: \'pass_if\' must be "yes" or "no" (the answer that passes), found {short(pass_if)}')
+    item = {"question": question.strip(), "weight": float(weight)}
+    return {**item, "pass_if": "no"} if pass_if == "no" else item
 
 
 def short(v: Any) -> str:

@@ -68,7 +68,7 @@ QUESTIONS: dict[str, str] = {
     "min_words": "Is the response at least {n} words long?",
     "bullets": "Does the response contain exactly {n} bullet points?",
     "keyword": 'Does the response include the word "{word}"?',
-    "forbidden_word": 'Does the response avoid the word "{word}" completely?',
+    "forbidden_word": 'Does the response use the word "{word}" anywhere?',
     "end_phrase": 'Does the response end with the exact phrase "{phrase}"?',
     "start_phrase": 'Does the response begin with the exact words "{phrase}"?',
     "no_commas": "Is the response free of commas?",
@@ -262,8 +262,19 @@ def instruction(c: dict[str, Any]) -> str:
     return INSTRUCTIONS[c["type"]].format(**c)
 
 
+PASSED_BY_NO = frozenset({"forbidden_word"})
+"""Constraints whose checklist question asks about presence, so "No" passes: a small judge reads
+"does it use X?" far better than "does it avoid X?" (Qwen2.5-Coder-1.5B on responses SmolLM2 wrote
+that broke a forbidden word: 11/14 pairs right against 8/14; benchmarks/policy_pairs.py)."""
+
+
 def question(c: dict[str, Any]) -> str:
     return QUESTIONS[c["type"]].format(**c)
+
+
+def checklist_item(c: dict[str, Any]) -> str | dict[str, Any]:
+    """The checklist entry of constraint ``c``: its question, with ``pass_if: no`` where "No" passes."""
+    return {"question": question(c), "pass_if": "no"} if c["type"] in PASSED_BY_NO else question(c)
 
 
 def make_prompts(topics: list[str], n: int, seed: int, split: str, types: tuple[str, ...] = tuple(ARGS)) -> list[dict[str, Any]]:
@@ -286,7 +297,7 @@ def make_prompts(topics: list[str], n: int, seed: int, split: str, types: tuple[
                 "prompt": text,
                 "topic": topic,
                 "constraints": cons,
-                "checklist": [question(c) for c in cons],
+                "checklist": [checklist_item(c) for c in cons],
             }
         )
     return rows

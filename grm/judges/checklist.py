@@ -67,10 +67,16 @@ def parse_written(text: str, max_items: int, cut: bool = False) -> list[dict[str
     return out
 
 
+def p_pass(answer: dict[str, Any]) -> float | None:
+    """P(the response passes this item): P(yes), or 1 - P(yes) on an item ``pass_if: no``."""
+    p = answer.get("p_yes")
+    return None if p is None else (1.0 - p if answer.get("pass_if") == "no" else p)
+
+
 def checklist_score(answers: Sequence[dict[str, Any]]) -> float | None:
-    """Weighted mean of the read answers' P(yes) (unread ones, ``p_yes`` None, left out of both
-    sums); None when none was read."""
-    read = [(a["weight"], a["p_yes"]) for a in answers if a.get("p_yes") is not None]
+    """Weighted mean of the read answers' P(pass) (P(yes), or P(no) on ``pass_if: no`` items;
+    unread ones, ``p_yes`` None, left out of both sums); None when none was read."""
+    read = [(a["weight"], p_pass(a)) for a in answers if a.get("p_yes") is not None]
     total = sum(w for w, _ in read)
     return sum(w * p for w, p in read) / total if read and total > 0 else None
 

@@ -114,6 +114,7 @@ def cmd_try(args: argparse.Namespace) -> int:
             console.print(f"[bold]principles[/]\n{r.principles}")
         for k, a in enumerate(r.checklist or []):
             p_yes = "unread" if a["p_yes"] is None else f"P(yes) {a['p_yes']:.3f}"
+            p_yes += " (passes on No)" if a.get("pass_if") == "no" else ""
             console.print(f"question {k} (weight {a['weight']:g}): {a['question']}  [bold]{p_yes}[/]", highlight=False)
         console.print(table)
         final = {

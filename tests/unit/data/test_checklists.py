@@ -119,3 +119,14 @@ def test_grm_run_refuses_a_data_checklist_longer_than_the_judges_max_items_namin
     check_checklists(
         prompts, data, [load_judge("builtin:checklist-logprob", overrides=["checklist.max_items=2"])]
     )  # writes its own
+
+
+def test_pass_if_no_is_kept_and_a_wrong_value_is_refused_naming_the_item():
+    got = read_checklist([{"question": "Does it use the word 'very'?", "pass_if": "no"}, "Is it short?"], "d.jsonl row 2")
+    assert got == [
+        {"question": "Does it use the word 'very'?", "weight": 1.0, "pass_if": "no"},
+        {"question": "Is it short?", "weight": 1.0},  # "yes" passes: the default, left implicit
+    ]
+    assert read_checklist([{"question": "Is it short?", "pass_if": "yes"}], "r") == [{"question": "Is it short?", "weight": 1.0}]
+    with pytest.raises(DataError, match=r"^d.jsonl row 2 item 0: 'pass_if' must be \"yes\" or \"no\".*'maybe'"):
+        read_checklist([{"question": "Is it short?", "pass_if": "maybe"}], "d.jsonl row 2")

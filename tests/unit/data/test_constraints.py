@@ -28,7 +28,11 @@ def test_default_sizes_and_row_columns():
         assert 1 <= len(row["constraints"]) <= 3 and len(row["checklist"]) == len(row["constraints"])
         assert C.read_constraints(row["constraints"], "row") == row["constraints"]  # generated rows are valid cells
         for c, q in zip(row["constraints"], row["checklist"], strict=True):
-            assert C.instruction(c) in row["prompt"] and q == C.question(c) and q.endswith("?")
+            assert C.instruction(c) in row["prompt"] and q == C.checklist_item(c)
+            if c["type"] in C.PASSED_BY_NO:  # asked about presence: "No" passes
+                assert q == {"question": C.question(c), "pass_if": "no"} and q["question"].endswith("?")
+            else:
+                assert q == C.question(c) and q.endswith("?")
     assert len({r["id"] for r in train + held}) == len(train) + len(held)
     assert len({r["prompt"] for r in train}) == len(train)  # no repeated prompt inside a split
 

@@ -211,3 +211,12 @@ def test_a_checklist_spec_error_names_the_file_and_line(tmp_path):
     path.write_text("name: ck\nmode: checklist\nmodel: m\ntemplate: q.j2\nchecklist:\n  source: model\nparser: {type: logprob}\n")
     with pytest.raises(ConfigError, match=r"ck.yaml:5: checklist: source 'model' needs template"):
         load_judge(path)
+
+
+def test_an_item_passed_by_no_counts_p_no():
+    answers = [
+        {"question": "Does it use the word 'very'?", "weight": 1.0, "pass_if": "no", "p_yes": 0.2},
+        {"question": "Does it have a title?", "weight": 3.0, "p_yes": 0.6},
+    ]
+    assert checklist_score(answers) == pytest.approx((1.0 * 0.8 + 3.0 * 0.6) / 4.0)
+    assert checklist_score([{**answers[0], "p_yes": None}]) is None
