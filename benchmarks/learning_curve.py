@@ -183,7 +183,7 @@ def main() -> int:
     for system in systems:
         cmp_dir = out / system / "final-vs-initial"
         # the GRM judge's win rate is read for the GRM run (for the controls too with --judge-controls):
-        # a 1.5B judge over 200 responses is ~15 CPU-minutes per system on a 2-core machine
+        # a 1.5B judge over 200 more responses per system is minutes of CPU on a 2-core machine
         judged = system == "grm" or args.judge_controls
         judges = f"{CHECKERS},{args.judge}" if judged else CHECKERS
         summary = evaluate(str(out / system / "run"), cmp_dir, args, judges=judges, against=INITIAL)

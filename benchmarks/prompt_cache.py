@@ -7,7 +7,8 @@ pass runs only the critique and prefix tokens.
 
 A checklist judge reads every response once per question of its prompt's checklist, and a GRPO step
 judges a group of responses per prompt: with the cache, the prefixes these readings share (the
-instruction, then each response) are prefilled once each and every reading runs only its question.
+judge header, then each question with its instruction) are prefilled once each and every reading
+runs only its own response and closing lines.
 
 Items: responses of ../shared/data/human-preference/mt-bench.json (read in place, not shipped); the
 built-in arithmetic set when that file is absent. A checklist judge reads a GRPO-shaped batch

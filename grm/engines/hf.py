@@ -249,7 +249,7 @@ class HFEngine:
         candidate that tokenizes to nothing has no log-prob: None."""
         prompts = [self.encode(r) for r in requests]
         cont_ids = [[self.tokenize(c) for c in conts] for conts in continuations]
-        if self._prompt_cache is not None:  # shared prefixes (a group's instruction, a response's questions) once
+        if self._prompt_cache is not None:  # prefixes several prompts share (a group's instruction), once each
             warm(self.model, prompts, self.pad_id, self._prompt_cache)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         out: dict[int, list[float | None]] = {}

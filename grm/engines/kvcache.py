@@ -101,24 +101,20 @@ def branch_prefixes(prompts: Sequence[Sequence[int]], min_len: int) -> list[tupl
 
 
 @torch.inference_mode()
-def warm(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, cache: PromptCache) -> int:
+def warm(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, cache: PromptCache) -> None:
     """Prefill, once each, the prefixes that several of ``prompts`` share, into ``cache``: each on
-    top of the longest prefix already there, so the trie's every edge is computed once. A judge's
-    readings share a lot: the n responses of one prompt share the instruction, the checklist
-    questions of one response share the instruction and the response. ``prefill`` with the cache
-    then runs each prompt's own tail only. Returns the tokens computed here."""
-    computed, record = 0, cache.record
+    top of the longest prefix already there (``prefill`` matches it), so the trie's every edge is
+    computed once. A judge's readings share a lot: a group's responses share the judge header and
+    the instruction (with the checklist template, each question too). ``prefill`` with the cache
+    then runs each prompt's own tail only."""
+    record = cache.record
     cache.record = True
     try:
         for node in branch_prefixes(prompts, cache.min_reuse):
-            if any(t[: len(node)] == node for t, _ in cache.entries):  # already inside a kept prompt
-                continue
-            n, _ = cache.match(node)
-            prefill(model, [node], pad_id, extra=0, cache=cache)
-            computed += len(node) - n
+            if not any(t[: len(node)] == node for t, _ in cache.entries):  # not inside a kept prompt yet
+                prefill(model, [node], pad_id, extra=0, cache=cache)
     finally:
         cache.record = record
-    return computed
 
 
 def _groups(lengths: Sequence[int], max_tokens: int, min_fill: float) -> list[list[int]]:

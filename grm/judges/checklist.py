@@ -34,9 +34,10 @@ from grm.judges.aggregate import final_attempts, vote
 from grm.judges.cost import JudgeCost
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import ParsedScore, expected_value, fail
-from grm.judges.sampler import CritiqueSampler, View, sampling_params
+from grm.judges.sampler import CritiqueSampler
 from grm.judges.templates import Template, load_template
 from grm.judges.types import JudgeResult, Sample, SampleRecord
+from grm.judges.views import View, sampling_params
 
 QUESTION_KEY = "question"
 """``Sample.metadata`` key the sampler hands templates as ``question``."""

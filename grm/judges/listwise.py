@@ -15,8 +15,9 @@ from grm.judges.aggregate import LIST_AGGREGATORS, final_attempts, mean_lists
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import ParsedScore, fail
-from grm.judges.sampler import CritiqueSampler, View
+from grm.judges.sampler import CritiqueSampler
 from grm.judges.types import JudgeResult, Sample
+from grm.judges.views import View
 
 
 def as_list(group: Sequence[Sample]) -> Sample:

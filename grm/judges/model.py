@@ -16,8 +16,9 @@ from grm.engines.base import GenerationEngine
 from grm.judges import base
 from grm.judges.base import Judge
 from grm.judges.cost import JudgeCost
-from grm.judges.sampler import CritiqueSampler, Mode
+from grm.judges.sampler import CritiqueSampler
 from grm.judges.types import JudgeResult, Sample
+from grm.judges.views import Mode
 
 
 class JudgeMode(Mode, Protocol):

@@ -15,8 +15,9 @@ from grm.judges.aggregate import combine_swap, final_attempts, verdict_of, vote
 from grm.judges.base import Judge
 from grm.judges.groups import Pair, group_results, plan_pairs
 from grm.judges.parsers import ParsedScore, fail
-from grm.judges.sampler import CritiqueSampler, View
+from grm.judges.sampler import CritiqueSampler
 from grm.judges.types import JudgeResult, Sample
+from grm.judges.views import View
 
 MARGINS = {"A": 1.0, "B": -1.0, "tie": 0.0}
 """A verdict names a position; its margin is the preference for the response shown first."""

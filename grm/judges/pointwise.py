@@ -8,8 +8,9 @@ from grm.judges import base
 from grm.judges.aggregate import final_attempts, vote
 from grm.judges.base import Judge
 from grm.judges.parsers import ParsedScore, expected_value, fail
-from grm.judges.sampler import CritiqueSampler, View
+from grm.judges.sampler import CritiqueSampler
 from grm.judges.types import JudgeResult, Sample
+from grm.judges.views import View
 
 
 class PointwiseMode:

@@ -14,15 +14,14 @@ import hashlib
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from grm.config.judge import JudgeSampling, JudgeSpec
+from grm.config.judge import JudgeSpec
 from grm.config.parsers import LogprobParser
 from grm.config.paths import resolve_path
 from grm.config.policy import EngineSpec, OpenAIEngineSpec
-from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
+from grm.engines.base import Generation, GenerationEngine, GenerationRequest
 from grm.judges.base import Judge, check_samples, hash_spec, provenance, spread_seconds
 from grm.judges.cost import JudgeCost, MeteredEngine
 from grm.judges.errors import JudgeError
@@ -30,6 +29,7 @@ from grm.judges.guard import InputGuard, Lengths
 from grm.judges.parsers import ParsedScore, Parser, build_parser, logprob_candidates, read_candidates
 from grm.judges.templates import Template, load_template
 from grm.judges.types import JudgeResult, Sample, SampleRecord
+from grm.judges.views import Mode, View, sampling_params
 
 _ENGINES: dict[str, GenerationEngine] = {}
 
@@ -42,55 +42,6 @@ def shared_engine(model: str, spec: Any) -> GenerationEngine:
 
         _ENGINES[key] = build_engine(spec, model)
     return _ENGINES[key]
-
-
-@dataclass
-class View:
-    """One presentation of one item to the judge: which responses, in which order, and the records
-    of the critiques sampled for it (retries appended after the first attempts)."""
-
-    item: int
-    view: int
-    order: list[int]
-    n: int
-    request: GenerationRequest | None = None
-    """None for a view rebuilt from stored records: rescoring sends nothing."""
-    records: list[SampleRecord] = field(default_factory=list)
-    truncated: int = 0
-    """The item's responses cut to fit the judge's context (the same in every view of the item)."""
-
-
-class Mode(Protocol):
-    """What a judge mode decides for the sampler."""
-
-    def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
-        """(order, n) per view of ``sample``: the responses shown, in that order, sampled n times.
-        ``key`` names the item (its id, else a hash of its content) for per-item randomness."""
-        ...
-
-    def parse(self, order: list[int], text: str) -> ParsedScore:
-        """What one critique (prefill included) of a view shown in ``order`` says."""
-        ...
-
-    def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:
-        """The value the logprob parser reads off the candidates' log-probabilities."""
-        ...
-
-    def combine(self, views: list[View], n_responses: int) -> JudgeResult:
-        """An item's result from its views: the score fields only; the sampler fills in the rest."""
-        ...
-
-
-def sampling_params(s: JudgeSampling, n: int | None = None) -> SamplingParams:
-    return SamplingParams(
-        n=n or s.n,
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k,
-        max_new_tokens=s.max_new_tokens,
-        stop=tuple(s.stop),
-        seed=s.seed,
-    )
 
 
 def same_weights(a: EngineSpec, b: EngineSpec) -> bool:

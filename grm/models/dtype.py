@@ -37,6 +37,7 @@ def resolve_dtype(name: str, device: Any = None) -> str:
 @functools.cache
 def cpu_choice() -> dict[str, Any]:
     """The CPU's pick with the measured rates: ``{"dtype", "fp32_gflops", "bf16_gflops", "cpu"}``."""
+    from grm.base import atomic_write_text
     from grm.models.store import grm_home
 
     key = machine_key()
@@ -54,13 +55,11 @@ def cpu_choice() -> dict[str, Any]:
         "bf16_gflops": round(rates["bf16"], 1),
         "cpu": cpu_name(),
     }
+    known = known if isinstance(known, dict) else {}
+    known[key] = choice
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        known = known if isinstance(known, dict) else {}
-        known[key] = choice
-        tmp = path.with_suffix(f".{time.time_ns()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(known, indent=1))
     except OSError:
         pass  # a read-only home: measured again by the next process
     return choice

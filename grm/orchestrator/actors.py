@@ -96,12 +96,12 @@ class PolicyActor:
         # hf: generates with the trainer's own module when dtypes agree (torch backend: no copy,
         # nothing to sync), else with a second copy in the engine's dtype; sglang: servers on the
         # pool's GPUs that sync() feeds from disk
-        engine_dtype = resolve_dtype(policy.engine.dtype, self.device) if policy.engine.type == "hf" else None
-        self.shared = engine_dtype == "fp32" and t.backend.type == "torch"
+        rollout_dtype = resolve_dtype(policy.engine.dtype, self.device) if policy.engine.type == "hf" else None
+        self.shared = rollout_dtype == "fp32" and t.backend.type == "torch"
         self.has_engine = policy.engine.type == "hf" or self.rank == 0
         own = {}
         if policy.engine.type == "hf" and self.has_engine:
-            own["model_obj"] = train_model if self.shared else load_model(policy.model, engine_dtype or "fp32")[0]
+            own["model_obj"] = train_model if self.shared else load_model(policy.model, rollout_dtype or "fp32")[0]
         # an hf engine on every rank (rollouts are split across ranks); an sglang engine (its servers
         # span the pool) on rank 0 only
         if policy.engine.type == "hf":

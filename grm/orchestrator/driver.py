@@ -59,7 +59,6 @@ class Driver:
     def run(self) -> Path:
         cfg, ray, policy = self.cfg, self.ray, self.roles.policy
         t_prev = time.perf_counter()
-        step = self.start_step
         show = self.display
         show.start()
         try:

@@ -18,7 +18,7 @@ from grm.judges.parsers import PARSERS, build_parser
 from grm.judges.pointwise import PointwiseMode
 from grm.judges.rule import RuleJudge
 from grm.judges.runtime import JUDGES
-from grm.judges.sampler import Mode
+from grm.judges.views import Mode
 from tests.unit.judges.fake_engine import ScriptedEngine
 
 
