@@ -138,11 +138,12 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128, help="the pipelines' rollout length")
     ap.add_argument("--judge", default="builtin:checklist-data-logprob", help="the GRM judge, for its win rate")
     ap.add_argument("--judge-model", default="qwen2.5-coder-1.5b-instruct", help="the GRM pipeline's judge model")
+    ap.add_argument("--judge-dtype", default="auto", help="the GRM judge's engine dtype (instruct-grm.yaml's: auto)")
     ap.add_argument("--judge-controls", action="store_true", help="read the judge's win rate for the controls too")
     ap.add_argument("--out", default="bench-out/learning-curve")
     ap.add_argument("overrides", nargs="*", help="pipeline overrides for every run, e.g. train.lr=2e-5")
     args = ap.parse_args()
-    args.judge_overrides = [f"model={args.judge_model}"]
+    args.judge_overrides = [f"model={args.judge_model}", f"engine.dtype={args.judge_dtype}"]
     out = Path(args.out).resolve()
     systems = args.systems.split(",")
     if bad := [s for s in systems if s not in PIPELINES]:
