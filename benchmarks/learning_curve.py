@@ -182,7 +182,7 @@ def main() -> int:
         minutes[system] = sum(seconds.values()) / 60
     finals: dict[str, dict] = {}
     for system in systems:
-        cmp_dir = out / system / "final-vs-initial"
+        cmp_dir = out / system / f"final-vs-initial-step{args.steps}"  # a longer invocation compares its own final
         # the GRM judge's win rate is read for the GRM run (for the controls too with --judge-controls):
         # a 1.5B judge over 200 more responses per system is minutes of CPU on a 2-core machine
         judged = system == "grm" or args.judge_controls
