@@ -1,22 +1,36 @@
-"""grm vs TRL's GRPOTrainer on the same judge-driven GRPO work, measured side by side.
+"""grm vs TRL's GRPOTrainer on the same judge-driven GRPO work, measured like for like.
 
 The work (benchmarks/peer/grpo.yaml): SmolLM2-135M-Instruct as policy, frozen reference (KL 0.04,
 k3, in the loss) and LLM judge (the builtin helpfulness-pointwise prompt, prefilled "Critique:",
 one sample of up to 64 tokens at temperature 0.7, regex "Score: N", 1-10 mapped to [0, 1], no
 retries); 8 prompts x 4 samples = 32 completions per step, 48 new tokens, lr 1e-6, fp32, the first
-64 builtin arith prompts. One warm-up step, then --steps measured steps, per system.
+64 builtin arith prompts.
 
-TRL gets its best CPU setup as we measured it: fp32 (bf16 matmuls run at ~half the fp32 rate on
-this CPU), torch's default of all cores as threads (one process), the judge generating the whole
-step's 32 critiques in one batched ``model.generate`` call with left padding.
+What is made equal (each was a difference once):
+- TRL without gradient checkpointing (its GRPOConfig default turns it on) and with a constant
+  learning rate (its default decays linearly to 0): grm runs neither.
+- The judge samples at temperature 0.7 with top-k 0 and top-p 1 in both (transformers' own
+  default is top-k 50) and the score is the last "Score: N" of prefill + text in both.
+- An unparsed critique: grm masks the sample (advantage 0, out of its group's statistics); TRL's
+  reward function gives it its group's mean parsed reward, so its advantage is 0 too (TRL itself
+  would make it reward 0). The work per step is the same either way; both parse rates are printed.
+- The same prompts in the same order: unshuffled in both, 8 per step.
+- Step time = from one step's end to the next's, logging included, in both; a warm-up step and a
+  last step run and are dropped (in async mode the last step has nothing to overlap).
 
-Each system runs in its own subprocess, one after the other (trl, grm async, grm sync); peak RSS
-is the largest sum of resident memory over the subprocess tree (Ray's processes included for
-grm), sampled every 0.2 s. Prints one JSON line per system and the ratios.
+TRL runs as one process with torch's default of all cores as threads, the judge generating a
+step's 32 critiques in one batched ``model.generate`` call. Each system runs in its own
+subprocess; ``--repeats`` runs of every system are interleaved (trl, grm-sync, grm-async, trl,
+...). Peak RSS is the largest sum of resident memory over the subprocess tree (Ray's processes
+included for grm), sampled every 0.2 s. The floor of a system is its step's FLOPs
+(``roofline.step_flops`` over the work it did: mean response and judge lengths) at this
+machine's best all-core GEMM rate (``roofline.gemm_gflops``), measured at the start. Printed: the
+machine (CPU model, every flag, torch), one JSON line per run, then per system the median and
+min-max over repeats, its floor and multiple of it, its threads per process, and the ratios.
 
     pip install -c constraints.txt 'grm-rlaif[peer]'     # TRL, for this benchmark only
-    python benchmarks/peer_trl_grpo.py [--steps 3] [--systems trl,grm-async,grm-sync] [--set KEY=VALUE ...]
-    python benchmarks/peer_trl_grpo.py --systems grm-async@REV,grm-async,grm-sync@REV,grm-sync --repeats 2   # before/after
+    python benchmarks/peer_trl_grpo.py [--steps 3] [--repeats 3] [--systems trl,grm-sync,grm-async] [--set KEY=VALUE ...]
+    python benchmarks/peer_trl_grpo.py --systems grm-async@REV,grm-async --repeats 2   # before/after
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,10 +70,11 @@ def run_trl(steps: int) -> dict:
     path = resolve_model("smollm2-135m-instruct")
     judge = load("builtin:helpfulness-pointwise", overrides=["sampling.n=1", "sampling.max_new_tokens=64"])
     pattern = re.compile(judge.spec.parser.pattern)
+    prefill = judge.spec.prefill or ""
     jtok = AutoTokenizer.from_pretrained(path)
     jtok.padding_side = "left"
     jmodel = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    stats = {"judge_seconds": [], "parsed": 0, "judged": 0}
+    stats: dict[str, list] = {"judge_seconds": [], "parsed": [], "judge_prompt_tokens": [], "judge_new_tokens": []}
 
     def judge_reward(prompts, completions, **_):
         t0 = time.perf_counter()
@@ -69,27 +85,43 @@ def run_trl(steps: int) -> dict:
             texts.append(jtok.apply_chat_template(stage["request"].messages, tokenize=False, continue_final_message=True))
         enc = jtok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
-            out = jmodel.generate(**enc, max_new_tokens=64, do_sample=True, temperature=0.7, pad_token_id=jtok.pad_token_id)
+            # grm's judge sampling: temperature 0.7 with neither top-k nor top-p (transformers' default is top-k 50)
+            out = jmodel.generate(
+                **enc, max_new_tokens=64, do_sample=True, temperature=0.7, top_k=0, top_p=1.0, pad_token_id=jtok.pad_token_id
+            )
+        new = out[:, enc["input_ids"].shape[1] :]
+        stats["judge_prompt_tokens"].append(float(enc["attention_mask"].sum()) / len(texts))
+        stats["judge_new_tokens"].append(float((new != jtok.pad_token_id).sum()) / len(texts))
+        scores = []
+        for row in jtok.batch_decode(new, skip_special_tokens=True):
+            # grm's parse rule: the last "Score: N" on prefill + generated text
+            found = list(pattern.finditer(prefill + row))
+            v = float(found[-1].group(1)) if found else None
+            scores.append((v - 1) / 9 if v is not None and 1 <= v <= 10 else None)
+        stats["parsed"].append(sum(x is not None for x in scores) / len(scores))
+        # grm masks an unparsed sample (advantage 0, out of its group's statistics); TRL's nansum would
+        # make it reward 0 instead. Its group's mean parsed reward gives it advantage 0 here too.
         rewards = []
-        for row in jtok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True):
-            m = pattern.search(row)
-            v = float(m.group(1)) if m else None
-            ok = v is not None and 1 <= v <= 10
-            stats["judged"] += 1
-            stats["parsed"] += ok
-            rewards.append((v - 1) / 9 if ok else None)
+        for i in range(0, len(scores), GROUP):
+            group = scores[i : i + GROUP]
+            ok = [x for x in group if x is not None]
+            fill = sum(ok) / len(ok) if ok else 0.0
+            rewards += [fill if x is None else x for x in group]
         stats["judge_seconds"].append(time.perf_counter() - t0)
         return rewards
 
-    step_s: list[float] = []
+    ends: list[float] = []
 
     class Timer(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
+        """Step time as grm measures it: from one step's end to the next's (logging included)."""
+
+        def on_train_begin(self, args, state, control, **kw):
+            ends.append(time.perf_counter())
 
         def on_step_end(self, args, state, control, **kw):
-            step_s.append(time.perf_counter() - self.t0)
+            ends.append(time.perf_counter())
 
+    # grm's prompt order: the first 64 arith prompts, unshuffled, 8 per step
     rows = [{"prompt": [{"role": "user", "content": r["prompt"]}]} for r in arith_prompts()[:64]]
     cfg = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-peer-"),
@@ -104,7 +136,10 @@ def run_trl(steps: int) -> dict:
         temperature=1.0,
         beta=BETA,
         learning_rate=LR,
-        max_steps=steps + 1,
+        lr_scheduler_type="constant",  # grm's default (TRL's is a linear decay to 0)
+        gradient_checkpointing=False,  # grm runs without it (TRL's default turns it on)
+        shuffle_dataset=False,
+        max_steps=steps + 2,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
@@ -122,12 +157,14 @@ def run_trl(steps: int) -> dict:
         callbacks=[Timer()],
     )
     trainer.train()
-    measured = step_s[1:]
-    judge_s = stats["judge_seconds"][1:]
+    steady = slice(1, -1)  # steady state: neither the warm-up step nor the last
+    measured = [b - a for a, b in pairwise(ends)][steady]
+    judge_s = stats["judge_seconds"][steady]
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h][steady]
     med = statistics.median(measured)
     return {
         "system": "trl",
-        "threads": torch.get_num_threads(),
+        "threads": {"trainer+judge": torch.get_num_threads()},
         "steps": len(measured),
         "step_seconds": [round(s, 1) for s in measured],
         "median_step_s": round(med, 2),
@@ -136,7 +173,12 @@ def run_trl(steps: int) -> dict:
             "judging": round(statistics.median(judge_s), 2) if judge_s else None,
             "everything_else": round(med - statistics.median(judge_s), 2) if judge_s else None,
         },
-        "judge_parse_rate": round(stats["parsed"] / max(1, stats["judged"]), 3),
+        "judge_parse_rate": round(statistics.mean(stats["parsed"][steady]), 3),
+        "work": {
+            "response_tokens": round(statistics.mean(lengths), 1),
+            "judge_prompt_tokens": round(statistics.mean(stats["judge_prompt_tokens"][steady]), 1),
+            "judge_new_tokens": round(statistics.mean(stats["judge_new_tokens"][steady]), 1),
+        },
     }
 
 
@@ -151,7 +193,7 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
         "grm",
         "run",
         str(PIPELINE),
-        f"train.steps={steps + 1}",
+        f"train.steps={steps + 2}",
         f"schedule.mode={mode}",
         f"out_dir={out}",
         *overrides,
@@ -162,25 +204,38 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=checkout)
     if r.returncode != 0:
         raise SystemExit(f"grm run failed:\n{r.stderr[-3000:]}")
-    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()][1:]
+    # steady state: neither the warm-up step nor the last (in async mode it has nothing to overlap)
+    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()][1:-1]
+    steps_kept = {m["step"] for m in ms}
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines() if x.strip()]
-    scores = [((s.get("judges") or {}).get("helpfulness-pointwise") or {}).get("score") for s in samples]
+    scores = [
+        ((s.get("judges") or {}).get("helpfulness-pointwise") or {}).get("score") for s in samples if s["step"] in steps_kept
+    ]
+    placement = json.loads((out / "placement.json").read_text())
     med = statistics.median(m["seconds_step"] for m in ms)
     phases = {
         k.removeprefix("seconds_"): round(statistics.median(m[k] for m in ms), 2)
         for k in ms[0]
         if k.startswith("seconds_") and k != "seconds_step"
     }
+    n = PROMPTS * GROUP
+    cost = "judge_cost/helpfulness-pointwise/"
     if not keep:  # checkpoints are ~1.6 GB per run
         shutil.rmtree(out.parent, ignore_errors=True)
     return {
         "system": f"grm-{mode}" + (f"@{checkout}" if checkout else ""),
+        "threads": {role: p.get("threads") for role, p in placement.items()},
         "steps": len(ms),
         "step_seconds": [round(m["seconds_step"], 1) for m in ms],
         "median_step_s": round(med, 2),
-        "completions_per_s": round(PROMPTS * GROUP / med, 4),
+        "completions_per_s": round(n / med, 4),
         "phases": phases,
         "judge_parse_rate": round(sum(s is not None for s in scores) / max(1, len(scores)), 3),
+        "work": {
+            "response_tokens": round(statistics.mean(m["response_len_mean"] for m in ms), 1),
+            "judge_prompt_tokens": round(statistics.mean(m[cost + "prompt_tokens"] for m in ms) / n, 1),
+            "judge_new_tokens": round(statistics.mean(m[cost + "generated_tokens"] for m in ms) / n, 1),
+        },
         "run_dir": str(out.parent) if keep else None,
         "overrides": overrides,
     }
@@ -249,10 +304,89 @@ def measure(system: str, steps: int, overrides: list[str], keep: bool = False, c
     return res
 
 
+def machine() -> dict:
+    """CPU model, every lscpu flag, cores, the torch build: printed with the numbers."""
+    import platform
+
+    import torch
+
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), platform.processor())
+    flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("Flags")), [])
+    return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "flags": " ".join(flags)}
+
+
+def floor_of(work: dict, rate_gflops: float) -> float:
+    """Seconds of one step's FLOPs (roofline.step_flops over the work a system actually did: its
+    mean response and judge lengths) at ``rate_gflops``."""
+    sys.path.insert(0, str(HERE))
+    from roofline import step_flops
+
+    from grm.models import resolve_model
+
+    cfg = json.load(open(os.path.join(resolve_model("smollm2-135m-instruct"), "config.json")))
+    flops = step_flops(
+        cfg,
+        PROMPTS * GROUP,
+        policy_prompt_tokens(),
+        work["response_tokens"],
+        work["judge_prompt_tokens"],
+        work["judge_new_tokens"],
+    )
+    return sum(flops.values()) / (rate_gflops * 1e9)
+
+
+def policy_prompt_tokens() -> float:
+    """Mean length of the 64 policy prompts with SmolLM2's chat template (what both systems prefill)."""
+    from transformers import AutoTokenizer
+
+    from grm.data.builtin import arith_prompts
+    from grm.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
+    rows = arith_prompts()[:64]
+    ids = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True) for r in rows]
+    return statistics.mean(len(x) for x in ids)
+
+
+def gemm_rate() -> dict:
+    """This machine's best GEMM rate on all cores (roofline.gemm_gflops at SmolLM2's shapes), fp32 and bf16."""
+    sys.path.insert(0, str(HERE))
+    import torch
+    from roofline import gemm_gflops
+
+    cores = os.cpu_count() or 1
+    rates = {name: round(gemm_gflops(dt, cores), 1) for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    torch.set_num_threads(cores)
+    return {"gemm_gflops_all_cores": rates, "best": max(rates.values())}
+
+
+def summary(system: str, rs: list[dict], rate: float) -> dict:
+    """Median and min-max over a system's repeats (each repeat's own median step), with its floor."""
+    med = [r["median_step_s"] for r in rs]
+    step = statistics.median(med)
+    floor = statistics.median(floor_of(r["work"], rate) for r in rs)
+    return {
+        "system": system,
+        "repeats": len(rs),
+        "median_step_s": round(step, 2),
+        "min_max_step_s": [min(med), max(med)],
+        "completions_per_s": round(PROMPTS * GROUP / step, 4),
+        "peak_rss_gb": statistics.median(r["peak_rss_gb"] for r in rs),
+        "min_max_peak_rss_gb": [min(r["peak_rss_gb"] for r in rs), max(r["peak_rss_gb"] for r in rs)],
+        "floor_s": round(floor, 2),
+        "x_floor": round(step / floor, 2),
+        "judge_parse_rate": round(statistics.median(r["judge_parse_rate"] for r in rs), 3),
+        "threads": rs[0]["threads"],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=3, help="measured steps per system (after one warm-up step)")
-    ap.add_argument("--systems", default="trl,grm-async,grm-sync")
+    ap.add_argument(
+        "--steps", type=int, default=3, help="steady-state steps per system (a warm-up step and a last one run too, not measured)"
+    )
+    ap.add_argument("--systems", default="trl,grm-sync,grm-async")
     ap.add_argument(
         "--set",
         action="append",
@@ -261,7 +395,7 @@ def main() -> int:
         help="override for grm's pipeline (repeatable), e.g. --set schedule.stream_prompts=8",
     )
     ap.add_argument("--keep-runs", action="store_true", help="keep grm's run directories (checkpoints, samples)")
-    ap.add_argument("--repeats", type=int, default=1, help="runs of each system, interleaved (a, b, a, b, ...)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each system, interleaved (a, b, c, a, b, c, ...)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--checkout", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -270,15 +404,9 @@ def main() -> int:
         res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, mode, args.set, args.keep_runs, args.checkout)
         print(json.dumps(res), flush=True)
         return 0
-    import platform
-
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), platform.processor())
-    flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("Flags")), [])
-    print(
-        json.dumps({"cpu": model, "avx512": sorted(f for f in flags if f.startswith("avx512")), "cores": os.cpu_count()}),
-        flush=True,
-    )
+    print(json.dumps(machine()), flush=True)
+    rate = gemm_rate()
+    print(json.dumps(rate), flush=True)
     systems = args.systems.split(",")
     # grm-MODE@REV: grm as of git revision REV (e.g. grm-async@HEAD~3 beside grm-async): before/after in one invocation
     checkouts = {rev: worktree(rev) for rev in {s.split("@", 1)[1] for s in systems if "@" in s}}
@@ -288,62 +416,22 @@ def main() -> int:
             res = measure(system, args.steps, args.set, args.keep_runs, checkouts)
             runs[system].append(res)
             print(json.dumps(res), flush=True)
-    results = {
-        s: min(rs, key=lambda r: r["median_step_s"])
-        if len(rs) == 1
-        else {
-            **rs[0],
-            "median_step_s": round(statistics.median(r["median_step_s"] for r in rs), 2),
-            "completions_per_s": round(statistics.median(r["completions_per_s"] for r in rs), 4),
-            "peak_rss_gb": max(r["peak_rss_gb"] for r in rs),
-            "median_step_s_runs": [r["median_step_s"] for r in rs],
-        }
-        for s, rs in runs.items()
-    }
-    for s, rs in runs.items():
-        if len(rs) > 1:
-            print(
-                json.dumps(
-                    {
-                        "system": s,
-                        "median_step_s_over_repeats": results[s]["median_step_s"],
-                        "runs": results[s]["median_step_s_runs"],
-                    }
-                ),
-                flush=True,
-            )
-    for s in systems:
-        if "@" in s and s.split("@", 1)[0] in results:
-            now = s.split("@", 1)[0]
-            print(
-                json.dumps(
-                    {
-                        "ratio": f"{now}/{s} step time",
-                        "value": round(results[now]["median_step_s"] / results[s]["median_step_s"], 3),
-                    }
-                ),
-                flush=True,
-            )
-    if "trl" in results:
-        for k, r in results.items():
-            if k != "trl":
-                print(
-                    json.dumps(
-                        {
-                            "ratio": f"{k}/trl",
-                            "completions_per_s": round(r["completions_per_s"] / results["trl"]["completions_per_s"], 2),
-                            "peak_rss": round(r["peak_rss_gb"] / results["trl"]["peak_rss_gb"], 2),
-                        }
-                    )
-                )
-    if "grm-async" in results and "grm-sync" in results:
+    results = {s: summary(s, rs, rate["best"]) for s, rs in runs.items()}
+    for r in results.values():
+        print(json.dumps(r), flush=True)
+    pairs = [(s, "trl") for s in systems if s != "trl" and "trl" in results]
+    pairs += [(s.split("@", 1)[0], s) for s in systems if "@" in s and s.split("@", 1)[0] in results]
+    for a, b in pairs:
+        ra, rb = results[a], results[b]
         print(
             json.dumps(
                 {
-                    "ratio": "grm sync/async step time",
-                    "value": round(results["grm-sync"]["median_step_s"] / results["grm-async"]["median_step_s"], 2),
+                    "pair": f"{a} / {b}",
+                    "completions_per_s": round(ra["completions_per_s"] / rb["completions_per_s"], 2),
+                    "peak_rss": round(ra["peak_rss_gb"] / rb["peak_rss_gb"], 2),
                 }
-            )
+            ),
+            flush=True,
         )
     return 0
 

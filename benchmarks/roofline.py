@@ -46,6 +46,32 @@ def forward_flops(cfg: dict, tokens: int, context: int, logits_tokens: int) -> f
     return tokens * L * (per_layer + attn) + 2 * h * vocab * logits_tokens
 
 
+def step_flops(
+    cfg: dict,
+    completions: int,
+    prompt_tokens: float,
+    new_tokens: float,
+    judge_prompt_tokens: float,
+    judge_new_tokens: float,
+    judge_samples: int = 1,
+    old_logprob_forward: bool = False,
+) -> dict[str, float]:
+    """FLOPs of one step by phase: policy decode (prefill + one forward per new token), judge
+    prefill + decode, reference forward, training forward + backward (3x forward), and an
+    old-log-prob forward when asked for."""
+    B, P, T = completions, prompt_tokens, new_tokens
+    J, JT = judge_prompt_tokens, judge_new_tokens
+    seq = P + T
+    steps = max(1, round(T))
+    return {
+        "rollout_decode": B * sum(forward_flops(cfg, 1, P + t, 1) for t in range(steps)) + B * forward_flops(cfg, P, P / 2, 1),
+        "judge_prefill_decode": B * judge_samples * (forward_flops(cfg, J, J / 2, 1) + JT * forward_flops(cfg, 1, J + JT / 2, 1)),
+        "reference_forward": B * forward_flops(cfg, seq, seq / 2, T),
+        **({"old_logprob_forward": B * forward_flops(cfg, seq, seq / 2, T)} if old_logprob_forward else {}),
+        "training_fwd_bwd": 3 * B * forward_flops(cfg, seq, seq / 2, T),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -75,19 +101,16 @@ def main() -> int:
         rates[name] = {"1_thread": round(gemm_gflops(dt, 1), 1), f"{cores}_threads": round(gemm_gflops(dt, cores), 1)}
     print(json.dumps({"gemm_gflops": rates, "shape": "1024x576 @ 576x1536"}))
 
-    B, P, T = args.prompts * args.group, args.prompt_tokens, args.new_tokens
-    J, JT = args.judge_prompt_tokens, args.judge_new_tokens
-    seq = P + T
-    phases = {
-        "rollout_decode": B * sum(forward_flops(cfg, 1, P + t, 1) for t in range(0, T, 8)) * 8
-        + B * forward_flops(cfg, P, P / 2, 1),
-        "judge_prefill_decode": B
-        * args.judge_samples
-        * (forward_flops(cfg, J, J / 2, 1) + JT * forward_flops(cfg, 1, J + JT / 2, 1)),
-        "reference_forward": B * forward_flops(cfg, seq, seq / 2, T),
-        **({"old_logprob_forward": B * forward_flops(cfg, seq, seq / 2, T)} if args.old_logprob_forward else {}),
-        "training_fwd_bwd": 3 * B * forward_flops(cfg, seq, seq / 2, T),
-    }
+    phases = step_flops(
+        cfg,
+        args.prompts * args.group,
+        args.prompt_tokens,
+        args.new_tokens,
+        args.judge_prompt_tokens,
+        args.judge_new_tokens,
+        args.judge_samples,
+        args.old_logprob_forward,
+    )
     total = sum(phases.values())
     best = max(max(r.values()) for r in rates.values())
     print(
@@ -97,7 +120,7 @@ def main() -> int:
                 "phases_tflop": {k: round(v / 1e12, 3) for k, v in phases.items()},
                 "best_rate_gflops_all_cores": best,
                 "floor_seconds_per_step": round(total / (best * 1e9), 2),
-                "completions_per_step": B,
+                "completions_per_step": args.prompts * args.group,
             }
         )
     )

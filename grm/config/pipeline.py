@@ -285,6 +285,18 @@ class ScheduleSpec(Strict):
     Default: the whole step in one chunk. Smaller chunks let judging start earlier but batch the
     rollout and the judges less; on CPU pools batching wins (peer benchmark, 8 prompts x 4: one
     chunk 54 s/step, chunks of 2 prompts 76 s/step, async)."""
+    sync_threads: Literal["node", "pool"] = "node"
+    """(sync mode) torch threads of each phase. ``node``: a phase that runs alone also takes the
+    cores of the idle pools on its node (rollout and training use the judge pool's cores, judging
+    the policy pool's; the judges of one node share them), and the policy's batch pass waits for the
+    judges instead of running beside them. ``pool``: each process keeps its pool's share, as in
+    async mode, where phases overlap by design. With ``stream_prompts`` rollout chunks overlap
+    judging, so phases keep their pool's share there too."""
+
+    @property
+    def phases_alone(self) -> bool:
+        """True when each phase of a step runs with nothing beside it and takes its node's cores."""
+        return self.mode == "sync" and self.sync_threads == "node" and self.stream_prompts is None
 
 
 class FaultSpec(Strict):

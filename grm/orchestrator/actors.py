@@ -53,9 +53,17 @@ def engine_dtype(engine: Any) -> dict[str, Any]:
 
 
 def where() -> dict[str, Any]:
-    """Node and resources of the calling actor (asserted by placement tests)."""
+    """Node, resources and torch threads of the calling actor (asserted by placement tests), read
+    on the thread that runs its calls."""
+    import torch
+
     ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "resources": ctx.get_assigned_resources()}
+    return {
+        "node_id": ctx.get_node_id(),
+        "pid": os.getpid(),
+        "resources": ctx.get_assigned_resources(),
+        "threads": torch.get_num_threads(),
+    }
 
 
 @ray.remote(concurrency_groups={"progress": 1})  # train_progress answers while train runs
@@ -239,6 +247,8 @@ class PolicyActor:
     def train(self, batch: Any, others: Sequence[Any] = ()) -> dict[str, float]:
         """Every optimizer step of one batch (policy, then critic); the engine's version advances by
         one. Each rank of a group trains its shard of the batch (the trainer picks it)."""
+        import torch
+
         from grm.orchestrator.policy_group import gather_first
         from grm.orchestrator.policy_update import train_on_batch
         from grm.training.core import MICRO_BATCHES
@@ -248,6 +258,7 @@ class PolicyActor:
         metrics = train_on_batch(self.trainer, self.critic, self.algorithm, batch)
         self.last_micro_batches = MICRO_BATCHES.done
         metrics["train_seconds"] = time.perf_counter() - t0
+        metrics["threads_training"] = torch.get_num_threads()  # what this call ran with (sync: the node's cores)
         if self.shared:
             self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
         return _gather(metrics, others, gather_first)

@@ -14,12 +14,27 @@ from typing import Any
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
 from grm.orchestrator.canary import describe as judge_checks
-from grm.orchestrator.placement import PlacementError, Pool, bundles_of, create_pools, missing_resources, role_pools, start_ray
+from grm.orchestrator.placement import (
+    PlacementError,
+    Pool,
+    bundles_of,
+    create_pools,
+    missing_resources,
+    phase_threads,
+    role_pools,
+    start_ray,
+)
 
 
 def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
-    """One line per pool, then one per process placed on it (bundle, node, threads, GPUs)."""
+    """One line per pool, then one per process placed on it (bundle, node, threads, GPUs); in sync
+    mode also the threads a process takes while its phase runs alone (``schedule.sync_threads``)."""
     cfg = loaded.spec
+    solo = phase_threads(cfg, pools)
+
+    def alone(role: str) -> str:
+        return f" ({solo[role]} while its phase runs alone)" if role in solo else ""
+
     lines = []
     for name, pool in pools.items():
         bundles = bundles_of(pool.spec, pool.ranks)
@@ -34,7 +49,10 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
                     bundle = r if n > 1 else 0
                     cpus, gpus = (each["CPU"], each.get("GPU", 0)) if n > 1 else _share(pool, "policy")
                     extra = " + reference" if cfg.reference is not None and cfg.reference.pool == name else ""
-                    lines.append(f"  {label}{extra}: bundle {bundle}, node {node}, {_threads(cpus)} thread(s), {gpus:g} GPU")
+                    role = "policy" if n == 1 else f"policy#{r}"
+                    lines.append(
+                        f"  {label}{extra}: bundle {bundle}, node {node}, {_threads(cpus)} thread(s){alone(role)}, {gpus:g} GPU"
+                    )
                 continue
             cpus, gpus = _share(pool, role)
             hosted = (
@@ -43,7 +61,9 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
                 else ""
             )
             b = pool.bundle_of(role)  # judge replicas (judge:NAME#i) each have a line of their own
-            lines.append(f"  {role}{hosted}: bundle {b}, node {_node(pool, b)}, {_threads(cpus)} thread(s), {gpus:g} GPU")
+            lines.append(
+                f"  {role}{hosted}: bundle {b}, node {_node(pool, b)}, {_threads(cpus)} thread(s){alone(role)}, {gpus:g} GPU"
+            )
     local = [j.name for j in loaded.judges if j.role.pool is None]
     if local:
         lines.append(f"in the driver process: {', '.join(local)} (rule judges, no pool)")

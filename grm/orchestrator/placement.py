@@ -199,6 +199,39 @@ def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 6
     return pools
 
 
+def phase_threads(cfg: PipelineSpec, pools: dict[str, Pool]) -> dict[str, int]:
+    """Role -> torch threads of its process while its phase runs, when phases run alone
+    (``schedule.phases_alone``: sync mode): the CPUs of every pool's bundles on the role's node,
+    shared by the processes of one phase there. The phases: the policy's ranks (rollout, batch
+    pass, training, sync), the judges' actors (every judge of a step at once), a reference actor of
+    its own (its pass follows the batch pass). Never fewer than the pool's own share; empty when
+    phases overlap (async mode, ``stream_prompts``, ``sync_threads: pool``) or Ray's nodes are unknown."""
+    if not cfg.schedule.phases_alone or any(not p.nodes for p in pools.values()):
+        return {}
+    cpus: dict[str, float] = {}
+    own: dict[str, tuple[str, int]] = {}
+    """role -> (node, its pool's share of threads)"""
+    for p in pools.values():
+        bundles = bundles_of(p.spec, p.ranks)
+        for b, node in zip(bundles, p.nodes, strict=True):
+            cpus[node] = cpus.get(node, 0.0) + b["CPU"]
+        for role in p.processes:
+            if role == "policy" and p.ranks > 1:
+                for r in range(p.ranks):
+                    own[f"policy#{r}"] = (p.nodes[r], max(1, int(bundles[r]["CPU"])))
+            else:
+                own[role] = (p.nodes[p.bundle_of(role)], p.threads_of(role))
+
+    def phase(role: str) -> str:
+        return role.split("#")[0] if role.startswith("policy") else role.split(":")[0]
+
+    out = {}
+    for role, (node, mine) in own.items():
+        peers = sum(1 for r, (n, _) in own.items() if n == node and phase(r) == phase(role))
+        out[role] = max(mine, int(cpus[node] // peers))
+    return out
+
+
 # --------------------------------------------------------------------------- roles -> actors
 
 
@@ -276,7 +309,9 @@ class Roles:
         return info
 
 
-def start_policy(cfg: PipelineSpec, loaded: LoadedPipeline, algorithm: Any, pool: Pool, with_reference: bool) -> Any:
+def start_policy(
+    cfg: PipelineSpec, loaded: LoadedPipeline, algorithm: Any, pool: Pool, with_reference: bool, solo: dict[str, int]
+) -> Any:
     """The policy's worker group: one PolicyActor, or ``ranks`` of them (one per bundle of its pool)
     joined in one torch.distributed group whose rendezvous is on rank 0's node."""
     from grm.orchestrator.actors import PolicyActor, rendezvous
@@ -285,13 +320,16 @@ def start_policy(cfg: PipelineSpec, loaded: LoadedPipeline, algorithm: Any, pool
     args = (cfg, loaded.policy, algorithm)
     hf = loaded.policy.engine.type == "hf"
     if pool.ranks == 1:
-        return PolicyGroup([PolicyActor.options(**pool.options("policy")).remote(*args, pool.threads, with_reference)], hf)
+        threads = solo.get("policy", pool.threads)
+        return PolicyGroup([PolicyActor.options(**pool.options("policy")).remote(*args, threads, with_reference)], hf)
     import ray
 
     addr, port = ray.get(rendezvous.options(**{**pool.rank_options(0), "num_cpus": 0}).remote())
     threads = max(1, int(bundles_of(pool.spec, pool.ranks)[0]["CPU"]))
     actors = [
-        PolicyActor.options(**pool.rank_options(r)).remote(*args, threads, with_reference, (r, pool.ranks, addr, port))
+        PolicyActor.options(**pool.rank_options(r)).remote(
+            *args, solo.get(f"policy#{r}", threads), with_reference, (r, pool.ranks, addr, port)
+        )
         for r in range(pool.ranks)
     ]
     return PolicyGroup(actors, hf)
@@ -305,15 +343,16 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
     cfg = loaded.spec
     start_ray(address, cfg.pools)
     pools = create_pools(cfg, [j.name for j in loaded.judges])
+    solo = phase_threads(cfg, pools)  # sync mode: a phase takes the idle pools' cores too
     remote_ref = cfg.reference is not None and cfg.reference.pool != cfg.policy.pool
-    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], cfg.reference is not None and not remote_ref)
+    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], cfg.reference is not None and not remote_ref, solo)
     ref_args = (loaded.policy.model, cfg.train.micro_batch_size)
     # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
     host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule" and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
     reference = None
     if remote_ref and host is None:
         rp = pools[cfg.reference.pool]  # type: ignore[union-attr]
-        reference = ReferenceActor.options(**rp.options("reference")).remote(*ref_args, rp.threads)
+        reference = ReferenceActor.options(**rp.options("reference")).remote(*ref_args, solo.get("reference", rp.threads))
     judges = []
     for j in loaded.judges:
         handle = JudgeHandle(j.name, j.role.weight, j.role.required, limits=call_limits(j.spec))
@@ -326,7 +365,7 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
             restarts = {"max_restarts": cfg.faults.judge_restarts, "max_task_retries": 2}
             handle.replicas = [
                 JudgeActor.options(**restarts, **jp.options(role)).remote(
-                    j.spec, str(j.path.parent), jp.threads_of(role), ref_args if j is host and i == 0 else None
+                    j.spec, str(j.path.parent), solo.get(role, jp.threads_of(role)), ref_args if j is host and i == 0 else None
                 )
                 for i, role in enumerate(judge_roles(j.name, j.role.replicas))
             ]

@@ -131,11 +131,14 @@ class Scheduler:
     # ------------------------------------------------------------------ collecting a step
     def collect(self, work: StepWork, prepare: bool = True) -> list[Group]:
         """Wait for the step's rollout chunks, judging each as it lands; once all are in, queue the
-        reference/values pass (it needs no rewards) and the rollouts ahead. Returns the judged groups."""
+        reference/values pass (it needs no rewards) and the rollouts ahead. Returns the judged groups.
+        When phases run alone (sync mode, ``schedule.phases_alone``), that pass waits for the judges:
+        each uses the other pools' cores too, so side by side they would oversubscribe them."""
+        early = prepare and not self.cfg.schedule.phases_alone
         while not work.complete:
             if self.stop_requested:
                 raise Interrupted()
-            if prepare and work.prepared is None and len(work.landed) == len(work.chunks):
+            if early and work.prepared is None and len(work.landed) == len(work.chunks):
                 self.prepare(work, rollouts_of([g for c in sorted(work.landed) for g in work.landed[c]]))
             self._advance({ref: (work, c) for c, ref in enumerate(work.chunks) if c not in work.landed})
             if self.watch is not None:

@@ -193,3 +193,38 @@ def test_shared_prefixes_of_a_judge_batch_are_prefilled_once_and_change_nothing(
         assert full - pc.reused_tokens < full / 3, (full, pc.reused_tokens)
     for a, b in zip(cached, plain, strict=True):
         assert a == pytest.approx(b, abs=1e-3)
+
+
+def test_bf16_engine_reads_logits_through_an_fp32_head():
+    """In bf16 the LM head runs in fp32 (HFEngine's Fp32Head): a candidate's log-prob is the fp32
+    log-softmax of the bf16 decoder's last hidden state, not one rounded to bf16's 0.125 steps
+    (which tied 41% of a small judge's verdicts); in-place weight updates reach the fp32 copy."""
+    from grm.engines.hf import HFEngine
+
+    eng = HFEngine("smollm2-135m-instruct", dtype="bf16")
+    head = eng.model.lm_head
+    assert eng.head32 is not None and head.weight.dtype == torch.bfloat16
+    seen = []
+    hook = head.register_forward_pre_hook(lambda mod, args: seen.append(args[0][:, -1].detach().clone()))
+    try:
+        reqs = [_chat("Is the sky blue? Answer Yes or No."), _chat("Pick A or B.")]
+        cands = [[" Yes", " No"], ["A", "B"]]
+        got, last = [], []
+        for r, c in zip(reqs, cands, strict=True):
+            got.append(eng.score_continuations([r], [c])[0])
+            last.append(seen[-1])  # single-token candidates are read off the prompt's last position
+    finally:
+        hook.remove()
+    assert all(len(eng.tokenize(c)) == 1 for conts in cands for c in conts)
+    for h, conts, scores in zip(last, cands, got, strict=True):
+        with torch.inference_mode():
+            lp32 = torch.log_softmax(h[0].float() @ head.weight.float().T, -1)
+            lp16 = torch.log_softmax((h[0] @ head.weight.T).float(), -1)
+        ids = [eng.tokenize(c)[0] for c in conts]
+        assert scores == pytest.approx([float(lp32[i]) for i in ids], abs=1e-5)
+        rounded = float(lp16[ids[0]] - lp16[ids[1]])
+        assert abs(rounded * 8 - round(rounded * 8)) < 1e-3  # the bf16 head's log-odds: a multiple of 1/8
+        assert scores[0] - scores[1] != pytest.approx(rounded, abs=1e-4)
+    before = got[0][0]
+    eng.update_weights({"lm_head.weight": head.weight.detach().float() * 1.5}, 1)
+    assert eng.score_continuations(reqs[:1], cands[:1])[0][0] != pytest.approx(before, abs=1e-3)

@@ -78,6 +78,10 @@ def test_sigterm_mid_step_then_resume_matches_uninterrupted(tmp_path, straight):
     r = grm_run(out, *COMMON, "checkpoint.every=0", resume=out)
     assert "resuming" in r.stdout + r.stderr
     assert all(m["staleness_max"] == 0 for m in metrics(straight))  # sync mode is strictly on-policy
+    # sync: each phase runs alone and takes both pools' cores, as read inside the actors
+    placement = json.loads((straight / "placement.json").read_text())
+    assert placement["policy"]["threads"] == placement["judge:helpfulness-pointwise-logprob"]["threads"] == 2
+    assert all(m["threads_training"] == 2 for m in metrics(straight))
     assert_same_run(out, straight)
 
 
