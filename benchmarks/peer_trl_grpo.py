@@ -37,6 +37,7 @@ min-max over repeats, its floor and multiple of it, its threads per process, and
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -52,6 +53,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # roofline.py, beside this file
 PIPELINE = HERE / "peer" / "grpo.yaml"
 PROMPTS, GROUP, NEW_TOKENS, BETA, LR = 8, 4, 48, 0.04, 1e-6
 
@@ -317,26 +319,30 @@ def machine() -> dict:
     return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "flags": " ".join(flags)}
 
 
-def floor_of(work: dict, rate_gflops: float) -> float:
-    """Seconds of one step's FLOPs (roofline.step_flops over the work a system actually did: its
-    mean response and judge lengths) at ``rate_gflops``."""
-    sys.path.insert(0, str(HERE))
+def work_flops(work: dict) -> float:
+    """FLOPs of one step of the work a system actually did (its mean response and judge lengths),
+    by ``roofline.step_flops``."""
     from roofline import step_flops
 
-    from grm.models import resolve_model
-
-    cfg = json.load(open(os.path.join(resolve_model("smollm2-135m-instruct"), "config.json")))
     flops = step_flops(
-        cfg,
+        smollm2_config(),
         PROMPTS * GROUP,
         policy_prompt_tokens(),
         work["response_tokens"],
         work["judge_prompt_tokens"],
         work["judge_new_tokens"],
     )
-    return sum(flops.values()) / (rate_gflops * 1e9)
+    return sum(flops.values())
 
 
+@functools.cache
+def smollm2_config() -> dict:
+    from grm.models import resolve_model
+
+    return json.load(open(os.path.join(resolve_model("smollm2-135m-instruct"), "config.json")))
+
+
+@functools.cache
 def policy_prompt_tokens() -> float:
     """Mean length of the 64 policy prompts with SmolLM2's chat template (what both systems prefill)."""
     from transformers import AutoTokenizer
@@ -352,7 +358,6 @@ def policy_prompt_tokens() -> float:
 
 def gemm_rate() -> dict:
     """This machine's best GEMM rate on all cores (roofline.gemm_gflops at SmolLM2's shapes), fp32 and bf16."""
-    sys.path.insert(0, str(HERE))
     import torch
     from roofline import gemm_gflops
 
@@ -368,8 +373,8 @@ def summary(system: str, rs: list[dict], rates: dict[str, float]) -> dict:
     (bf16 where the CPU has AVX-512 BF16)."""
     med = [r["median_step_s"] for r in rs]
     step = statistics.median(med)
-    floor = statistics.median(floor_of(r["work"], rates["fp32"]) for r in rs)
-    best = statistics.median(floor_of(r["work"], max(rates.values())) for r in rs)
+    flops = statistics.median(work_flops(r["work"]) for r in rs)
+    floor, best = flops / (rates["fp32"] * 1e9), flops / (max(rates.values()) * 1e9)
     return {
         "system": system,
         "repeats": len(rs),
