@@ -19,6 +19,7 @@ here: a real SGLang server (it needs CUDA; ``test_sglang_gpu.py`` runs the same 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import json
@@ -156,6 +157,35 @@ def launch_command(model_path: str, port: int, spec: Any) -> list[str]:
     return cmd + list(spec.extra_args)
 
 
+SYNC_PREFIX = "grm-sglang-weights-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def weight_sync_dir(root: str | None = None) -> Path:
+    """A fresh directory for disk weight syncs, named after this process, removed at its exit.
+
+    A process killed without running exit handlers (Ray ends actors with SIGKILL at shutdown)
+    leaves its directory behind, hundreds of MB a run: the next one removes every directory whose
+    owner process is gone."""
+    base = Path(root or tempfile.gettempdir())
+    for old in base.glob(f"{SYNC_PREFIX}*"):
+        pid = old.name[len(SYNC_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{SYNC_PREFIX}{os.getpid()}-", dir=base))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 class SGLangEngine:
     """GenerationEngine over one or more SGLang servers (requests split across them)."""
 
@@ -290,7 +320,7 @@ class SGLangEngine:
         from grm.models.weights import save_weights
 
         if self.sync_dir is None:
-            self.sync_dir = Path(tempfile.mkdtemp(prefix="grm-sglang-weights-"))
+            self.sync_dir = weight_sync_dir()
         target = self.sync_dir / f"v{version}"
         save_weights(state_dict, target, version)
         src = Path(resolve_model(self.model_id))

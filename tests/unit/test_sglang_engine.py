@@ -1,6 +1,7 @@
 """SGLang engine: request bodies and response parsing against SGLang's documented /generate and
 weight-update shapes (no server: SGLang needs CUDA). The live test is marked gpu."""
 
+import os
 import sys
 
 import pytest
@@ -304,3 +305,23 @@ def test_engine_urls_must_be_server_roots():
     ):
         with pytest.raises(ValidationError, match=why):
             SGLangEngineSpec(type="sglang", urls=urls)
+
+
+def test_weight_sync_dirs_of_dead_processes_are_swept(tmp_path):
+    """A killed actor never runs close(): the next engine removes the directories whose owner is gone."""
+    import subprocess
+
+    from grm.engines.sglang import SYNC_PREFIX, weight_sync_dir
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / f"{SYNC_PREFIX}{gone.pid}-abc"
+    (dead / "v3").mkdir(parents=True)
+    live = tmp_path / f"{SYNC_PREFIX}{os.getppid()}-def"
+    live.mkdir()
+    other = tmp_path / "unrelated"
+    other.mkdir()
+    fresh = weight_sync_dir(str(tmp_path))
+    assert not dead.exists()
+    assert live.exists() and other.exists() and fresh.is_dir()
+    assert fresh.name.startswith(f"{SYNC_PREFIX}{os.getpid()}-")
