@@ -22,10 +22,13 @@ TRL runs as one process with torch's default of all cores as threads, the judge 
 step's 32 critiques in one batched ``model.generate`` call. Each system runs in its own
 subprocess; ``--repeats`` runs of every system are interleaved (trl, grm-sync, grm-async, trl,
 ...). Peak RSS is the largest sum of resident memory over the subprocess tree (Ray's processes
-included for grm), sampled every 0.2 s. The floor of a system is its step's FLOPs
-(``roofline.step_flops`` over the work it did: mean response and judge lengths) at this
-machine's all-core fp32 GEMM rate (the work's dtype), and at its best rate (bf16 on a CPU with
-AVX-512 BF16), both measured at the start (``roofline.gemm_gflops``). Printed: the
+included for grm), sampled every 0.2 s; peak PSS the largest sum of proportional set sizes, which
+counts a page shared by several processes (libraries, mapped files) once in all. The floor of a
+system is its step's FLOPs (``roofline.step_flops`` over the work it did: mean response and
+judge lengths, each prompt computed once per group of 4 completions in prefill, reference and
+training) at this machine's all-core fp32 GEMM rate (the work's dtype), and at its best rate
+(bf16 on a CPU with AVX-512 BF16), both measured at the start (``roofline.gemm_gflops``); the fp32
+floor with every completion's prompt computed (as TRL does) is printed too. Printed: the
 machine (CPU model, every flag, torch), one JSON line per run, then per system the median and
 min-max over repeats, its floor and multiple of it, its threads per process, and the ratios.
 
@@ -245,23 +248,29 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
 
 
 # ----------------------------------------------------------------------------- parent
-def _tree_rss(pid: int) -> tuple[int, dict[str, int]]:
-    """Resident bytes of ``pid`` and its descendants: (total, by process title)."""
+def _tree_rss(pid: int) -> tuple[int, int, dict[str, int]]:
+    """Memory of ``pid`` and its descendants: (resident bytes, proportional set size bytes, resident
+    bytes by process title). The resident sum counts a page shared by several processes (libtorch's
+    code, the same file mapped twice) once per process; the PSS sum splits it among them, so it is
+    what the processes take from the machine together. In one process the two differ little."""
     import psutil
 
     try:
         p = psutil.Process(pid)
         procs = [p] + p.children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0, {}
+        return 0, 0, {}
     by: dict[str, int] = {}
+    pss = 0
     for q in procs:
         try:
             title = (q.cmdline() or [q.name()])[0].split("/")[-1][:40]
-            by[title] = by.get(title, 0) + q.memory_info().rss
-        except psutil.NoSuchProcess:
+            mem = q.memory_full_info()
+            by[title] = by.get(title, 0) + mem.rss
+            pss += mem.pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-    return sum(by.values()), by
+    return sum(by.values()), pss, by
 
 
 def worktree(rev: str) -> str:
@@ -283,13 +292,15 @@ def measure(system: str, steps: int, overrides: list[str], keep: bool = False, c
         [sys.executable, __file__, "--child", system, "--steps", str(steps), *extra], stdout=subprocess.PIPE, text=True
     )
     peak: list = [0, {}]
+    peak_pss = [0]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            total, by = _tree_rss(proc.pid)
+            total, pss, by = _tree_rss(proc.pid)
             if total > peak[0]:
                 peak[:] = [total, by]
+            peak_pss[0] = max(peak_pss[0], pss)
             time.sleep(0.2)
 
     t = threading.Thread(target=sample, daemon=True)
@@ -302,6 +313,7 @@ def measure(system: str, steps: int, overrides: list[str], keep: bool = False, c
         raise SystemExit(f"{system} failed (exit {proc.returncode})")
     res = json.loads(out.strip().splitlines()[-1])
     res["peak_rss_gb"] = round(peak[0] / 2**30, 2)
+    res["peak_pss_gb"] = round(peak_pss[0] / 2**30, 2)
     res["peak_rss_gb_by_process"] = {k: round(v / 2**30, 2) for k, v in sorted(peak[1].items(), key=lambda kv: -kv[1])}
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     return res
@@ -319,9 +331,10 @@ def machine() -> dict:
     return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "flags": " ".join(flags)}
 
 
-def work_flops(work: dict) -> float:
+def work_flops(work: dict, group: int = GROUP) -> float:
     """FLOPs of one step of the work a system actually did (its mean response and judge lengths),
-    by ``roofline.step_flops``."""
+    by ``roofline.step_flops``; ``group``: completions sharing one computation of their prompt (the
+    least work, the default; 1: each completion's prompt computed, as TRL does)."""
     from roofline import step_flops
 
     flops = step_flops(
@@ -331,6 +344,7 @@ def work_flops(work: dict) -> float:
         work["response_tokens"],
         work["judge_prompt_tokens"],
         work["judge_new_tokens"],
+        group=group,
     )
     return sum(flops.values())
 
@@ -352,8 +366,13 @@ def policy_prompt_tokens() -> float:
 
     tok = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
     rows = arith_prompts()[:64]
-    ids = [tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], add_generation_prompt=True) for r in rows]
-    return statistics.mean(len(x) for x in ids)
+    # rendered to text, then encoded: transformers 5's tokenizing apply_chat_template returns a
+    # dict (input_ids, attention_mask), whose len() is 2 (the floors printed before this fix used 2)
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False, add_generation_prompt=True)
+        for r in rows
+    ]
+    return statistics.mean(len(tok.encode(t, add_special_tokens=False)) for t in texts)
 
 
 def gemm_rate() -> dict:
@@ -363,8 +382,46 @@ def gemm_rate() -> dict:
 
     cores = os.cpu_count() or 1
     rates = {name: round(gemm_gflops(dt, cores), 1) for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    one = round(gemm_gflops(torch.float32, 1), 1)
     torch.set_num_threads(cores)
-    return {"gemm_gflops_all_cores": rates, "best": max(rates.values())}
+    return {"gemm_gflops_all_cores": rates, "best": max(rates.values()), "fp32_gflops_1_thread": one}
+
+
+PHASE_WORK = {
+    "rollout": "rollout_decode",
+    "judging": "judge_prefill_decode",
+    "reference": "reference_forward",
+    "training": "training_fwd_bwd",
+}
+
+
+def phase_table(rs: list[dict], rate: dict) -> dict:
+    """Where a grm step's seconds go: per phase the median seconds over repeats, its FLOPs at the
+    fp32 GEMM rate of the threads it ran with (one thread a pool in async mode, every core in sync
+    mode), and the seconds beyond that; idle and sync as measured."""
+    from roofline import step_flops
+
+    w = rs[0]["work"]
+    flops = step_flops(
+        smollm2_config(),
+        PROMPTS * GROUP,
+        policy_prompt_tokens(),
+        w["response_tokens"],
+        w["judge_prompt_tokens"],
+        w["judge_new_tokens"],
+        group=GROUP,
+    )
+    threads = max(t or 1 for t in rs[0]["threads"].values())
+    gflops = rate["fp32_gflops_1_thread"] if threads == 1 else rate["gemm_gflops_all_cores"]["fp32"]
+    out: dict = {"threads": threads, "fp32_gflops": gflops}
+    for phase in rs[0]["phases"]:
+        secs = round(statistics.median(r["phases"][phase] for r in rs), 2)
+        if phase in PHASE_WORK:
+            at_rate = flops[PHASE_WORK[phase]] / (gflops * 1e9)
+            out[phase] = {"s": secs, "gemm_s": round(at_rate, 2), "beyond_gemm_s": round(secs - at_rate, 2)}
+        elif not phase.startswith("judge/"):
+            out[phase] = {"s": secs}
+    return out
 
 
 def summary(system: str, rs: list[dict], rates: dict[str, float]) -> dict:
@@ -375,6 +432,7 @@ def summary(system: str, rs: list[dict], rates: dict[str, float]) -> dict:
     step = statistics.median(med)
     flops = statistics.median(work_flops(r["work"]) for r in rs)
     floor, best = flops / (rates["fp32"] * 1e9), flops / (max(rates.values()) * 1e9)
+    unshared = statistics.median(work_flops(r["work"], group=1) for r in rs) / (rates["fp32"] * 1e9)
     return {
         "system": system,
         "repeats": len(rs),
@@ -383,10 +441,13 @@ def summary(system: str, rs: list[dict], rates: dict[str, float]) -> dict:
         "completions_per_s": round(PROMPTS * GROUP / step, 4),
         "peak_rss_gb": statistics.median(r["peak_rss_gb"] for r in rs),
         "min_max_peak_rss_gb": [min(r["peak_rss_gb"] for r in rs), max(r["peak_rss_gb"] for r in rs)],
+        "peak_pss_gb": statistics.median(r["peak_pss_gb"] for r in rs),
         "floor_fp32_s": round(floor, 2),
         "x_floor_fp32": round(step / floor, 2),
         "floor_best_rate_s": round(best, 2),
         "x_floor_best_rate": round(step / best, 2),
+        "floor_fp32_prompt_per_completion_s": round(unshared, 2),
+        "x_floor_fp32_prompt_per_completion": round(step / unshared, 2),
         "judge_parse_rate": round(statistics.median(r["judge_parse_rate"] for r in rs), 3),
         "threads": rs[0]["threads"],
     }
@@ -428,7 +489,9 @@ def main() -> int:
             runs[system].append(res)
             print(json.dumps(res), flush=True)
     results = {s: summary(s, rs, rate["gemm_gflops_all_cores"]) for s, rs in runs.items()}
-    for r in results.values():
+    for s, r in results.items():
+        if s != "trl":
+            r["phase_table"] = phase_table(runs[s], rate)
         print(json.dumps(r), flush=True)
     pairs = [(s, "trl") for s in systems if s != "trl" and "trl" in results]
     pairs += [(s.split("@", 1)[0], s) for s in systems if "@" in s and s.split("@", 1)[0] in results]
@@ -440,6 +503,7 @@ def main() -> int:
                     "pair": f"{a} / {b}",
                     "completions_per_s": round(ra["completions_per_s"] / rb["completions_per_s"], 2),
                     "peak_rss": round(ra["peak_rss_gb"] / rb["peak_rss_gb"], 2),
+                    "peak_pss": round(ra["peak_pss_gb"] / rb["peak_pss_gb"], 2),
                 }
             ),
             flush=True,

@@ -55,20 +55,30 @@ def step_flops(
     judge_new_tokens: float,
     judge_samples: int = 1,
     old_logprob_forward: bool = False,
+    group: int = 1,
 ) -> dict[str, float]:
     """FLOPs of one step by phase: policy decode (prefill + one forward per new token), judge
     prefill + decode, reference forward, training forward + backward (3x forward), and an
-    old-log-prob forward when asked for."""
+    old-log-prob forward when asked for. ``group``: completions per prompt whose prompt is computed
+    once (prefill, reference, training); 1 counts every completion's prompt."""
     B, P, T = completions, prompt_tokens, new_tokens
     J, JT = judge_prompt_tokens, judge_new_tokens
     seq = P + T
     steps = max(1, round(T))
+
+    def whole_rows() -> float:
+        """One forward over every completion with its prompt (log-probs over the response)."""
+        if group <= 1:
+            return B * forward_flops(cfg, seq, seq / 2, T)
+        return B / group * forward_flops(cfg, P, P / 2, 0) + B * forward_flops(cfg, T, P + T / 2, T)
+
     return {
-        "rollout_decode": B * sum(forward_flops(cfg, 1, P + t, 1) for t in range(steps)) + B * forward_flops(cfg, P, P / 2, 1),
+        "rollout_decode": B * sum(forward_flops(cfg, 1, P + t, 1) for t in range(steps))
+        + B / max(1, group) * forward_flops(cfg, P, P / 2, 1),
         "judge_prefill_decode": B * judge_samples * (forward_flops(cfg, J, J / 2, 1) + JT * forward_flops(cfg, 1, J + JT / 2, 1)),
-        "reference_forward": B * forward_flops(cfg, seq, seq / 2, T),
-        **({"old_logprob_forward": B * forward_flops(cfg, seq, seq / 2, T)} if old_logprob_forward else {}),
-        "training_fwd_bwd": 3 * B * forward_flops(cfg, seq, seq / 2, T),
+        "reference_forward": whole_rows(),
+        **({"old_logprob_forward": whole_rows()} if old_logprob_forward else {}),
+        "training_fwd_bwd": 3 * whole_rows(),
     }
 
 
@@ -86,6 +96,9 @@ def main() -> int:
         "--old-logprob-forward",
         action="store_true",
         help="count a separate old-log-prob forward (neither grm nor TRL runs one when the trainer takes one step per batch)",
+    )
+    ap.add_argument(
+        "--shared-prompts", action="store_true", help="count each prompt once per group in prefill, reference and training"
     )
     ap.add_argument("--measured", default="", help="comma list of NAME=SECONDS_PER_STEP to state as multiples of the floor")
     args = ap.parse_args()
@@ -110,6 +123,7 @@ def main() -> int:
         args.judge_new_tokens,
         args.judge_samples,
         args.old_logprob_forward,
+        group=args.group if args.shared_prompts else 1,
     )
     total = sum(phases.values())
     best = max(max(r.values()) for r in rates.values())

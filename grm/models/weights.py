@@ -40,14 +40,22 @@ def save_weights(state_dict: dict[str, Any], path: str | Path, version: int) -> 
 
 
 def token_logprobs(
-    model: Any, input_ids: Any, attention_mask: Any, *, with_entropy: bool = False, start: int = 0
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    *,
+    with_entropy: bool = False,
+    start: int = 0,
+    prompt_lens: Any = None,
 ) -> tuple[Any, Any]:
     """Log-prob of every target token ``[B, L-1]`` (fp32), and optionally per-token entropy.
 
     ``start``: the first target column that matters (the batch's shortest prompt - 1); columns
     before it are 0 and their logits are never computed (``logits_to_keep``), which saves the LM
-    head's FLOPs and the ``[B, L, vocab]`` memory over the prompts. The inputs move to the model's
-    device; the outputs stay there.
+    head's FLOPs and the ``[B, L, vocab]`` memory over the prompts. ``prompt_lens`` (``[B]``, the
+    rows right padded): each distinct prompt runs once and the rows go on from its keys/values
+    (``shared_prompt_logprobs``); columns before a row's prompt end are 0. The inputs move to the
+    model's device; the outputs stay there.
     """
     import torch
 
@@ -55,6 +63,8 @@ def token_logprobs(
 
     device = module_device(model)
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    if prompt_lens is not None:
+        return shared_prompt_logprobs(model, input_ids, attention_mask, prompt_lens, with_entropy=with_entropy)
     L = input_ids.shape[1]
     keep = {"logits_to_keep": L - start} if start > 0 else {}
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep).logits[:, :-1].float()
@@ -65,3 +75,74 @@ def token_logprobs(
         with torch.no_grad():
             ent = torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (start, 0))
     return torch.nn.functional.pad(chosen, (start, 0)), ent
+
+
+def shared_prompt_logprobs(
+    model: Any, input_ids: Any, attention_mask: Any, prompt_lens: Any, *, with_entropy: bool = False
+) -> tuple[Any, Any]:
+    """``token_logprobs`` with each distinct prompt computed once: a GRPO group's samples share
+    their prompt, which is most of a short answer's tokens, so the forward (and its backward) runs
+    the prompts once per group instead of once per sample.
+
+    Two forward calls whatever the rows (ZeRO-3 gathers parameters in every call, so every rank
+    must make the same number): the distinct prompts but their last token, right padded; then
+    each row from its prompt's last token on, on top of its prompt's keys/values (picked by an
+    index, so gradients flow back into the prompt pass), with explicit positions and a mask that
+    hides the prompt pass's padding. Same values as one full forward up to float rounding."""
+    import torch
+    from transformers.cache_utils import DynamicCache
+
+    device = input_ids.device
+    B, L = input_ids.shape
+    plen = [int(p) for p in prompt_lens.tolist()]
+    total = [int(n) for n in attention_mask.sum(-1).tolist()]
+    if min(plen) < 1 or any(t < p for p, t in zip(plen, total, strict=True)):
+        raise ValueError(f"prompt lengths {plen} do not fit rows of {total} tokens")
+    rows = input_ids.tolist()
+    head_of = [tuple(r[: p - 1]) for r, p in zip(rows, plen, strict=True)]
+    uniq: dict[tuple[int, ...], int] = {}
+    for h in head_of:
+        if h:
+            uniq.setdefault(h, len(uniq))
+    # a 1-token prompt has no head: its row masks head 0 out; with no head at all a dummy token
+    # runs, so the number of forward calls never depends on the rows
+    heads = list(uniq) or [(0,)]
+    which = [uniq.get(h, 0) for h in head_of]
+    H = max(len(h) for h in heads)
+    head_ids = torch.zeros((len(heads), H), dtype=torch.long)
+    head_mask = torch.zeros((len(heads), H), dtype=torch.long)
+    for u, h in enumerate(heads):
+        head_ids[u, : len(h)] = torch.tensor(h, dtype=torch.long)
+        head_mask[u, : len(h)] = 1
+    padded = not bool(head_mask.all())
+    head_ids, head_mask = head_ids.to(device), head_mask.to(device)
+    head = model(input_ids=head_ids, attention_mask=head_mask if padded else None, use_cache=True, logits_to_keep=1)
+    pick = torch.tensor(which, dtype=torch.long, device=device)
+    past = DynamicCache()
+    for i, layer in enumerate(head.past_key_values.layers):
+        past.update(layer.keys[pick], layer.values[pick], i)
+    # row b goes on from its prompt's last token: S = the longest such tail
+    S = max(t - p + 1 for p, t in zip(plen, total, strict=True))
+    tail_ids = torch.zeros((B, S), dtype=torch.long)
+    tail_mask = torch.zeros((B, S), dtype=torch.long)
+    for b, (p, t) in enumerate(zip(plen, total, strict=True)):
+        tail_ids[b, : t - p + 1] = torch.tensor(rows[b][p - 1 : t], dtype=torch.long)
+        tail_mask[b, : t - p + 1] = 1
+    tail_ids, tail_mask = tail_ids.to(device), tail_mask.to(device)
+    first = torch.tensor([p - 1 for p in plen], dtype=torch.long, device=device)
+    pos = first[:, None] + torch.arange(S, device=device)[None, :]
+    seen = head_mask[pick] * torch.tensor([[1] if h else [0] for h in head_of], dtype=torch.long, device=device)
+    mask = torch.cat([seen, tail_mask], dim=1)
+    logits = model(input_ids=tail_ids, attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True).logits
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    chosen = logp.gather(-1, tail_ids[:, 1:, None])[..., 0]
+    # tail column s predicts target column p - 1 + s; columns past L - 1 (a short prompt's padding) fall off
+    cols = (pos[:, :-1]).clamp(max=L - 1)
+    keep = pos[:, :-1] < L - 1
+    out = torch.zeros((B, L), dtype=chosen.dtype, device=device).scatter(1, cols, chosen * keep)[:, : L - 1]
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            e = -(logp.exp() * logp).sum(-1)
+            ent = torch.zeros((B, L), dtype=e.dtype, device=device).scatter(1, cols, e * keep)[:, : L - 1]
+    return out, ent

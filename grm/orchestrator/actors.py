@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -158,7 +159,9 @@ class PolicyActor:
     def where(self, role: str = "policy") -> dict[str, Any]:
         """Where this actor runs, and the dtype of ``role``'s model here (the rollout engine's for
         the policy; the reference's when it is colocated)."""
-        return {**where(), **({"dtype": REFERENCE_DTYPE} if role == "reference" else engine_dtype(self.engine))}
+        if role == "reference":
+            return {**where(), "dtype": REFERENCE_DTYPE, "weights": "own"}
+        return {**where(), **engine_dtype(self.engine)}
 
     # ------------------------------------------------------------- rollout
     def rollout(
@@ -223,6 +226,8 @@ class PolicyActor:
         return _gather((batch, secs, positions), others, partial(gather_prepared, pad_id=self.pad_id))
 
     def _prepare(self, rollouts: Sequence[Rollout]) -> tuple[Any, float]:
+        import torch
+
         from grm.training import TrainBatch
 
         t0 = time.perf_counter()
@@ -233,6 +238,8 @@ class PolicyActor:
             ids=[r.id for r in rollouts],
             behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts],
         )
+        if self.cfg.train.share_prompts:  # each distinct prompt runs once in the passes below and in training
+            batch = batch.with_fields(prompt_len=torch.tensor([len(r.prompt_ids) for r in rollouts], dtype=torch.long))
         # With one optimizer step per batch the policy that scores the batch in training is the one
         # that would compute old log-probs here: the loss uses its detached log-probs instead (one
         # forward saved). Several steps per batch, or KL in the reward, need them now.
@@ -319,15 +326,32 @@ class PolicyActor:
         return _gather(secs, others, gather_max)
 
 
+def same_frozen_weights(engine: Any, model: str) -> bool:
+    """Whether a judge's hf engine holds exactly the weights a reference of ``model`` would load:
+    the same checkpoint, in the reference's dtype, with no weight updates since loading (a judge's
+    engine is never updated; its bf16/fp16 LM-head copy does not arise in fp32)."""
+    from grm.engines.hf import HFEngine
+    from grm.models import resolve_model
+
+    if not isinstance(engine, HFEngine) or engine.dtype_name != REFERENCE_DTYPE or engine.version != 0:
+        return False
+    return Path(resolve_model(engine.model_id)).resolve() == Path(resolve_model(model)).resolve()
+
+
 class _HostsReference:
     """A frozen reference model inside an actor: ``logprobs`` of a prepared batch."""
 
     ref: Any = None
+    ref_shared = False
+    """True when the reference runs on the judge engine's own module (same weights, same dtype)."""
 
-    def _load_reference(self, model: str, micro_batch_size: int) -> None:
+    def _load_reference(self, model: str, micro_batch_size: int, engine: Any = None) -> None:
         from grm.training.models import ReferenceModel
 
-        self.ref = ReferenceModel(model, dtype=REFERENCE_DTYPE, micro_batch_size=micro_batch_size, device=_actor_device())
+        module: Any = model
+        if engine is not None and same_frozen_weights(engine, model):
+            module, self.ref_shared = engine.model, True  # one copy of the weights in this process, not two
+        self.ref = ReferenceModel(module, dtype=REFERENCE_DTYPE, micro_batch_size=micro_batch_size, device=_actor_device())
 
     def logprobs(self, prepared: Any) -> tuple[Any, float]:
         """Reference log-probs of a batch, or of ``PolicyActor.prepare``'s ``(batch, seconds)``
@@ -347,7 +371,7 @@ class ReferenceActor(_HostsReference):
         self._load_reference(model, micro_batch_size)
 
     def where(self, role: str = "reference") -> dict[str, Any]:
-        return {**where(), "dtype": REFERENCE_DTYPE}
+        return {**where(), "dtype": REFERENCE_DTYPE, "weights": "own"}
 
 
 @ray.remote
@@ -370,7 +394,7 @@ class JudgeActor(_HostsReference):
         # load the model now, not inside the first timed call
         self.engine_info = engine_dtype(self.judge.engine) if spec.mode != "rule" else {}
         if reference is not None:
-            self._load_reference(*reference)
+            self._load_reference(*reference, engine=engine)
 
     @ray.method(max_task_retries=0)
     def score_groups(self, groups: Sequence[Sequence[Any]]) -> Judged:
@@ -393,4 +417,6 @@ class JudgeActor(_HostsReference):
     def where(self, role: str = "judge") -> dict[str, Any]:
         """Where this actor runs, and the dtype of ``role``'s model here (the judge's engine, or the
         reference's when this actor hosts it)."""
-        return {**where(), **({"dtype": REFERENCE_DTYPE} if role == "reference" else self.engine_info)}
+        if role == "reference":
+            return {**where(), "dtype": REFERENCE_DTYPE, "weights": "the judge's" if self.ref_shared else "own"}
+        return {**where(), **self.engine_info}

@@ -50,7 +50,14 @@ class TrainerBackend(Protocol):
 
 
 def policy_forward(module: torch.nn.Module, mb: TrainBatch, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
-    return token_logprobs(module, mb.input_ids, mb.attention_mask, with_entropy=with_entropy, start=first_target(mb.loss_mask))
+    return token_logprobs(
+        module,
+        mb.input_ids,
+        mb.attention_mask,
+        with_entropy=with_entropy,
+        start=first_target(mb.loss_mask),
+        prompt_lens=mb.fields.get("prompt_len"),
+    )
 
 
 def lr_lambda(

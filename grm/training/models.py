@@ -29,7 +29,13 @@ class ReferenceModel:
         """``[B, L-1]`` on the CPU, 0 outside ``loss_mask``."""
         return batch.map_micro_batches(
             self.micro_batch_size,
-            lambda mb: token_logprobs(self.module, mb.input_ids, mb.attention_mask, start=first_target(mb.loss_mask))[0],
+            lambda mb: token_logprobs(
+                self.module,
+                mb.input_ids,
+                mb.attention_mask,
+                start=first_target(mb.loss_mask),
+                prompt_lens=mb.fields.get("prompt_len"),
+            )[0],
         )
 
 

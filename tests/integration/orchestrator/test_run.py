@@ -88,6 +88,7 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert placement["policy"]["pool"] == "train" and placement["judge:helpfulness-pointwise-logprob"]["pool"] == "judge"
     assert placement["reference"]["pool"] == "judge"
     assert placement["reference"]["pid"] == placement["judge:helpfulness-pointwise-logprob"]["pid"]
+    assert placement["reference"]["weights"] == "the judge's"  # same SmolLM2 in fp32: one copy in that process
     # each role's model dtype, as its actor reports it (the judge's engine and the reference it hosts differ in role)
     assert placement["policy"]["dtype"] == placement["reference"]["dtype"] == "fp32"
     assert placement["judge:helpfulness-pointwise-logprob"]["dtype"] == "fp32"
