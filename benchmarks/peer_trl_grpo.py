@@ -22,8 +22,9 @@ TRL runs as one process with torch's default of all cores as threads, the judge 
 step's 32 critiques in one batched ``model.generate`` call. Each system runs in its own
 subprocess; ``--repeats`` runs of every system are interleaved (trl, grm-sync, grm-async, trl,
 ...). Peak RSS is the largest sum of resident memory over the subprocess tree (Ray's processes
-included for grm), sampled every 0.2 s; peak PSS the largest sum of proportional set sizes, which
-counts a page shared by several processes (libraries, mapped files) once in all. The floor of a
+included for grm), sampled every 0.2 s; peak PSS the largest sum of proportional set sizes, which counts a page
+shared by several processes (libraries, mapped files) once in all, sampled every 5 s (reading a
+4 GB process's PSS takes ~40 ms of a core here; at every 0.2 s it slowed grm's steps ~25%). The floor of a
 system is its step's FLOPs (``roofline.step_flops`` over the work it did: mean response and
 judge lengths, each prompt computed once per group of 4 completions in prefill, reference and
 training) at this machine's all-core fp32 GEMM rate (the work's dtype), and at its best rate
@@ -248,11 +249,13 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
 
 
 # ----------------------------------------------------------------------------- parent
-def _tree_rss(pid: int) -> tuple[int, int, dict[str, int]]:
-    """Memory of ``pid`` and its descendants: (resident bytes, proportional set size bytes, resident
-    bytes by process title). The resident sum counts a page shared by several processes (libtorch's
-    code, the same file mapped twice) once per process; the PSS sum splits it among them, so it is
-    what the processes take from the machine together. In one process the two differ little."""
+def _tree_rss(pid: int, pss: bool = False) -> tuple[int, int, dict[str, int]]:
+    """Memory of ``pid`` and its descendants: (resident bytes, proportional set size bytes or 0
+    unless ``pss``, resident bytes by process title). The resident sum counts a page shared by
+    several processes (libtorch's code, the same file mapped twice) once per process; the PSS sum
+    splits it among them, so it is what the processes take from the machine together. Reading PSS
+    walks each process's page tables (``smaps_rollup``) and stalls its page faults meanwhile, so
+    the caller reads it seldom."""
     import psutil
 
     try:
@@ -261,16 +264,15 @@ def _tree_rss(pid: int) -> tuple[int, int, dict[str, int]]:
     except psutil.NoSuchProcess:
         return 0, 0, {}
     by: dict[str, int] = {}
-    pss = 0
+    total_pss = 0
     for q in procs:
         try:
             title = (q.cmdline() or [q.name()])[0].split("/")[-1][:40]
-            mem = q.memory_full_info()
-            by[title] = by.get(title, 0) + mem.rss
-            pss += mem.pss
+            by[title] = by.get(title, 0) + q.memory_info().rss
+            total_pss += q.memory_full_info().pss if pss else 0
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-    return sum(by.values()), pss, by
+    return sum(by.values()), total_pss, by
 
 
 def worktree(rev: str) -> str:
@@ -296,11 +298,13 @@ def measure(system: str, steps: int, overrides: list[str], keep: bool = False, c
     stop = threading.Event()
 
     def sample() -> None:
+        n = 0
         while not stop.is_set():
-            total, pss, by = _tree_rss(proc.pid)
+            total, pss, by = _tree_rss(proc.pid, pss=n % 25 == 0)  # RSS every 0.2 s, PSS every 5 s
             if total > peak[0]:
                 peak[:] = [total, by]
             peak_pss[0] = max(peak_pss[0], pss)
+            n += 1
             time.sleep(0.2)
 
     t = threading.Thread(target=sample, daemon=True)
