@@ -24,7 +24,7 @@ subprocess; ``--repeats`` runs of every system are interleaved (trl, grm-sync, g
 ...). Peak RSS is the largest sum of resident memory over the subprocess tree (Ray's processes
 included for grm), sampled every 0.2 s; peak PSS the largest sum of proportional set sizes, which counts a page
 shared by several processes (libraries, mapped files) once in all, sampled every 5 s (reading a
-4 GB process's PSS takes ~40 ms of a core here; at every 0.2 s it slowed grm's steps ~25%). The floor of a
+4 GB process's PSS took 39 ms of a core here: every 0.2 s it would take ~30% of one). The floor of a
 system is its step's FLOPs (``roofline.step_flops`` over the work it did: mean response and
 judge lengths, each prompt computed once per group of 4 completions in prefill, reference and
 training) at this machine's all-core fp32 GEMM rate (the work's dtype), and at its best rate
