@@ -83,7 +83,7 @@ def main() -> int:
     t0 = time.perf_counter()
     n_gen = 0
     for it in items[: args.naive_items]:
-        for s in samples_for(judge, it):
+        for s in samples_for(judge.spec, it):
             for v in (st for st in judge.render(s) if st["stage"] == "judge"):
                 ids = torch.tensor([eng.encode(v["request"])])
                 for _ in range(v["n"]):
@@ -117,7 +117,7 @@ def main() -> int:
     # the speed-up over the naive loop cannot much exceed naive time / prefill time (free decode)
     t0, n_tok = time.perf_counter(), 0
     for it in items[: args.naive_items]:
-        for s in samples_for(judge, it):
+        for s in samples_for(judge.spec, it):
             for v in (st for st in judge.render(s) if st["stage"] == "judge"):
                 ids = torch.tensor([eng.encode(v["request"])])
                 n_tok += ids.shape[1]
