@@ -98,7 +98,7 @@ def judge_rate(replicas: int, judge: str, chunks: int, chunk: int, cpus: int) ->
     from grm.config.paths import resolve_judge
     from grm.data.builtin import arith_pairs
     from grm.judges.types import Sample
-    from grm.orchestrator.actors import JudgeActor
+    from grm.orchestrator.frozen_actors import JudgeActor
     from grm.orchestrator.scheduler import least_loaded
     from grm.orchestrator.types import Replica
 

@@ -1,5 +1,7 @@
-"""The role actors: the policy (trainer + rollout engine + colocated reference/critic), a remote
-reference, and judges. Each lives in its pool's placement group, with its pool's thread count."""
+"""The policy actor (trainer + rollout engine + colocated reference/critic) and what every role
+actor shares: threads, device, where it runs. The reference and judge actors, which hold frozen
+models, are in ``grm.orchestrator.frozen_actors``. Each actor lives in its pool's placement group,
+with its pool's thread count."""
 
 from __future__ import annotations
 
@@ -7,15 +9,15 @@ import os
 import time
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import ray
 
-from grm.orchestrator.types import Group, Judged, Rollout
+from grm.orchestrator.types import Group, Rollout
 
 
-def _threads(n: int) -> None:
+def set_threads(n: int) -> None:
+    """This process's torch (and OpenMP) threads: its pool's share, or its phase's."""
     import torch
 
     os.environ["OMP_NUM_THREADS"] = str(n)
@@ -35,7 +37,7 @@ def rendezvous() -> tuple[str, int]:
     return ray.util.get_node_ip_address(), free_port()
 
 
-def _actor_device() -> Any:
+def actor_device() -> Any:
     """The device of a judge's or remote reference's model: the GPU Ray gave this actor (its pool
     has GPUs), else the CPU."""
     from grm.models.device import role_device
@@ -81,7 +83,7 @@ class PolicyActor:
         dist: tuple[int, int, str, int] | None = None,
     ) -> None:
         """``dist``: (rank, world size, rendezvous address, port) of a multi-rank worker group."""
-        _threads(threads)
+        set_threads(threads)
         self.rank = dist[0] if dist else 0
         if dist is not None:
             # Ray gives each rank only its bundle's GPUs, so the rank's device is the first visible one
@@ -324,99 +326,3 @@ class PolicyActor:
         state = self.trainer.state_dict()
         secs = save_weights(state, path, self.version_of_trainer()) if self.rank == 0 else 0.0
         return _gather(secs, others, gather_max)
-
-
-def same_frozen_weights(engine: Any, model: str) -> bool:
-    """Whether a judge's hf engine holds exactly the weights a reference of ``model`` would load:
-    the same checkpoint, in the reference's dtype, with no weight updates since loading (a judge's
-    engine is never updated; its bf16/fp16 LM-head copy does not arise in fp32)."""
-    from grm.engines.hf import HFEngine
-    from grm.models import resolve_model
-
-    if not isinstance(engine, HFEngine) or engine.dtype_name != REFERENCE_DTYPE or engine.version != 0:
-        return False
-    return Path(resolve_model(engine.model_id)).resolve() == Path(resolve_model(model)).resolve()
-
-
-class _HostsReference:
-    """A frozen reference model inside an actor: ``logprobs`` of a prepared batch."""
-
-    ref: Any = None
-    ref_shared = False
-    """True when the reference runs on the judge engine's own module (same weights, same dtype)."""
-
-    def _load_reference(self, model: str, micro_batch_size: int, engine: Any = None) -> None:
-        from grm.training.models import ReferenceModel
-
-        module: Any = model
-        if engine is not None and same_frozen_weights(engine, model):
-            module, self.ref_shared = engine.model, True  # one copy of the weights in this process, not two
-        self.ref = ReferenceModel(module, dtype=REFERENCE_DTYPE, micro_batch_size=micro_batch_size, device=_actor_device())
-
-    def logprobs(self, prepared: Any) -> tuple[Any, float]:
-        """Reference log-probs of a batch, or of ``PolicyActor.prepare``'s ``(batch, seconds)``
-        (passed as an object ref, so the pass starts as soon as the batch exists); returns
-        (log-probs, seconds)."""
-        t0 = time.perf_counter()
-        batch = prepared[0] if isinstance(prepared, tuple) else prepared
-        return self.ref.logprobs(batch), time.perf_counter() - t0
-
-
-@ray.remote
-class ReferenceActor(_HostsReference):
-    """Frozen reference model on its own pool."""
-
-    def __init__(self, model: str, micro_batch_size: int, threads: int) -> None:
-        _threads(threads)
-        self._load_reference(model, micro_batch_size)
-
-    def where(self, role: str = "reference") -> dict[str, Any]:
-        return {**where(), "dtype": REFERENCE_DTYPE, "weights": "own"}
-
-
-@ray.remote
-class JudgeActor(_HostsReference):
-    """One judge (spec + model) on its pool; Ray restarts it if it dies. Hosts the reference model
-    too when the pipeline places the reference on this judge's pool (``reference`` = (model,
-    micro-batch size)): Ray runs an actor's calls one at a time, so judging and reference passes
-    take turns on the pool's cores."""
-
-    def __init__(self, spec: Any, base_dir: str, threads: int, reference: tuple[str, int] | None = None) -> None:
-        _threads(threads)
-        from grm.judges import build_judge
-
-        engine = None
-        if spec.mode != "rule" and spec.engine.type == "hf":
-            from grm.engines import build_engine
-
-            engine = build_engine(spec.engine, spec.model, device=_actor_device())
-        self.judge = build_judge(spec, base_dir, engine)
-        # load the model now, not inside the first timed call
-        self.engine_info = engine_dtype(self.judge.engine) if spec.mode != "rule" else {}
-        if reference is not None:
-            self._load_reference(*reference, engine=engine)
-
-    @ray.method(max_task_retries=0)
-    def score_groups(self, groups: Sequence[Sequence[Any]]) -> Judged:
-        """Per group of one prompt's responses, one result per response (the judge's mode decides
-        how: one call per response, one listwise call per group, ...), and what the call cost. Not
-        retried by Ray when the actor dies: the scheduler re-issues the call at once, to another
-        replica if one is up."""
-        from grm.judges.cost import costed
-
-        return costed(self.judge, self.judge.score_groups, groups)
-
-    @ray.method(max_task_retries=0)
-    def score_batch(self, samples: Sequence[Any]) -> list[Any]:
-        """Each sample scored on its own (a pair as one pairwise call): the judge canary's calls."""
-        return self.judge.score_batch(samples)
-
-    def pid(self) -> int:
-        return os.getpid()
-
-    def where(self, role: str = "judge") -> dict[str, Any]:
-        """Where this actor runs, and the dtype of ``role``'s model here (the judge's engine, or the
-        reference's when this actor hosts it)."""
-        if role == "reference":
-            return {**where(), "dtype": REFERENCE_DTYPE, "weights": "the judge's" if self.ref_shared else "own"}
-        return {**where(), **self.engine_info}

@@ -338,7 +338,7 @@ def start_policy(
 def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> Roles:
     """Start (or join) Ray, reserve every pool and start each role's actor in its pool."""
     from grm.judges import build_judge
-    from grm.orchestrator.actors import JudgeActor, ReferenceActor
+    from grm.orchestrator.frozen_actors import JudgeActor, ReferenceActor
 
     cfg = loaded.spec
     start_ray(address, cfg.pools)

@@ -6,7 +6,8 @@ import torch
 from torch import Tensor, nn
 
 from grm.models.device import module_device
-from grm.training.batch import TrainBatch, first_target, token_logprobs
+from grm.training.batch import TrainBatch
+from grm.training.core import policy_forward
 
 
 class ReferenceModel:
@@ -29,13 +30,7 @@ class ReferenceModel:
         """``[B, L-1]`` on the CPU, 0 outside ``loss_mask``."""
         return batch.map_micro_batches(
             self.micro_batch_size,
-            lambda mb: token_logprobs(
-                self.module,
-                mb.input_ids,
-                mb.attention_mask,
-                start=first_target(mb.loss_mask),
-                prompt_lens=mb.fields.get("prompt_len"),
-            )[0],
+            lambda mb: policy_forward(self.module, mb, False)[0],
         )
 
 
