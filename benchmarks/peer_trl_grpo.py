@@ -335,13 +335,13 @@ def machine() -> dict:
     return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "flags": " ".join(flags)}
 
 
-def work_flops(work: dict, group: int = GROUP) -> float:
-    """FLOPs of one step of the work a system actually did (its mean response and judge lengths),
-    by ``roofline.step_flops``; ``group``: completions sharing one computation of their prompt (the
-    least work, the default; 1: each completion's prompt computed, as TRL does)."""
+def work_phases(work: dict, group: int = GROUP) -> dict[str, float]:
+    """FLOPs by phase of one step of the work a system actually did (its mean response and judge
+    lengths), by ``roofline.step_flops``; ``group``: completions sharing one computation of their
+    prompt (the least work, the default; 1: each completion's prompt computed, as TRL does)."""
     from roofline import step_flops
 
-    flops = step_flops(
+    return step_flops(
         smollm2_config(),
         PROMPTS * GROUP,
         policy_prompt_tokens(),
@@ -350,7 +350,11 @@ def work_flops(work: dict, group: int = GROUP) -> float:
         work["judge_new_tokens"],
         group=group,
     )
-    return sum(flops.values())
+
+
+def work_flops(work: dict, group: int = GROUP) -> float:
+    """FLOPs of one step of that work, all phases."""
+    return sum(work_phases(work, group).values())
 
 
 @functools.cache
@@ -403,18 +407,7 @@ def phase_table(rs: list[dict], rate: dict) -> dict:
     """Where a grm step's seconds go: per phase the median seconds over repeats, its FLOPs at the
     fp32 GEMM rate of the threads it ran with (one thread a pool in async mode, every core in sync
     mode), and the seconds beyond that; idle and sync as measured."""
-    from roofline import step_flops
-
-    w = rs[0]["work"]
-    flops = step_flops(
-        smollm2_config(),
-        PROMPTS * GROUP,
-        policy_prompt_tokens(),
-        w["response_tokens"],
-        w["judge_prompt_tokens"],
-        w["judge_new_tokens"],
-        group=GROUP,
-    )
+    flops = work_phases(rs[0]["work"])
     threads = max(t or 1 for t in rs[0]["threads"].values())
     gflops = rate["fp32_gflops_1_thread"] if threads == 1 else rate["gemm_gflops_all_cores"]["fp32"]
     out: dict = {"threads": threads, "fp32_gflops": gflops}
