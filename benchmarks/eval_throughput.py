@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import machine  # beside this file
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference" / "mt-bench.json"
 
@@ -37,6 +39,7 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="eval output dir (default: a temp dir)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
     if not Path(args.data).exists():
         print(f"skipped: {args.data} not found (the shared data sits beside the checkout, not in it)")
         return 0

@@ -13,6 +13,8 @@ import json
 import os
 import time
 
+from machine import machine  # beside this file
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -25,6 +27,7 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="1,8,32")
     ap.add_argument("--naive-prompts", type=int, default=8, help="prompts timed for the naive loop (it is slow)")
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
 
     import torch
 

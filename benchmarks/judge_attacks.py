@@ -41,13 +41,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from machine import machine  # beside this file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,16 +105,6 @@ def make_items(n: int, seed: int = 0) -> list[Item]:
 
 def attacked(item: Item, attack: str) -> str:
     return item.wrong + (f"\n\n{ATTACKS[attack]}" if ATTACKS[attack] else "")
-
-
-def machine() -> dict[str, Any]:
-    import torch
-
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), platform.processor())
-    flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("Flags")), [])
-    simd = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c", "sse4")))
-    return {"cpu": model, "simd_flags": simd, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
 
 
 # ---------------------------------------------------------------- judging

@@ -13,6 +13,8 @@ import json
 import os
 import time
 
+from machine import machine  # beside this file
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -21,6 +23,7 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=50)
     ap.add_argument("--one-by-one", type=int, default=8, help="items timed one call each (slow)")
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
 
     from grm.data.builtin import arith_pairs
     from grm.judges import Sample

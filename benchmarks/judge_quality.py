@@ -31,6 +31,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from machine import machine  # beside this file
+
 if TYPE_CHECKING:
     from grm.evaluation.length_control import LengthControl
 
@@ -67,6 +69,7 @@ def main() -> int:
     ap.add_argument("--dtype", choices=["fp32", "bf16", "auto"], help="the judges' engine dtype (default: each judge's own)")
     ap.add_argument("--saved", action="store_true", help="read the eval dirs under --out; judge nothing")
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
     if not Path(args.data_dir).is_dir():
         print(f"skipped: {args.data_dir} not found (the shared data sits beside the checkout, not in it)")
         return 0

@@ -30,12 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from machine import describe, machine  # beside this file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,18 +48,6 @@ PIPELINES = {
 INITIAL = "builtin:smollm2-135m-instruct"
 HELDOUT = "builtin:constraints-lexical-heldout"
 CHECKERS = "builtin:constraints"
-
-
-def cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor()
-    info = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    flags = set(info.get("Flags", "").split())
-    wanted = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "fma"]
-    have = ", ".join(f for f in wanted if f in flags) or "none of " + "/".join(wanted)
-    return f"{info.get('Model name', '?').strip()} (flags: {have})"
 
 
 def grm(*args: str) -> None:
@@ -150,7 +139,8 @@ def main() -> int:
         ap.error(f"unknown system(s) {bad}; choose from {list(PIPELINES)}")
     if args.steps % args.eval_every:
         ap.error("--steps must be a multiple of --eval-every")
-    print(f"cpu: {cpu()}; torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}", flush=True)
+    print(json.dumps(machine()), flush=True)
+    print(f"cpu: {describe(machine())}; torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}", flush=True)
 
     t0 = time.time()
     initial = strict(evaluate(INITIAL, out / "initial", args))
@@ -197,7 +187,7 @@ def main() -> int:
             "train_minutes": minutes[system],
         }
 
-    result = {"cpu": cpu(), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
+    result = {"cpu": describe(machine()), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
     result["minutes_total"] = (time.time() - t0) / 60
     (out / "learning_curve.json").write_text(json.dumps(result, indent=1))
     print_table(result)

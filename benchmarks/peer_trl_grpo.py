@@ -57,7 +57,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # roofline.py, beside this file
+sys.path.insert(0, str(HERE))  # roofline.py and machine.py, beside this file
+from machine import machine  # noqa: E402
+
 PIPELINE = HERE / "peer" / "grpo.yaml"
 PROMPTS, GROUP, NEW_TOKENS, BETA, LR = 8, 4, 48, 0.04, 1e-6
 
@@ -321,18 +323,6 @@ def measure(system: str, steps: int, overrides: list[str], keep: bool = False, c
     res["peak_rss_gb_by_process"] = {k: round(v / 2**30, 2) for k, v in sorted(peak[1].items(), key=lambda kv: -kv[1])}
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     return res
-
-
-def machine() -> dict:
-    """CPU model, every lscpu flag, cores, the torch build: printed with the numbers."""
-    import platform
-
-    import torch
-
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), platform.processor())
-    flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("Flags")), [])
-    return {"cpu": model, "cores": os.cpu_count(), "torch": torch.__version__, "flags": " ".join(flags)}
 
 
 def work_phases(work: dict, group: int = GROUP) -> dict[str, float]:

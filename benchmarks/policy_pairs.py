@@ -21,6 +21,8 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from machine import machine  # beside this file
+
 
 def dataset_rows(prompt_ids: set[str]) -> dict[str, dict]:
     """The built-in rows behind ``prompt_ids`` (``constraints-lexical-train-372`` is row id 372 of
@@ -42,6 +44,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--limit", type=int, default=None, help="at most this many pairs")
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
 
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for run in args.runs:

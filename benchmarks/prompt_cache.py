@@ -32,6 +32,8 @@ import statistics
 import time
 from pathlib import Path
 
+from machine import machine  # beside this file
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference" / "mt-bench.json"
@@ -86,6 +88,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="timed passes per setting, alternating off/on")
     ap.add_argument("overrides", nargs="*", help="judge spec overrides, e.g. model=qwen2.5-coder-1.5b-instruct")
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
 
     from grm.judges.runtime import load
 

@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from machine import machine  # beside this file
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -102,6 +104,7 @@ def main() -> int:
     )
     ap.add_argument("--measured", default="", help="comma list of NAME=SECONDS_PER_STEP to state as multiples of the floor")
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
 
     import torch
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -30,22 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import machine  # beside this file
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def machine() -> dict[str, object]:
-    flags: list[str] = []
-    model = platform.processor()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("Flags:"):
-                flags = [f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx", "fma"))]
-    except OSError:
-        pass
-    return {"cpu": model, "simd": flags, "cores": os.cpu_count()}
 
 
 def train_rate(ranks: int, steps: int, cpus: int, tmp: Path) -> dict[str, object]:

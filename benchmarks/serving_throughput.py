@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import machine  # beside this file
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -30,6 +32,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=4)
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
     try:
         import llama_cpp.server  # noqa: F401
     except ImportError:

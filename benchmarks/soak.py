@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -26,16 +25,10 @@ import time
 from pathlib import Path
 
 import psutil
+from machine import machine  # beside this file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-
-
-def machine() -> dict:
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), platform.processor())
-    flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("Flags")), [])
-    return {"cpu": model, "avx512": sorted(f for f in flags if f.startswith("avx512")), "cores": os.cpu_count()}
 
 
 def tree_rss(pid: int) -> int:

@@ -13,6 +13,8 @@ import json
 import os
 import time
 
+from machine import machine  # beside this file
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
@@ -24,6 +26,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--micro-batch", type=int, default=4)
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
 
     import statistics
 

@@ -21,6 +21,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from machine import machine  # beside this file
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 WORDS = "the answer is because we add carry sum digits first then result so total number seven twelve".split()
@@ -67,6 +69,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=100_000)
     ap.add_argument("--per-step", type=int, default=200)
     args = ap.parse_args()
+    print(json.dumps(machine()), flush=True)
 
     from grm.view.server import start_in_thread
 

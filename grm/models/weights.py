@@ -51,30 +51,79 @@ def token_logprobs(
     """Log-prob of every target token ``[B, L-1]`` (fp32), and optionally per-token entropy.
 
     ``start``: the first target column that matters (the batch's shortest prompt - 1); columns
-    before it are 0 and their logits are never computed (``logits_to_keep``), which saves the LM
-    head's FLOPs and the ``[B, L, vocab]`` memory over the prompts. ``prompt_lens`` (``[B]``, the
-    rows right padded): each distinct prompt runs once and the rows go on from its keys/values
-    (``shared_prompt_logprobs``); columns before a row's prompt end are 0. The inputs move to the
-    model's device; the outputs stay there.
+    before it are 0 and their logits are never computed (``logits_to_keep``). Nor are the logits
+    of positions whose target is padding (``at_targets``): the LM head and the ``[*, vocab]``
+    log-softmax run over real targets only, which is most of their cost saved on a batch of
+    ragged answers. ``prompt_lens`` (``[B]``, the rows right padded): each distinct prompt runs
+    once and the rows go on from its keys/values (``shared_prompt_logprobs``); columns before a
+    row's prompt end are 0. The inputs move to the model's device; the outputs stay there.
     """
-    import torch
-
     from grm.models.device import module_device
 
     device = module_device(model)
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     if prompt_lens is not None:
-        return shared_prompt_logprobs(model, input_ids, attention_mask, prompt_lens, with_entropy=with_entropy)
-    L = input_ids.shape[1]
+        return shared_prompt_logprobs(
+            model, input_ids.to(device), attention_mask.to(device), prompt_lens, with_entropy=with_entropy
+        )
+    B, L = input_ids.shape
     keep = {"logits_to_keep": L - start} if start > 0 else {}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep).logits[:, :-1].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    chosen = logp.gather(-1, input_ids[:, start + 1 :, None])[..., 0]
+    # kept position start + s predicts target column start + s: a real token or padding (indices
+    # from the host mask, so nothing reads the device's values)
+    ri, si = (i.to(device) for i in attention_mask[:, start + 1 :].bool().nonzero(as_tuple=True))
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+    with at_targets(model, (B, L - start), ri, si) as picked:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **keep).logits
+    targets = input_ids[ri, si + start + 1]
+    return _place(picked(logits), targets, ri, si + start, (B, L - 1), with_entropy)
+
+
+def at_targets(model: Any, shape: tuple[int, int], rows: Any, cols: Any) -> Any:
+    """A context in which ``model``'s LM head runs only at positions ``(rows[n], cols[n])`` of the
+    ``shape`` = ``[B, S]`` positions the forward computes logits for: a pre-hook on the output
+    embeddings keeps those hidden states, so the logits come out ``[N, vocab]``. Whatever a model
+    does after its head (a logit scale, soft-capping) is elementwise and still applies. Yields
+    ``picked(logits) -> [N, vocab]``, which also takes the whole ``[B, S, vocab]`` of a model whose
+    head did not receive ``[B, S, hidden]`` (the hook then leaves it alone)."""
+    import contextlib
+
+    inner = getattr(model, "module", model)  # a DeepSpeed engine wraps the model
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+
+    def pre(_mod: Any, args: tuple) -> tuple | None:
+        h = args[0]
+        if h.dim() == 3 and tuple(h.shape[:2]) == tuple(shape):
+            return (h[rows, cols], *args[1:])
+        return None
+
+    def picked(logits: Any) -> Any:
+        return logits[rows, cols] if logits.dim() == 3 else logits
+
+    @contextlib.contextmanager
+    def ctx() -> Any:
+        handle = head.register_forward_pre_hook(pre) if head is not None else None
+        try:
+            yield picked
+        finally:
+            if handle is not None:
+                handle.remove()
+
+    return ctx()
+
+
+def _place(logits: Any, targets: Any, rows: Any, cols: Any, shape: tuple[int, int], with_entropy: bool) -> tuple[Any, Any]:
+    """Log-probs of ``targets`` ``[N]`` under ``logits`` ``[N, vocab]``, placed at ``(rows, cols)``
+    in zeros of ``shape``; the same for entropy."""
+    import torch
+
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logp.gather(-1, targets[:, None])[:, 0]
+    out = torch.zeros(shape, dtype=chosen.dtype, device=chosen.device).index_put((rows, cols), chosen)
     ent = None
     if with_entropy:
         with torch.no_grad():
-            ent = torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (start, 0))
-    return torch.nn.functional.pad(chosen, (start, 0)), ent
+            e = -(logp.exp() * logp).sum(-1)
+            ent = torch.zeros(shape, dtype=e.dtype, device=e.device).index_put((rows, cols), e)
+    return out, ent
 
 
 def shared_prompt_logprobs(
@@ -128,21 +177,13 @@ def shared_prompt_logprobs(
     for b, (p, t) in enumerate(zip(plen, total, strict=True)):
         tail_ids[b, : t - p + 1] = torch.tensor(rows[b][p - 1 : t], dtype=torch.long)
         tail_mask[b, : t - p + 1] = 1
+    # tail column s < t - p predicts target column p - 1 + s; the rest is padding, never computed
+    ri, si = (i.to(device) for i in tail_mask[:, 1:].bool().nonzero(as_tuple=True))
     tail_ids, tail_mask = tail_ids.to(device), tail_mask.to(device)
     first = torch.tensor([p - 1 for p in plen], dtype=torch.long, device=device)
     pos = first[:, None] + torch.arange(S, device=device)[None, :]
     seen = head_mask[pick] * torch.tensor([[1] if h else [0] for h in head_of], dtype=torch.long, device=device)
     mask = torch.cat([seen, tail_mask], dim=1)
-    logits = model(input_ids=tail_ids, attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True).logits
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    chosen = logp.gather(-1, tail_ids[:, 1:, None])[..., 0]
-    # tail column s predicts target column p - 1 + s; columns past L - 1 (a short prompt's padding) fall off
-    cols = (pos[:, :-1]).clamp(max=L - 1)
-    keep = pos[:, :-1] < L - 1
-    out = torch.zeros((B, L), dtype=chosen.dtype, device=device).scatter(1, cols, chosen * keep)[:, : L - 1]
-    ent = None
-    if with_entropy:
-        with torch.no_grad():
-            e = -(logp.exp() * logp).sum(-1)
-            ent = torch.zeros((B, L), dtype=e.dtype, device=device).scatter(1, cols, e * keep)[:, : L - 1]
-    return out, ent
+    with at_targets(model, (B, S), ri, si) as picked:
+        logits = model(input_ids=tail_ids, attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True).logits
+    return _place(picked(logits), tail_ids[ri, si + 1], ri, first[ri] + si, (B, L - 1), with_entropy)

@@ -6,6 +6,7 @@ import torch
 
 from grm.models.weights import token_logprobs
 from grm.training import TrainBatch
+from grm.training.batch import first_target
 from grm.training.core import policy_forward
 from grm.training.deepspeed_backend import DeepSpeedTrainer
 from grm.training.models import ReferenceModel
@@ -65,6 +66,49 @@ def test_shared_prompt_logprobs_entropy_and_gradients_match_a_full_forward():
         policy_forward(model, batch, False)
     hook.remove()
     assert calls[0] == (4, 8) and calls[1][0] == len(batch), calls
+
+
+def naive_logprobs(model, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every position's logits, log-softmax, the targets' values: the textbook computation."""
+    logp = torch.log_softmax(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1], -1)
+    return logp.gather(-1, batch.input_ids[:, 1:, None])[..., 0], -(logp.exp() * logp).sum(-1)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_lm_head_runs_only_at_real_targets(shared):
+    """The LM head and the vocab-wide log-softmax run at the positions whose target is a real
+    token, never at padding (a ragged batch is half padding): values, entropy and gradients equal
+    the textbook computation over every position, and a model whose head the hook cannot reach
+    falls back to picking from the full logits."""
+    model = tiny_llama()
+    batch = grouped_batch()
+    if not shared:
+        batch = without_prompt_len(batch)
+    mask = batch.loss_mask
+    model.zero_grad()
+    want_lp, want_ent = naive_logprobs(model, batch)
+    (-(want_lp * mask).sum()).backward()
+    want_g = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    seen = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape)))
+    model.zero_grad()
+    lp, ent = policy_forward(model, batch, True)
+    (-(lp * mask).sum()).backward()
+    hook.remove()
+    assert torch.allclose(lp * mask, want_lp.detach() * mask, atol=1e-5), (lp * mask - want_lp * mask).abs().max()
+    assert torch.allclose(ent * mask, want_ent.detach() * mask, atol=1e-5)
+    for n, g in want_g.items():
+        assert torch.allclose(model.get_parameter(n).grad, g, rtol=1e-4, atol=1e-6), n
+    # one row of hidden states per real target: the responses' tokens (shared), or every real
+    # token from the first response column on (whole rows); none at padding
+    start = first_target(mask)
+    real = int(mask.sum()) if shared else int(batch.attention_mask[:, start + 1 :].sum())
+    assert [s for s in seen if len(s) == 2] == [(real, 32)], seen
+    assert (lp != 0).sum() == real  # nothing placed where nothing was computed
+    model.get_output_embeddings = lambda: None  # the hook cannot be placed: the full logits are picked from
+    fallback, _ = policy_forward(model, batch, False)
+    assert torch.allclose(fallback, lp.detach(), atol=1e-6)
 
 
 def test_one_token_prompts_and_empty_responses_match_a_full_forward():
