@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 PROMPTS, GROUP, MICRO = 8, 4, 8
 
 
-def child(steps: int, whole_rows: bool) -> dict:
+def child(steps: int, whole_rows: bool, micro: int) -> dict:
     import time
 
     import torch
@@ -56,8 +56,8 @@ def child(steps: int, whole_rows: bool) -> dict:
     if not whole_rows:
         batch = batch.with_fields(prompt_len=torch.tensor(plens))
     policy, _ = load_model("smollm2-135m-instruct", "fp32")
-    ref = ReferenceModel(load_model("smollm2-135m-instruct", "fp32")[0], micro_batch_size=MICRO)
-    trainer = TorchTrainer(policy, lr=1e-6, micro_batch_size=MICRO, entropy=True)
+    ref = ReferenceModel(load_model("smollm2-135m-instruct", "fp32")[0], micro_batch_size=micro)
+    trainer = TorchTrainer(policy, lr=1e-6, micro_batch_size=micro, entropy=True)
     loss_fn = PolicyLoss(kl_coef=0.04).loss_fn(stale=False)
 
     def timed(fn):
@@ -77,7 +77,7 @@ def child(steps: int, whole_rows: bool) -> dict:
         "passes_s": {k: round(statistics.median(r[k] for r in kept), 2) for k in kept[0]},
         "runs_s": [{k: round(v, 2) for k, v in r.items()} for r in kept],
         "response_tokens": sum(len(c) for c in comps),
-        "padded_response_positions": sum(max(len(c) for c in comps[s : s + MICRO]) * MICRO for s in range(0, len(comps), MICRO)),
+        "padded_response_positions": sum(max(len(c) for c in comps[s : s + micro]) * micro for s in range(0, len(comps), micro)),
     }
 
 
@@ -87,10 +87,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=2, help="measured steps per run (after one warm-up)")
     ap.add_argument("--whole-rows", action="store_true", help="no prompt_len field: every row runs whole")
+    ap.add_argument("--micro-batch", type=int, default=MICRO, help="rows per forward/backward")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.steps, args.whole_rows)), flush=True)
+        print(json.dumps(child(args.steps, args.whole_rows, args.micro_batch)), flush=True)
         return 0
 
     from machine import machine
@@ -105,7 +106,15 @@ def main() -> int:
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
             if s in checkouts:
                 env["PYTHONPATH"] = checkouts[s] + os.pathsep + env.get("PYTHONPATH", "")
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--steps", str(args.steps)]
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--child",
+                "--steps",
+                str(args.steps),
+                "--micro-batch",
+                str(args.micro_batch),
+            ]
             r = subprocess.run(cmd + (["--whole-rows"] if args.whole_rows else []), capture_output=True, text=True, env=env)
             if r.returncode != 0:
                 raise SystemExit(f"{s} failed:\n{r.stderr[-3000:]}")

@@ -218,9 +218,7 @@ class HFEngine:
             drop = cum - torch.softmax(sorted_scores, -1) > sp.top_p  # keep the token that crosses top_p
             sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
             scores = torch.full_like(scores, float("-inf")).scatter(1, idx, sorted_scores)
-        probs = torch.softmax(scores, -1)
-        picks = [torch.multinomial(probs[k], 1, generator=g) for k, g in enumerate(gens)]
-        return torch.cat(picks)
+        return _draw(torch.softmax(scores, -1), gens)
 
     # ----------------------------------------------------------------- scoring
     @torch.inference_mode()
@@ -364,3 +362,18 @@ class Fp32Head:
 def _first_stop(text: str, stops: Sequence[str]) -> int | None:
     cuts = [text.find(s) for s in stops if s and s in text]
     return min(cuts) if cuts else None
+
+
+def _draw(probs: torch.Tensor, gens: list[torch.Generator | None]) -> torch.Tensor:
+    """One token per row of ``probs`` ``[B, V]``, row ``k`` drawn with ``gens[k]``: by inverting
+    the row's cumulative distribution at one uniform number (float64, so the vocabulary's tail
+    keeps its mass). ``torch.multinomial`` draws an exponential number per vocabulary entry
+    instead: 49k of them per token, a tenth of a CPU decode step for a 135M model. Never a token
+    of probability 0, whatever the rounding."""
+    cdf = probs.double().cumsum(-1)
+    u = torch.stack([torch.rand((), generator=g, device=probs.device, dtype=torch.float64) for g in gens])
+    picks = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=probs.shape[-1] - 1)
+    empty = probs.gather(1, picks[:, None])[:, 0] <= 0  # u * total rounded up to the total: the last token with mass
+    if bool(empty.any()):
+        picks = torch.where(empty, probs.shape[-1] - 1 - (probs.flip(-1) > 0).int().argmax(-1), picks)
+    return picks
