@@ -164,12 +164,6 @@ def shared_prompt_logprobs(
         head_ids[u, : len(h)] = torch.tensor(h, dtype=torch.long)
         head_mask[u, : len(h)] = 1
     padded = not bool(head_mask.all())
-    head_ids, head_mask = head_ids.to(device), head_mask.to(device)
-    head = model(input_ids=head_ids, attention_mask=head_mask if padded else None, use_cache=True, logits_to_keep=1)
-    pick = torch.tensor(which, dtype=torch.long, device=device)
-    past = DynamicCache()
-    for i, layer in enumerate(head.past_key_values.layers):
-        past.update(layer.keys[pick], layer.values[pick], i)
     # row b goes on from its prompt's last token: S = the longest such tail
     S = max(t - p + 1 for p, t in zip(plen, total, strict=True))
     tail_ids = torch.zeros((B, S), dtype=torch.long)
@@ -177,6 +171,15 @@ def shared_prompt_logprobs(
     for b, (p, t) in enumerate(zip(plen, total, strict=True)):
         tail_ids[b, : t - p + 1] = torch.tensor(rows[b][p - 1 : t], dtype=torch.long)
         tail_mask[b, : t - p + 1] = 1
+    # one embedding lookup for both calls: with tied embeddings each lookup's backward builds a
+    # dense vocabulary-sized gradient (zeros, then added to the head's), so two would build two
+    head_e, tail_e = _embed(model, [head_ids.to(device), tail_ids.to(device)])
+    head_mask = head_mask.to(device)
+    head = model(inputs_embeds=head_e, attention_mask=head_mask if padded else None, use_cache=True, logits_to_keep=1)
+    pick = torch.tensor(which, dtype=torch.long, device=device)
+    past = DynamicCache()
+    for i, layer in enumerate(head.past_key_values.layers):
+        past.update(layer.keys[pick], layer.values[pick], i)
     # tail column s < t - p predicts target column p - 1 + s; the rest is padding, never computed
     ri, si = (i.to(device) for i in tail_mask[:, 1:].bool().nonzero(as_tuple=True))
     tail_ids, tail_mask = tail_ids.to(device), tail_mask.to(device)
@@ -185,5 +188,18 @@ def shared_prompt_logprobs(
     seen = head_mask[pick] * torch.tensor([[1] if h else [0] for h in head_of], dtype=torch.long, device=device)
     mask = torch.cat([seen, tail_mask], dim=1)
     with at_targets(model, (B, S), ri, si) as picked:
-        logits = model(input_ids=tail_ids, attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True).logits
+        logits = model(inputs_embeds=tail_e, attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True).logits
     return _place(picked(logits), tail_ids[ri, si + 1], ri, first[ri] + si, (B, L - 1), with_entropy)
+
+
+def _embed(model: Any, ids: list[Any]) -> list[Any]:
+    """The input embeddings of each ``ids`` tensor, from one call of the model's embedding module."""
+    import torch
+
+    inner = getattr(model, "module", model)  # a DeepSpeed engine wraps the model
+    flat = inner.get_input_embeddings()(torch.cat([i.reshape(-1) for i in ids]))
+    out, at = [], 0
+    for i in ids:
+        out.append(flat[at : at + i.numel()].view(*i.shape, -1))
+        at += i.numel()
+    return out

@@ -59,13 +59,19 @@ def test_shared_prompt_logprobs_entropy_and_gradients_match_a_full_forward():
     assert (lp_s != 0).sum() == mask.sum()  # every response token read, nothing outside the mask
     for n in g_f:
         assert torch.allclose(g_s[n], g_f[n], rtol=1e-4, atol=1e-6), (n, (g_s[n] - g_f[n]).abs().max())
-    # the first forward ran each distinct prompt head once: 4 heads (p1 and p4 share theirs), the longest 8 tokens
-    calls = []
+    # each distinct prompt head ran once: 4 heads (p1 and p4 share theirs), the longest 8 tokens,
+    # then every row's tail from its prompt's last token; both looked up in one embedding call (with
+    # tied embeddings each lookup's backward builds a vocabulary-sized gradient)
+    calls, shapes = [], []
     hook = model.model.embed_tokens.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
+    layer = model.model.layers[0].register_forward_hook(lambda m, i, o: shapes.append(tuple(i[0].shape[:2])))
     with torch.no_grad():
         policy_forward(model, batch, False)
     hook.remove()
-    assert calls[0] == (4, 8) and calls[1][0] == len(batch), calls
+    layer.remove()
+    tails = max(int(t) - int(p) + 1 for t, p in zip(batch.attention_mask.sum(-1), batch["prompt_len"], strict=True))
+    assert shapes == [(4, 8), (len(batch), tails)], shapes
+    assert calls == [(4 * 8 + len(batch) * tails,)], calls
 
 
 def naive_logprobs(model, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
