@@ -491,6 +491,10 @@ def main() -> int:
                     "completions_per_s": round(ra["completions_per_s"] / rb["completions_per_s"], 2),
                     "peak_rss": round(ra["peak_rss_gb"] / rb["peak_rss_gb"], 2),
                     "peak_pss": round(ra["peak_pss_gb"] / rb["peak_pss_gb"], 2),
+                    # per unit of work: the systems' samples differ in length, so their steps' FLOPs do
+                    "work_per_s": round(rb["x_floor_fp32"] / ra["x_floor_fp32"], 2),
+                    # the step `a` would need for twice `b`'s completions/s
+                    "step_s_for_2x": round(rb["median_step_s"] / 2, 2),
                 }
             ),
             flush=True,
