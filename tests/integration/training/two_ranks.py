@@ -12,3 +12,7 @@ t = DeepSpeedTrainer(tiny_llama(), micro_batch_size=2, global_batch_size=8, zero
 metrics = mixed_steps(t)
 shard = fixed_batch().with_totals().shard(t.rank, t.world)
 torch.save({"metrics": metrics, "weights": t.state_dict(), "shard": shard.ids}, sys.argv[1])
+# leave the process group before exiting: at interpreter exit a live gloo group's threads may
+# abort the process ("terminate called without an active exception", exit code -6)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
