@@ -139,8 +139,9 @@ def main() -> int:
         ap.error(f"unknown system(s) {bad}; choose from {list(PIPELINES)}")
     if args.steps % args.eval_every:
         ap.error("--steps must be a multiple of --eval-every")
-    print(json.dumps(machine()), flush=True)
-    print(f"cpu: {describe(machine())}; torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}", flush=True)
+    facts = machine()
+    print(json.dumps(facts), flush=True)
+    print(f"cpu: {describe(facts)}; torch threads: {os.environ.get('OMP_NUM_THREADS', 'default')}", flush=True)
 
     t0 = time.time()
     initial = strict(evaluate(INITIAL, out / "initial", args))
@@ -187,7 +188,7 @@ def main() -> int:
             "train_minutes": minutes[system],
         }
 
-    result = {"cpu": describe(machine()), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
+    result = {"cpu": describe(facts), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
     result["minutes_total"] = (time.time() - t0) / 60
     (out / "learning_curve.json").write_text(json.dumps(result, indent=1))
     print_table(result)

@@ -3,7 +3,9 @@ causal LM (the one piece of model math engines and trainers share)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,16 +79,15 @@ def token_logprobs(
     return _place(picked(logits), targets, ri, si + start, (B, L - 1), with_entropy)
 
 
-def at_targets(model: Any, shape: tuple[int, int], rows: Any, cols: Any) -> Any:
+@contextlib.contextmanager
+def at_targets(model: Any, shape: tuple[int, int], rows: Any, cols: Any) -> Iterator[Any]:
     """A context in which ``model``'s LM head runs only at positions ``(rows[n], cols[n])`` of the
     ``shape`` = ``[B, S]`` positions the forward computes logits for: a pre-hook on the output
     embeddings keeps those hidden states, so the logits come out ``[N, vocab]``. Whatever a model
     does after its head (a logit scale, soft-capping) is elementwise and still applies. Yields
     ``picked(logits) -> [N, vocab]``, which also takes the whole ``[B, S, vocab]`` of a model whose
     head did not receive ``[B, S, hidden]`` (the hook then leaves it alone)."""
-    import contextlib
-
-    inner = getattr(model, "module", model)  # a DeepSpeed engine wraps the model
+    inner = _unwrapped(model)
     head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
 
     def pre(_mod: Any, args: tuple) -> tuple | None:
@@ -98,16 +99,17 @@ def at_targets(model: Any, shape: tuple[int, int], rows: Any, cols: Any) -> Any:
     def picked(logits: Any) -> Any:
         return logits[rows, cols] if logits.dim() == 3 else logits
 
-    @contextlib.contextmanager
-    def ctx() -> Any:
-        handle = head.register_forward_pre_hook(pre) if head is not None else None
-        try:
-            yield picked
-        finally:
-            if handle is not None:
-                handle.remove()
+    handle = head.register_forward_pre_hook(pre) if head is not None else None
+    try:
+        yield picked
+    finally:
+        if handle is not None:
+            handle.remove()
 
-    return ctx()
+
+def _unwrapped(model: Any) -> Any:
+    """The Hugging Face model itself: a DeepSpeed engine wraps it as ``.module``."""
+    return getattr(model, "module", model)
 
 
 def _place(logits: Any, targets: Any, rows: Any, cols: Any, shape: tuple[int, int], with_entropy: bool) -> tuple[Any, Any]:
@@ -171,18 +173,18 @@ def shared_prompt_logprobs(
     for b, (p, t) in enumerate(zip(plen, total, strict=True)):
         tail_ids[b, : t - p + 1] = torch.tensor(rows[b][p - 1 : t], dtype=torch.long)
         tail_mask[b, : t - p + 1] = 1
+    # tail column s < t - p predicts target column p - 1 + s: (ri, si), read from the host mask;
+    # the rest is padding, whose logits are never computed
+    ri, si = (i.to(device) for i in tail_mask[:, 1:].bool().nonzero(as_tuple=True))
+    head_ids, head_mask, tail_ids, tail_mask = (t.to(device) for t in (head_ids, head_mask, tail_ids, tail_mask))
     # one embedding lookup for both calls: with tied embeddings each lookup's backward builds a
     # dense vocabulary-sized gradient (zeros, then added to the head's), so two would build two
-    head_e, tail_e = _embed(model, [head_ids.to(device), tail_ids.to(device)])
-    head_mask = head_mask.to(device)
+    head_e, tail_e = _embed(model, [head_ids, tail_ids])
     head = model(inputs_embeds=head_e, attention_mask=head_mask if padded else None, use_cache=True, logits_to_keep=1)
     pick = torch.tensor(which, dtype=torch.long, device=device)
     past = DynamicCache()
     for i, layer in enumerate(head.past_key_values.layers):
         past.update(layer.keys[pick], layer.values[pick], i)
-    # tail column s < t - p predicts target column p - 1 + s; the rest is padding, never computed
-    ri, si = (i.to(device) for i in tail_mask[:, 1:].bool().nonzero(as_tuple=True))
-    tail_ids, tail_mask = tail_ids.to(device), tail_mask.to(device)
     first = torch.tensor([p - 1 for p in plen], dtype=torch.long, device=device)
     pos = first[:, None] + torch.arange(S, device=device)[None, :]
     seen = head_mask[pick] * torch.tensor([[1] if h else [0] for h in head_of], dtype=torch.long, device=device)
@@ -196,8 +198,7 @@ def _embed(model: Any, ids: list[Any]) -> list[Any]:
     """The input embeddings of each ``ids`` tensor, from one call of the model's embedding module."""
     import torch
 
-    inner = getattr(model, "module", model)  # a DeepSpeed engine wraps the model
-    flat = inner.get_input_embeddings()(torch.cat([i.reshape(-1) for i in ids]))
+    flat = _unwrapped(model).get_input_embeddings()(torch.cat([i.reshape(-1) for i in ids]))
     out, at = [], 0
     for i in ids:
         out.append(flat[at : at + i.numel()].view(*i.shape, -1))
