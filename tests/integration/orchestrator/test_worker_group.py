@@ -182,6 +182,25 @@ def two_node_cluster():
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
 
 
+def alive_nodes(address: str) -> dict[str, list[str]]:
+    """Node id -> its ``node_*`` resources, for the nodes Ray holds alive (read by a driver of its own)."""
+    code = (
+        f"import ray, json; ray.init(address='{address}', log_to_driver=False);"
+        "print(json.dumps({n['NodeID']: sorted(k for k in n['Resources'] if k.startswith('node_'))"
+        " for n in ray.nodes() if n['Alive']}))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **ENV}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def wait_for(ready: Callable[[], bool], what: str, address: str, timeout_s: float = 180.0) -> None:
+    deadline = time.time() + timeout_s
+    while not ready():
+        assert time.time() < deadline, f"waited {timeout_s:.0f} s for {what}; alive nodes: {alive_nodes(address)}"
+        time.sleep(1.0)
+
+
 @pytest.fixture(scope="module")
 def two_ranks_zero2(two_ranks) -> Path:
     """The 2-rank ZeRO-2 run, for a test that also asks for the cluster (ask for this first)."""
@@ -241,14 +260,7 @@ def test_two_node_cluster_places_roles_by_pool_resources_and_survives_losing_a_n
         while time.time() < deadline and not (out / "checkpoints" / "step-1" / "COMPLETE").exists():
             time.sleep(0.2)
         placement = json.loads((out / "placement.json").read_text())
-        code = (
-            f"import ray, json; ray.init(address='{address}', log_to_driver=False);"
-            "print(json.dumps({n['NodeID']: sorted(k for k in n['Resources'] if k.startswith('node_'))"
-            " for n in ray.nodes() if n['Alive']}))"
-        )
-        nodes = json.loads(
-            subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        )
+        nodes = alive_nodes(address)
         assert nodes[placement["policy"]["node_id"]] == ["node_a"]
         assert nodes[placement["judge:helpfulness-pointwise-logprob"]["node_id"]] == ["node_b"]
 
@@ -273,7 +285,12 @@ def test_two_node_cluster_places_roles_by_pool_resources_and_survives_losing_a_n
     assert "writing a checkpoint at step 1" in log, log[-3000:]
     assert "resume from step-1" in tail and "Traceback" not in log, log[-3000:]
 
+    # the node comes back once Ray has seen it go, as an operator replacing a node would: Ray marks a
+    # killed raylet dead ~10 s later, and until then the old and the new node_b both count as alive;
+    # one CI run that restarted the node inside that window never had the resumed judge pool placed
+    wait_for(lambda: ["node_b"] not in alive_nodes(address).values(), "Ray to mark node_b dead", address)
     two_node_cluster.start_node_b()  # the node is back: the run resumes and completes
+    wait_for(lambda: ["node_b"] in alive_nodes(address).values(), "node_b to rejoin", address)
     r = run_grm("run", str(pipeline), f"out_dir={out}", *common, "--address", address, "--resume", str(out), timeout=900, env=ENV)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     assert [m["step"] for m in metrics(out)] == [1, 2]
