@@ -135,13 +135,13 @@ def shared_prompt_logprobs(
     their prompt, which is most of a short answer's tokens, so the forward (and its backward) runs
     the prompts once per group instead of once per sample.
 
-    Two forward calls whatever the rows (ZeRO-3 gathers parameters in every call, so every rank
-    must make the same number): the distinct prompts but their last token, right padded; then
-    each row from its prompt's last token on, on top of its prompt's keys/values (picked by an
-    index, so gradients flow back into the prompt pass), with explicit positions and a mask that
-    hides the prompt pass's padding. Same values as one full forward up to float rounding."""
+    One forward call over one packed row, whatever the rows (ZeRO-3 gathers parameters in every
+    call, so every rank must make the same number): the distinct prompts but their last token, then
+    each row from its prompt's last token on, each segment at its own positions; a 4-D mask lets a
+    prompt see itself causally and a row's segment see itself causally and its prompt. No padding
+    runs (ragged answers of a micro-batch were a third padding when the rows were padded to the
+    longest) and no keys/values are copied. Same values as one full forward up to float rounding."""
     import torch
-    from transformers.cache_utils import DynamicCache
 
     device = input_ids.device
     B, L = input_ids.shape
@@ -151,56 +151,48 @@ def shared_prompt_logprobs(
         raise ValueError(f"prompt lengths {plen} do not fit rows of {total} tokens")
     rows = input_ids.tolist()
     head_of = [tuple(r[: p - 1]) for r, p in zip(rows, plen, strict=True)]
-    uniq: dict[tuple[int, ...], int] = {}
+    at: dict[tuple[int, ...], int] = {}  # a distinct head -> its offset in the packed row
+    ids: list[int] = []
+    pos: list[int] = []
+    spans: list[tuple[int, int, int, int]] = []  # (start, length, head start, head length) per segment
     for h in head_of:
-        if h:
-            uniq.setdefault(h, len(uniq))
-    # a 1-token prompt has no head: its row masks head 0 out; with no head at all a dummy token
-    # runs, so the number of forward calls never depends on the rows
-    heads = list(uniq) or [(0,)]
-    which = [uniq.get(h, 0) for h in head_of]
-    H = max(len(h) for h in heads)
-    head_ids = torch.zeros((len(heads), H), dtype=torch.long)
-    head_mask = torch.zeros((len(heads), H), dtype=torch.long)
-    for u, h in enumerate(heads):
-        head_ids[u, : len(h)] = torch.tensor(h, dtype=torch.long)
-        head_mask[u, : len(h)] = 1
-    padded = not bool(head_mask.all())
-    # row b goes on from its prompt's last token: S = the longest such tail
-    S = max(t - p + 1 for p, t in zip(plen, total, strict=True))
-    tail_ids = torch.zeros((B, S), dtype=torch.long)
-    tail_mask = torch.zeros((B, S), dtype=torch.long)
+        if h and h not in at:
+            at[h] = len(ids)
+            spans.append((len(ids), len(h), 0, 0))
+            ids += h
+            pos += range(len(h))
+    tail_at = []
     for b, (p, t) in enumerate(zip(plen, total, strict=True)):
-        tail_ids[b, : t - p + 1] = torch.tensor(rows[b][p - 1 : t], dtype=torch.long)
-        tail_mask[b, : t - p + 1] = 1
-    # tail column s < t - p predicts target column p - 1 + s: (ri, si), read from the host mask;
-    # the rest is padding, whose logits are never computed
-    ri, si = (i.to(device) for i in tail_mask[:, 1:].bool().nonzero(as_tuple=True))
-    head_ids, head_mask, tail_ids, tail_mask = (t.to(device) for t in (head_ids, head_mask, tail_ids, tail_mask))
-    # one embedding lookup for both calls: with tied embeddings each lookup's backward builds a
-    # dense vocabulary-sized gradient (zeros, then added to the head's), so two would build two
-    head_e, tail_e = _embed(model, [head_ids, tail_ids])
-    head = model(inputs_embeds=head_e, attention_mask=head_mask if padded else None, use_cache=True, logits_to_keep=1)
-    pick = torch.tensor(which, dtype=torch.long, device=device)
-    past = DynamicCache()
-    for i, layer in enumerate(head.past_key_values.layers):
-        past.update(layer.keys[pick], layer.values[pick], i)
-    first = torch.tensor([p - 1 for p in plen], dtype=torch.long, device=device)
-    pos = first[:, None] + torch.arange(S, device=device)[None, :]
-    seen = head_mask[pick] * torch.tensor([[1] if h else [0] for h in head_of], dtype=torch.long, device=device)
-    mask = torch.cat([seen, tail_mask], dim=1)
-    with at_targets(model, (B, S), ri, si) as picked:
-        logits = model(inputs_embeds=tail_e, attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True).logits
-    return _place(picked(logits), tail_ids[ri, si + 1], ri, first[ri] + si, (B, L - 1), with_entropy)
+        tail_at.append(len(ids))
+        spans.append((len(ids), t - p + 1, at.get(head_of[b], 0), len(head_of[b])))
+        ids += rows[b][p - 1 : t]
+        pos += range(p - 1, t)
+    N = len(ids)
+    see = torch.zeros((N, N), dtype=torch.bool)
+    for start, n, h0, hn in spans:
+        see[start : start + n, start : start + n] = torch.ones((n, n), dtype=torch.bool).tril()
+        see[start : start + n, h0 : h0 + hn] = True
+    # tail token s < t - p of row b predicts target column p - 1 + s, the packed token after it
+    ri = [b for b, (p, t) in enumerate(zip(plen, total, strict=True)) for _ in range(t - p)]
+    si = [s for p, t in zip(plen, total, strict=True) for s in range(t - p)]
+    at_n = torch.tensor([tail_at[b] + s for b, s in zip(ri, si, strict=True)], dtype=torch.long)
+    ri_t = torch.tensor(ri, dtype=torch.long, device=device)
+    col = torch.tensor([plen[b] - 1 + s for b, s in zip(ri, si, strict=True)], dtype=torch.long, device=device)
+    packed = torch.tensor([ids], dtype=torch.long, device=device)
+    dtype = next(_unwrapped(model).parameters()).dtype
+    mask = see if _sdpa_like(model) else torch.zeros((N, N), dtype=dtype).masked_fill(~see, torch.finfo(dtype).min)
+    zeros = torch.zeros(len(si), dtype=torch.long, device=device)
+    with at_targets(model, (1, N), zeros, at_n.to(device)) as picked:
+        logits = model(
+            input_ids=packed,
+            attention_mask=mask[None, None].to(device),
+            position_ids=torch.tensor([pos], dtype=torch.long, device=device),
+            use_cache=False,
+        ).logits
+    return _place(picked(logits), packed[0, at_n.to(device) + 1], ri_t, col, (B, L - 1), with_entropy)
 
 
-def _embed(model: Any, ids: list[Any]) -> list[Any]:
-    """The input embeddings of each ``ids`` tensor, from one call of the model's embedding module."""
-    import torch
-
-    flat = _unwrapped(model).get_input_embeddings()(torch.cat([i.reshape(-1) for i in ids]))
-    out, at = [], 0
-    for i in ids:
-        out.append(flat[at : at + i.numel()].view(*i.shape, -1))
-        at += i.numel()
-    return out
+def _sdpa_like(model: Any) -> bool:
+    """Whether the model's attention takes a boolean mask (SDPA, flex); eager attention adds it."""
+    impl = getattr(getattr(_unwrapped(model), "config", None), "_attn_implementation", None)
+    return impl not in (None, "eager")

@@ -59,9 +59,8 @@ def test_shared_prompt_logprobs_entropy_and_gradients_match_a_full_forward():
     assert (lp_s != 0).sum() == mask.sum()  # every response token read, nothing outside the mask
     for n in g_f:
         assert torch.allclose(g_s[n], g_f[n], rtol=1e-4, atol=1e-6), (n, (g_s[n] - g_f[n]).abs().max())
-    # each distinct prompt head ran once: 4 heads (p1 and p4 share theirs), the longest 8 tokens,
-    # then every row's tail from its prompt's last token; both looked up in one embedding call (with
-    # tied embeddings each lookup's backward builds a vocabulary-sized gradient)
+    # one call over one packed row: each distinct prompt head once (p1 and p4 share theirs), then
+    # every row from its prompt's last token on; no padding, one embedding lookup
     calls, shapes = [], []
     hook = model.model.embed_tokens.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
     layer = model.model.layers[0].register_forward_hook(lambda m, i, o: shapes.append(tuple(i[0].shape[:2])))
@@ -69,9 +68,13 @@ def test_shared_prompt_logprobs_entropy_and_gradients_match_a_full_forward():
         policy_forward(model, batch, False)
     hook.remove()
     layer.remove()
-    tails = max(int(t) - int(p) + 1 for t, p in zip(batch.attention_mask.sum(-1), batch["prompt_len"], strict=True))
-    assert shapes == [(4, 8), (len(batch), tails)], shapes
-    assert calls == [(4 * 8 + len(batch) * tails,)], calls
+    heads = {tuple(r[: int(p) - 1]) for r, p in zip(batch.input_ids.tolist(), batch["prompt_len"], strict=True)}
+    assert len(heads) == 4  # p1 (shared with p4), p2, p3, p5
+    tails = sum(int(t) - int(p) + 1 for t, p in zip(batch.attention_mask.sum(-1), batch["prompt_len"], strict=True))
+    packed = sum(len(h) for h in heads) + tails
+    assert packed < int(batch.attention_mask.sum())  # fewer positions than the rows' real tokens
+    assert shapes == [(1, packed)], shapes
+    assert calls == [(1, packed)], calls
 
 
 def naive_logprobs(model, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,8 +121,8 @@ def test_the_lm_head_runs_only_at_real_targets(shared):
 
 
 def test_one_token_prompts_and_empty_responses_match_a_full_forward():
-    """A 1-token prompt has no head to share (its row masks the prompt pass out; with no head at
-    all a dummy one runs, so every rank makes two calls), and a row may end at its prompt."""
+    """A 1-token prompt has no head to share (its row sees only itself), with no head at all the
+    packed row is the tails alone, and a row may end at its prompt."""
     model = tiny_llama()
     prompts, comps = [[5], [5], [7, 8, 9], [7, 8, 9]], [[10, 11, 12], [13], [14, 15], [16]]
     batch = TrainBatch.from_sequences(prompts, comps, pad_id=0)
@@ -156,8 +159,9 @@ def test_training_steps_with_shared_prompts_match_full_rows(stage):
     mb = [b.step(without_prompt_len(batch), nll_loss) for _ in range(3)]
     # DeepSpeed reduces in its own order: its first gradient norm is 5e-4 relative from the torch
     # backend's on this batch with or without sharing (test_zero_stages_match_torch_backend), and
-    # Adam at lr 1e-2 carries that into later steps' gradients (0.4% by step 3; losses 1.4e-5)
-    tol = 1e-5 if stage is None else 1e-4
+    # Adam at lr 1e-2 carries that into later steps (ZeRO-3's step-3 loss without sharing is 8.6e-4
+    # from the torch backend's; with and without sharing 7.4e-4 apart, the torch backend's 1e-7)
+    tol = 1e-5 if stage is None else 2e-3
     assert [m["loss"] for m in ma] == pytest.approx([m["loss"] for m in mb], rel=tol)
     assert ma[0]["grad_norm"] == pytest.approx(mb[0]["grad_norm"], rel=tol if stage is None else 1e-3)
     assert ma[-1]["loss"] < ma[0]["loss"]
