@@ -172,11 +172,18 @@ class CritiqueSampler:
         t0 = time.perf_counter()
         check_samples(self.spec, samples)
         # Critique-then-score and retries prefill the same judge prompts again; an engine that can
-        # keep their keys/values (hf) computes only the new tokens the second time.
-        keep_prompts = getattr(self.engine, "prompt_cache", None)
+        # keep their keys/values (hf) computes only the new tokens the second time. A judge that
+        # never prefills a prompt twice keeps none (each kept prompt is a copy of its keys/values).
+        keep_prompts = getattr(self.engine, "prompt_cache", None) if self.prefills_again else None
         with keep_prompts() if keep_prompts is not None else nullcontext():
             results = self._score_batch(samples, mode)
         return spread_seconds(results, t0)
+
+    @property
+    def prefills_again(self) -> bool:
+        """Whether a batch may prefill a judge prompt a second time: a log-prob reading after the
+        critique or on the bare prompt, a retried critique, or a meta-judge's rating."""
+        return self.logprob is not None or self.spec.on_failure.retries > 0 or self.spec.aggregate.type == "meta"
 
     def _score_batch(self, samples: Sequence[Sample], mode: Mode) -> list[JudgeResult]:
         tokens = [0] * len(samples)

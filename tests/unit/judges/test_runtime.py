@@ -2,6 +2,7 @@
 
 import math
 import re
+from contextlib import contextmanager
 
 import pytest
 
@@ -302,3 +303,22 @@ def test_logprob_candidates_are_checked_at_load(mode, candidates, message):
             parser={"type": "logprob", "candidates": candidates},
             **({"position": {"swap": True}} if mode == "pairwise" else {}),
         )
+
+
+@pytest.mark.parametrize(("retries", "kept"), [(0, False), (1, True)])
+def test_prompts_are_kept_only_when_a_batch_may_prefill_them_again(tmp_path, retries, kept):
+    """An engine's prompt cache copies every prefilled prompt's keys/values: a text-parsed judge
+    without retries never prefills a prompt twice, so it runs without one (a retry would reuse it)."""
+
+    class Caching(ScriptedEngine):
+        blocks = 0
+
+        @contextmanager
+        def prompt_cache(self):
+            Caching.blocks += 1
+            yield None
+
+    eng = Caching(lambda p, j, c: "Score: 5")
+    judge = build_judge(pointwise(tmp_path, on_failure={"retries": retries}), tmp_path, eng)
+    assert judge.score(Sample(prompt="q", response="r")).score == 5.0
+    assert Caching.blocks == int(kept)
