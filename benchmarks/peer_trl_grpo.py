@@ -269,12 +269,25 @@ def _tree_rss(pid: int, pss: bool = False) -> tuple[int, int, dict[str, int]]:
     total_pss = 0
     for q in procs:
         try:
-            title = (q.cmdline() or [q.name()])[0].split("/")[-1][:40]
+            title = _title(q.cmdline() or [q.name()])
             by[title] = by.get(title, 0) + q.memory_info().rss
             total_pss += q.memory_full_info().pss if pss else 0
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return sum(by.values()), total_pss, by
+
+
+def _title(cmdline: list[str]) -> str:
+    """A process's name for the memory table: its program, and for a Python interpreter the script
+    or module it runs (the driver and Ray's daemons all start from the same interpreter)."""
+    name = cmdline[0].split("/")[-1][:40]
+    if not name.startswith("python"):
+        return name
+    rest = [a for a in cmdline[1:] if a != "-u"]
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return f"{name} -m {rest[1]}"
+    script = next((a for a in rest if a.endswith(".py")), None)
+    return f"{name} {script.split('/')[-1]}" if script else name
 
 
 def worktree(rev: str) -> str:
