@@ -161,10 +161,15 @@ def shared_prompt_logprobs(
             spans.append((len(ids), len(h), 0, 0))
             ids += h
             pos += range(len(h))
-    tail_at = []
+    # tail token s < t - p of row b predicts target column p - 1 + s: the packed token after it
+    at_n: list[int] = []  # where each target's logits are read in the packed row
+    ri: list[int] = []
+    col: list[int] = []
     for b, (p, t) in enumerate(zip(plen, total, strict=True)):
-        tail_at.append(len(ids))
         spans.append((len(ids), t - p + 1, at.get(head_of[b], 0), len(head_of[b])))
+        at_n += range(len(ids), len(ids) + t - p)
+        ri += [b] * (t - p)
+        col += range(p - 1, t - 1)
         ids += rows[b][p - 1 : t]
         pos += range(p - 1, t)
     N = len(ids)
@@ -172,24 +177,21 @@ def shared_prompt_logprobs(
     for start, n, h0, hn in spans:
         see[start : start + n, start : start + n] = torch.ones((n, n), dtype=torch.bool).tril()
         see[start : start + n, h0 : h0 + hn] = True
-    # tail token s < t - p of row b predicts target column p - 1 + s, the packed token after it
-    ri = [b for b, (p, t) in enumerate(zip(plen, total, strict=True)) for _ in range(t - p)]
-    si = [s for p, t in zip(plen, total, strict=True) for s in range(t - p)]
-    at_n = torch.tensor([tail_at[b] + s for b, s in zip(ri, si, strict=True)], dtype=torch.long)
-    ri_t = torch.tensor(ri, dtype=torch.long, device=device)
-    col = torch.tensor([plen[b] - 1 + s for b, s in zip(ri, si, strict=True)], dtype=torch.long, device=device)
+    mask = see
+    if not _sdpa_like(model):  # eager attention adds its mask to the scores
+        dtype = next(_unwrapped(model).parameters()).dtype
+        mask = torch.zeros((N, N), dtype=dtype).masked_fill(~see, torch.finfo(dtype).min)
     packed = torch.tensor([ids], dtype=torch.long, device=device)
-    dtype = next(_unwrapped(model).parameters()).dtype
-    mask = see if _sdpa_like(model) else torch.zeros((N, N), dtype=dtype).masked_fill(~see, torch.finfo(dtype).min)
-    zeros = torch.zeros(len(si), dtype=torch.long, device=device)
-    with at_targets(model, (1, N), zeros, at_n.to(device)) as picked:
+    read = torch.tensor(at_n, dtype=torch.long, device=device)
+    with at_targets(model, (1, N), torch.zeros_like(read), read) as picked:
         logits = model(
             input_ids=packed,
             attention_mask=mask[None, None].to(device),
             position_ids=torch.tensor([pos], dtype=torch.long, device=device),
             use_cache=False,
         ).logits
-    return _place(picked(logits), packed[0, at_n.to(device) + 1], ri_t, col, (B, L - 1), with_entropy)
+    ri_t, col_t = (torch.tensor(v, dtype=torch.long, device=device) for v in (ri, col))
+    return _place(picked(logits), packed[0, read + 1], ri_t, col_t, (B, L - 1), with_entropy)
 
 
 def _sdpa_like(model: Any) -> bool:

@@ -188,3 +188,14 @@ def test_reference_on_smollm2_with_shared_prompts(smollm2_fp32):
     shared = ref.logprobs(batch.with_fields(prompt_len=torch.tensor([len(p) for p in rows])))
     assert torch.allclose(shared, full, atol=1e-4), (shared - full).abs().max()
     assert (full != 0).sum() == batch.loss_mask.sum()
+
+
+def test_eager_attention_gets_an_additive_packed_mask():
+    """Eager attention adds its mask to the scores (SDPA takes the boolean one): the packed row's
+    mask is then 0 where a token sees and the dtype's minimum elsewhere, with the same values."""
+    model = tiny_llama(attn="eager")
+    batch = grouped_batch()
+    shared, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, prompt_lens=batch["prompt_len"])
+    full, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    mask = batch.loss_mask
+    assert torch.allclose(shared * mask, full * mask, atol=1e-5), (shared * mask - full * mask).abs().max()
