@@ -21,6 +21,9 @@ class PoolSpec(Strict):
     """Nodes the pool spans (resources above are per node)."""
     resources: dict[str, float] = {}
     """Extra Ray custom resources per node."""
+    place_wait_s: float = Field(60.0, gt=0)
+    """Seconds to wait for Ray to reserve the pool before the run stops naming what holds the
+    resources (a cluster that adds nodes on demand may need minutes)."""
 
 
 class RoleSpec(Strict):

@@ -166,8 +166,9 @@ def missing_resources(cfg: PipelineSpec, total: dict[str, float], used: list[str
     return [f"{m} (cluster resources: {have})" for m in out]
 
 
-def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 60.0) -> dict[str, Pool]:
-    """One placement group per pool that has roles; a clear error if the cluster cannot hold it."""
+def create_pools(cfg: PipelineSpec, judge_names: list[str]) -> dict[str, Pool]:
+    """One placement group per pool that has roles; a clear error if the cluster cannot hold it,
+    or if Ray has not reserved a pool within its ``place_wait_s`` (naming what holds the resources)."""
     import ray
     from ray.util.placement_group import placement_group
 
@@ -183,12 +184,15 @@ def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 6
         ranks = cfg.train.backend.ranks if name == cfg.policy.pool else 1
         bundles = bundles_of(spec, ranks)
         pg = placement_group(bundles, strategy=strategy_of(spec, len(bundles)), name=f"grm-{name}")
-        ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+        ready, _ = ray.wait([pg.ready()], timeout=spec.place_wait_s)
         if not ready:
+            why = placement_wait_reason(
+                ray.util.placement_group_table(), pg.id.hex(), bundles, ray.cluster_resources(), ray.available_resources()
+            )
             ray.util.remove_placement_group(pg)
             raise PlacementError(
                 f"pool '{name}' ({len(bundles)} bundle(s) of {bundles[0]} over {spec.nodes} node(s)) could not be "
-                f"placed within {timeout_s:.0f} s; other pools or jobs may hold the resources"
+                f"placed within {spec.place_wait_s:g} s (pools.{name}.place_wait_s): {why}"
             )
         table = ray.util.placement_group_table(pg)["bundles_to_node_id"]
         nodes = tuple(table[i] for i in range(len(bundles)))
@@ -197,6 +201,61 @@ def create_pools(cfg: PipelineSpec, judge_names: list[str], timeout_s: float = 6
             raise PlacementError(f"pool '{name}' asks for {spec.nodes} nodes; Ray placed its bundles on {len(set(nodes))}")
         pools[name] = Pool(name, spec, pg, roles[name], ranks, nodes)
     return pools
+
+
+def placement_wait_reason(
+    table: dict[str, dict[str, Any]],
+    waiting: str,
+    bundles: list[dict[str, float]],
+    total: dict[str, float],
+    free: dict[str, float],
+) -> str:
+    """Why Ray has not reserved the placement group ``waiting``, in words, from Ray's
+    ``placement_group_table()``, ``cluster_resources()`` and ``available_resources()``: its
+    scheduling state, and for each resource its bundles ask for, how much the cluster has, has free
+    and lends to placement groups (naming them). What neither a group nor the free amount accounts
+    for is taken by tasks or actors outside any group, or lost in Ray's books: a node restarted at
+    the address (host and node-manager port) of one that died can stay booked as full (measured
+    with Ray 2.60: the first reservation on it fails to connect and its resources never return)."""
+    own = table.get(waiting, {})
+    stats = own.get("stats") or {}
+    state = stats.get("scheduling_state") or own.get("state", "unknown")
+    parts = [f"Ray's state {state} after {stats.get('scheduling_attempt', '?')} attempt(s)"]
+    held: dict[str, float] = {}
+    holders: dict[str, list[str]] = {}
+    for pg_id, info in table.items():
+        if pg_id == waiting or info.get("state") == "REMOVED":
+            continue
+        placed = info.get("bundles_to_node_id") or {}
+        for i, bundle in (info.get("bundles") or {}).items():
+            if not placed.get(i):
+                continue
+            for key, amount in bundle.items():
+                held[key] = held.get(key, 0.0) + amount
+                who = f"'{info.get('name') or pg_id[:12]}' ({info.get('state', '?')}, node {placed[i][:12]})"
+                if who not in holders.setdefault(key, []):
+                    holders[key].append(who)
+    outside = False
+    for key in sorted({k for b in bundles for k in b}):
+        need = sum(b.get(key, 0.0) for b in bundles)
+        have, spare, lent = total.get(key, 0.0), free.get(key, 0.0), held.get(key, 0.0)
+        if spare + 1e-9 >= need:
+            continue
+        line = f"{key}: {need:g} needed, {have:g} in the cluster, {spare:g} free, {lent:g} held by placement groups"
+        if holders.get(key):
+            line += f" ({', '.join(holders[key])})"
+        gone = have - spare - lent
+        if gone > 1e-9:
+            outside = True
+            line += f", {gone:g} taken outside any placement group"
+        parts.append(line)
+    if outside:
+        parts.append(
+            "resources taken outside placement groups are held by tasks or actors without a pool, or lost in "
+            "Ray's books when a node rejoined at the address of a dead one: restart that node on another "
+            "--node-manager-port, or restart the cluster"
+        )
+    return "; ".join(parts)
 
 
 def phase_threads(cfg: PipelineSpec, pools: dict[str, Pool]) -> dict[str, int]:
