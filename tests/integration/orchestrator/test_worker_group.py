@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psutil
 import pytest
@@ -183,16 +183,23 @@ def two_node_cluster():
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
 
 
-def alive_nodes(address: str) -> dict[str, list[str]]:
-    """Node id -> its ``node_*`` resources, for the nodes Ray holds alive (read by a driver of its own)."""
-    code = (
-        f"import ray, json; ray.init(address='{address}', log_to_driver=False);"
-        "print(json.dumps({n['NodeID']: sorted(k for k in n['Resources'] if k.startswith('node_'))"
-        " for n in ray.nodes() if n['Alive']}))"
-    )
+def read_cluster(address: str, expression: str) -> Any:
+    """``expression`` (JSON-able) evaluated by a driver of its own on the cluster. Its answer comes
+    on a marked line: Ray prints a node's death notice to every driver's stdout, whatever
+    ``log_to_driver`` says, and one such notice once arrived as the last line."""
+    code = f"import ray, json; ray.init(address='{address}', log_to_driver=False); print('ANSWER', json.dumps({expression}))"
     r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **ENV}, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    answers = [line for line in r.stdout.splitlines() if line.startswith("ANSWER ")]
+    assert r.returncode == 0 and answers, (r.stdout[-3000:], r.stderr[-3000:])
+    return json.loads(answers[-1].removeprefix("ANSWER "))
+
+
+def alive_nodes(address: str) -> dict[str, list[str]]:
+    """Node id -> its ``node_*`` resources, for the nodes Ray holds alive."""
+    return read_cluster(
+        address,
+        "{n['NodeID']: sorted(k for k in n['Resources'] if k.startswith('node_')) for n in ray.nodes() if n['Alive']}",
+    )
 
 
 def wait_for(ready: Callable[[], bool], what: str, address: str, timeout_s: float = 180.0) -> None:
@@ -285,14 +292,7 @@ def test_a_pool_ray_cannot_reserve_stops_the_run_naming_what_holds_its_resources
     assert "node_b: 1 needed, 1 in the cluster, 0 free, 0 held by placement groups, 1 taken outside any placement group" in err
     # the train pool was reserved first and holds node_a's CPU; the judge's CPU is the holder's
     assert "CPU: 1 needed, 2 in the cluster, 0 free, 1 held by placement groups ('grm-train' (CREATED" in err
-    wait_for(lambda: free_on_cluster(address).get("node_b") == 1.0, "the holder's node_b to be free", address)
-
-
-def free_on_cluster(address: str) -> dict[str, float]:
-    code = f"import ray, json; ray.init(address='{address}', log_to_driver=False); print(json.dumps(ray.available_resources()))"
-    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **ENV}, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    wait_for(lambda: read_cluster(address, "ray.available_resources()").get("node_b") == 1.0, "node_b to be free", address)
 
 
 @pytest.mark.timeout(2400)
