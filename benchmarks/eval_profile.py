@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-from machine import machine  # beside this file
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference" / "mt-bench.json"
+from eval_throughput import DATA  # beside this file; it also sets HF_HUB_OFFLINE
+from machine import machine
 
 
 def main() -> int:
