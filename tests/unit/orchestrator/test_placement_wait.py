@@ -1,7 +1,7 @@
 """Why a pool waits: ``placement_wait_reason`` reads Ray's placement-group table and resource
 totals (here as Ray returned them in a reproduction of a node rejoining at a dead node's address)."""
 
-from grm.orchestrator.placement import placement_wait_reason
+from grm.orchestrator.pool_wait import placement_wait_reason
 
 WAITING = "ea1a29b0383f" + "0" * 24 + "06000000"
 TRAIN = "29caf30531a7" + "0" * 24 + "06000000"
