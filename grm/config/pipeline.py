@@ -301,6 +301,18 @@ class ScheduleSpec(Strict):
     async mode, where phases overlap by design. With ``stream_prompts`` rollout chunks overlap
     judging, so phases keep their pool's share there too."""
 
+    overlap_threads: Literal["lend", "pool"] = "lend"
+    """(when phases overlap: async mode, or ``stream_prompts``) torch threads of each process.
+    ``lend``: a process keeps its pool's share while the run's other processes on its node are
+    busy, and takes the cores of those that wait (a policy waiting for the judges lends its cores
+    to them, and the other way round), read before each forward call (``grm.orchestrator.cores``).
+    ``pool``: each process keeps its pool's share throughout."""
+
+    @property
+    def lends_cores(self) -> bool:
+        """True when processes whose phases overlap lend each other their idle cores."""
+        return self.overlap_threads == "lend" and (self.mode == "async" or self.stream_prompts is not None)
+
     @property
     def phases_alone(self) -> bool:
         """True when each phase of a step runs with nothing beside it and takes its node's cores."""

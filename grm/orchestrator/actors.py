@@ -13,15 +13,8 @@ from typing import Any
 
 import ray
 
+from grm.orchestrator.cores import CoreShare, ledger, set_threads
 from grm.orchestrator.types import Group, Rollout
-
-
-def set_threads(n: int) -> None:
-    """This process's torch (and OpenMP) threads: its pool's share, or its phase's."""
-    import torch
-
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    torch.set_num_threads(n)
 
 
 def _gather(own: Any, others: Sequence[Any], combine: Any) -> Any:
@@ -81,9 +74,13 @@ class PolicyActor:
         threads: int,
         with_reference: bool,
         dist: tuple[int, int, str, int] | None = None,
+        lend: CoreShare | None = None,
     ) -> None:
-        """``dist``: (rank, world size, rendezvous address, port) of a multi-rank worker group."""
+        """``dist``: (rank, world size, rendezvous address, port) of a multi-rank worker group;
+        ``lend``: this process's place in the run's core ledger when idle cores are lent
+        (``grm.orchestrator.cores``)."""
         set_threads(threads)
+        self.cores = ledger(lend)
         self.rank = dist[0] if dist else 0
         if dist is not None:
             # Ray gives each rank only its bundle's GPUs, so the rank's device is the first visible one
@@ -134,11 +131,17 @@ class PolicyActor:
             if with_reference
             else None
         )
-        self.critic = None
+        self.critic = critic = None
         if algorithm.needs_critic:
             critic = ValueModel.from_pretrained(policy.model, "fp32")
             self.critic = self._trainer(critic, batch, {**common, "lr": cfg.algorithm.critic_lr}, forward=value_forward)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        self.cores.watch(
+            train_model,
+            getattr(self.engine, "model", None),
+            getattr(self.reference, "module", None),
+            critic,
+        )
 
     def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> Any:
         b = self.cfg.train.backend
@@ -171,12 +174,18 @@ class PolicyActor:
     ) -> tuple[list[Group], float]:
         """``n`` responses per prompt with the current weights, as one group per prompt keyed by
         ``keys``; returns (groups, seconds). Rank 0 of a group appends the ``others`` ranks' parts."""
-        from grm.engines.base import SamplingParams, chat_request
         from grm.orchestrator.policy_group import gather_rollouts
 
         t0 = time.perf_counter()
         if not prompts:
             return _gather(([], 0.0), others, gather_rollouts)
+        with self.cores.busy():
+            groups = self._rollout(prompts, keys, n, seed)
+        return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
+
+    def _rollout(self, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int) -> list[Group]:
+        from grm.engines.base import SamplingParams, chat_request
+
         r = self.cfg.rollout
         msgs = [chat_request(p.text, self.policy.system_prompt) for p in prompts]
         sp = SamplingParams(
@@ -208,7 +217,7 @@ class PolicyActor:
                     version=g.version,
                 )
             )
-        return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
+        return groups
 
     # ------------------------------------------------------------- reference, values
     def prepare(
@@ -220,7 +229,8 @@ class PolicyActor:
         batches back together in the rollouts' order."""
         from grm.orchestrator.policy_group import gather_prepared
 
-        batch, secs = self._prepare(rollouts)
+        with self.cores.busy():
+            batch, secs = self._prepare(rollouts)
         if positions is None:
             return batch, secs
         if self.rank:
@@ -264,10 +274,13 @@ class PolicyActor:
 
         t0 = time.perf_counter()
         MICRO_BATCHES.reset()
-        metrics = train_on_batch(self.trainer, self.critic, self.algorithm, batch)
+        self.cores.take_peak()
+        with self.cores.busy():
+            metrics = train_on_batch(self.trainer, self.critic, self.algorithm, batch)
         self.last_micro_batches = MICRO_BATCHES.done
         metrics["train_seconds"] = time.perf_counter() - t0
-        metrics["threads_training"] = torch.get_num_threads()  # what this call ran with (sync: the node's cores)
+        # what this call ran with: sync, the node's cores; async, its share plus any cores lent while it ran
+        metrics["threads_training"] = max(torch.get_num_threads(), self.cores.take_peak())
         if self.shared:
             self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
         return _gather(metrics, others, gather_first)

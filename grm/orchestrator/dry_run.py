@@ -28,11 +28,14 @@ from grm.orchestrator.placement import (
 
 def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
     """One line per pool, then one per process placed on it (bundle, node, threads, GPUs); in sync
-    mode also the threads a process takes while its phase runs alone (``schedule.sync_threads``)."""
+    mode also the threads a process takes while its phase runs alone (``schedule.sync_threads``); in
+    async mode that it borrows the cores of processes that wait (``schedule.overlap_threads``)."""
     cfg = loaded.spec
     solo = phase_threads(cfg, pools)
 
     def alone(role: str) -> str:
+        if cfg.schedule.lends_cores:
+            return " (more while others on its node wait)"
         return f" ({solo[role]} while its phase runs alone)" if role in solo else ""
 
     lines = []

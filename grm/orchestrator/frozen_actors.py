@@ -12,7 +12,8 @@ from typing import Any
 
 import ray
 
-from grm.orchestrator.actors import REFERENCE_DTYPE, actor_device, engine_dtype, set_threads, where
+from grm.orchestrator.actors import REFERENCE_DTYPE, actor_device, engine_dtype, where
+from grm.orchestrator.cores import CoreLedger, CoreShare, NoLedger, ledger, set_threads
 from grm.orchestrator.types import Judged
 
 
@@ -32,6 +33,7 @@ class _HostsReference:
     """A frozen reference model inside an actor: ``logprobs`` of a prepared batch."""
 
     ref: Any = None
+    cores: CoreLedger | NoLedger = NoLedger()
     ref_shared = False
     """True when the reference runs on the judge engine's own module (same weights, same dtype)."""
 
@@ -42,6 +44,7 @@ class _HostsReference:
         if engine is not None and same_frozen_weights(engine, model):
             module, self.ref_shared = engine.model, True  # one copy of the weights in this process, not two
         self.ref = ReferenceModel(module, dtype=REFERENCE_DTYPE, micro_batch_size=micro_batch_size, device=actor_device())
+        self.cores.watch(self.ref.module)
 
     def logprobs(self, prepared: Any) -> tuple[Any, float]:
         """Reference log-probs of a batch, or of ``PolicyActor.prepare``'s ``(batch, seconds)``
@@ -49,15 +52,18 @@ class _HostsReference:
         (log-probs, seconds)."""
         t0 = time.perf_counter()
         batch = prepared[0] if isinstance(prepared, tuple) else prepared
-        return self.ref.logprobs(batch), time.perf_counter() - t0
+        with self.cores.busy():
+            out = self.ref.logprobs(batch)
+        return out, time.perf_counter() - t0
 
 
 @ray.remote
 class ReferenceActor(_HostsReference):
     """Frozen reference model on its own pool."""
 
-    def __init__(self, model: str, micro_batch_size: int, threads: int) -> None:
+    def __init__(self, model: str, micro_batch_size: int, threads: int, lend: CoreShare | None = None) -> None:
         set_threads(threads)
+        self.cores = ledger(lend)
         self._load_reference(model, micro_batch_size)
 
     def where(self, role: str = "reference") -> dict[str, Any]:
@@ -71,8 +77,11 @@ class JudgeActor(_HostsReference):
     micro-batch size)): Ray runs an actor's calls one at a time, so judging and reference passes
     take turns on the pool's cores."""
 
-    def __init__(self, spec: Any, base_dir: str, threads: int, reference: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self, spec: Any, base_dir: str, threads: int, reference: tuple[str, int] | None = None, lend: CoreShare | None = None
+    ) -> None:
         set_threads(threads)
+        self.cores = ledger(lend)
         from grm.judges import build_judge
 
         engine = None
@@ -83,6 +92,7 @@ class JudgeActor(_HostsReference):
         self.judge = build_judge(spec, base_dir, engine)
         # load the model now, not inside the first timed call
         self.engine_info = engine_dtype(self.judge.engine) if spec.mode != "rule" else {}
+        self.cores.watch(getattr(engine, "model", None))
         if reference is not None:
             self._load_reference(*reference, engine=engine)
 
@@ -94,12 +104,14 @@ class JudgeActor(_HostsReference):
         replica if one is up."""
         from grm.judges.cost import costed
 
-        return costed(self.judge, self.judge.score_groups, groups)
+        with self.cores.busy():
+            return costed(self.judge, self.judge.score_groups, groups)
 
     @ray.method(max_task_retries=0)
     def score_batch(self, samples: Sequence[Any]) -> list[Any]:
         """Each sample scored on its own (a pair as one pairwise call): the judge canary's calls."""
-        return self.judge.score_batch(samples)
+        with self.cores.busy():
+            return self.judge.score_batch(samples)
 
     def pid(self) -> int:
         return os.getpid()

@@ -11,6 +11,7 @@ from grm.config.pipeline import PipelineSpec, PoolSpec
 from grm.config.resolve import LoadedPipeline
 from grm.judges.limits import CallLimits, call_limits
 from grm.judges.types import Sample
+from grm.orchestrator.cores import CoreShares
 from grm.orchestrator.pool_wait import placement_wait_reason
 
 
@@ -296,6 +297,8 @@ class Roles:
     policy: Any
     reference: Any
     judges: list[JudgeHandle]
+    cores_key: str | None = None
+    """The run's core ledger (``grm.orchestrator.cores``), when its processes lend idle cores."""
 
     def placement(self) -> dict[str, dict[str, Any]]:
         """Node, pid, resources and pool of every role, reported from inside its actor."""
@@ -315,7 +318,13 @@ class Roles:
 
 
 def start_policy(
-    cfg: PipelineSpec, loaded: LoadedPipeline, algorithm: Any, pool: Pool, with_reference: bool, solo: dict[str, int]
+    cfg: PipelineSpec,
+    loaded: LoadedPipeline,
+    algorithm: Any,
+    pool: Pool,
+    with_reference: bool,
+    solo: dict[str, int],
+    shares: CoreShares,
 ) -> Any:
     """The policy's worker group: one PolicyActor, or ``ranks`` of them (one per bundle of its pool)
     joined in one torch.distributed group whose rendezvous is on rank 0's node."""
@@ -326,14 +335,15 @@ def start_policy(
     hf = loaded.policy.engine.type == "hf"
     if pool.ranks == 1:
         threads = solo.get("policy", pool.threads)
-        return PolicyGroup([PolicyActor.options(**pool.options("policy")).remote(*args, threads, with_reference)], hf)
+        actor = PolicyActor.options(**pool.options("policy")).remote(*args, threads, with_reference, lend=shares(threads))
+        return PolicyGroup([actor], hf)
     import ray
 
     addr, port = ray.get(rendezvous.options(**{**pool.rank_options(0), "num_cpus": 0}).remote())
     threads = max(1, int(bundles_of(pool.spec, pool.ranks)[0]["CPU"]))
     actors = [
         PolicyActor.options(**pool.rank_options(r)).remote(
-            *args, solo.get(f"policy#{r}", threads), with_reference, (r, pool.ranks, addr, port)
+            *args, solo.get(f"policy#{r}", threads), with_reference, (r, pool.ranks, addr, port), lend=shares(threads)
         )
         for r in range(pool.ranks)
     ]
@@ -349,15 +359,18 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
     start_ray(address, cfg.pools)
     pools = create_pools(cfg, [j.name for j in loaded.judges])
     solo = phase_threads(cfg, pools)  # sync mode: a phase takes the idle pools' cores too
+    shares = CoreShares(cfg.schedule.lends_cores)  # async mode: a busy process takes the cores of those that wait
     remote_ref = cfg.reference is not None and cfg.reference.pool != cfg.policy.pool
-    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], cfg.reference is not None and not remote_ref, solo)
+    with_ref = cfg.reference is not None and not remote_ref
+    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], with_ref, solo, shares)
     ref_args = (loaded.policy.model, cfg.train.micro_batch_size)
     # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
     host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule" and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
     reference = None
     if remote_ref and host is None:
         rp = pools[cfg.reference.pool]  # type: ignore[union-attr]
-        reference = ReferenceActor.options(**rp.options("reference")).remote(*ref_args, solo.get("reference", rp.threads))
+        threads = solo.get("reference", rp.threads)
+        reference = ReferenceActor.options(**rp.options("reference")).remote(*ref_args, threads, lend=shares(threads))
     judges = []
     for j in loaded.judges:
         handle = JudgeHandle(j.name, j.role.weight, j.role.required, limits=call_limits(j.spec))
@@ -368,14 +381,17 @@ def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> 
             # Ray restarts a dead replica; its judge calls are not retried by Ray (see
             # JudgeActor.score_groups) but re-issued by the scheduler, to the other replicas first
             restarts = {"max_restarts": cfg.faults.judge_restarts, "max_task_retries": 2}
-            handle.replicas = [
-                JudgeActor.options(**restarts, **jp.options(role)).remote(
-                    j.spec, str(j.path.parent), solo.get(role, jp.threads_of(role)), ref_args if j is host and i == 0 else None
+            handle.replicas = []
+            for i, role in enumerate(judge_roles(j.name, j.role.replicas)):
+                threads = solo.get(role, jp.threads_of(role))
+                hosted = ref_args if j is host and i == 0 else None
+                handle.replicas.append(
+                    JudgeActor.options(**restarts, **jp.options(role)).remote(
+                        j.spec, str(j.path.parent), threads, hosted, lend=shares(threads)
+                    )
                 )
-                for i, role in enumerate(judge_roles(j.name, j.role.replicas))
-            ]
             handle.actor = handle.replicas[0]
             if j is host:
                 reference = handle.actor
         judges.append(handle)
-    return Roles(pools, policy, reference, judges)
+    return Roles(pools, policy, reference, judges, shares.key)

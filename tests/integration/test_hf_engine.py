@@ -5,6 +5,7 @@ import torch
 
 from grm.engines.base import GenerationRequest as Req
 from grm.engines.base import SamplingParams
+from grm.engines.kvcache import _common_prefix, prefill
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +66,38 @@ def test_mixed_lengths_grouped_prefill_equals_single(smollm2_fp32):
         assert alone.token_ids == batch[k].token_ids and alone.text == batch[k].text, k
         assert alone.logprobs == pytest.approx(batch[k].logprobs, abs=1e-3)
         assert eng.score_continuations([p], [cands[k]])[0] == pytest.approx(scores[k], abs=1e-3)
+
+
+def test_prefixes_some_prompts_share_run_once_and_change_nothing(smollm2_fp32):
+    """A judge batch: two questions, three responses each, under one header. Each question's
+    prefix runs once for its three rows (every position beyond those shared runs once), the last
+    logits equal a prefill that shares nothing, and every generated row equals its single run."""
+    eng = smollm2_fp32
+    head = "You grade answers to questions. Read the question and the answer. Then write a short critique."
+    head += " Is the answer right? Is it complete?\n"
+    questions = [" ".join(f"Step {i}: add {i} apples to the basket." for i in range(k, k + 8)) for k in (1, 30)]
+    prompts = [
+        Req(text=f"{head}[Question] {q}\n[Answer] {a}\nCritique:")
+        for q in questions
+        for a in ("Nine apples.", "There are forty-five apples in all.", "I do not know.")
+    ]
+    ids = [eng.encode(p) for p in prompts]
+    header = _common_prefix(ids)
+    shared = [_common_prefix(ids[k : k + 3]) - header for k in (0, 3)]  # each question's own shared part
+    assert header >= 32 and min(shared) > 60  # long enough to be kept (PromptCache.min_reuse) and to show
+    seen = []
+    hook = eng.model.get_input_embeddings().register_forward_hook(lambda m, a, out: seen.append(a[0].numel()))
+    try:
+        _, logits, _ = prefill(eng.model, ids, eng.pad_id, extra=0)
+    finally:
+        hook.remove()
+    assert sum(seen) == sum(len(i) for i in ids) - 5 * header - 2 * sum(shared)
+    _, plain, _ = prefill(eng.model, ids, eng.pad_id, extra=0, min_fill=0.5)  # no sharing at all
+    assert torch.allclose(logits, plain, atol=1e-3)
+    batch = eng.generate(prompts, GREEDY.replace(max_new_tokens=8))
+    for k in (0, 4):
+        alone = eng.generate([prompts[k]], GREEDY.replace(max_new_tokens=8))[0]
+        assert alone.token_ids == batch[k].token_ids, k
 
 
 def test_stop_strings_cut_text(smollm2_fp32):

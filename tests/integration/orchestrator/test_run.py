@@ -92,9 +92,11 @@ def test_async_run_writes_every_artifact(tmp_path):
     # each role's model dtype, as its actor reports it (the judge's engine and the reference it hosts differ in role)
     assert placement["policy"]["dtype"] == placement["reference"]["dtype"] == "fp32"
     assert placement["judge:helpfulness-pointwise-logprob"]["dtype"] == "fp32"
-    # async: phases overlap, so each process keeps its pool's one core (read inside the actors)
+    # async: phases overlap, so between phases each process holds its pool's one core (read inside the actors)
     assert placement["policy"]["threads"] == placement["judge:helpfulness-pointwise-logprob"]["threads"] == 1
-    assert all(m["threads_training"] == 1 for m in ms)
+    # a busy process borrows the core of one that waits (schedule.overlap_threads: lend), read inside the policy
+    # actor's forward calls: the last step trains while the judge pool has nothing left to do
+    assert all(m["threads_training"] in (1, 2) for m in ms) and ms[-1]["threads_training"] == 2
     assert all(math.isfinite(m["kl"]) and m["kl"] >= 0 for m in ms)  # reference log-probs arrived from the judge actor
     # stdout is a pipe: one plain line per step, no live panel
     steps = [ln for ln in r.stdout.splitlines() if "step " in ln and " reward " in ln]

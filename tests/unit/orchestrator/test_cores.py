@@ -1,0 +1,100 @@
+"""Idle cores lent between a run's processes on one node (``grm.orchestrator.cores``): a busy
+process takes its proportion of the run's cores among the busy ones, before each forward of the
+models it watches, and returns to its share when its phase ends. Several ledgers on one file stand
+for several processes here; ``tests/integration/orchestrator/test_run.py`` reads the lent threads
+from inside a real async run's policy actor."""
+
+import pytest
+import torch
+
+from grm.config.pipeline import ScheduleSpec
+from grm.orchestrator.cores import CoreLedger, CoreShare, CoreShares, NoLedger, ledger, remove
+
+
+@pytest.fixture
+def threads():
+    """Torch threads restored after a test that lets a ledger change them."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def ledgers(tmp_path, *shares: int) -> list[CoreLedger]:
+    return [CoreLedger(CoreShare("run", slot, n), tmp_path) for slot, n in enumerate(shares)]
+
+
+def test_a_busy_process_takes_the_cores_of_those_that_wait(tmp_path):
+    policy, judge = ledgers(tmp_path, 1, 1)
+    assert policy.threads() == judge.threads() == 1  # idle: its own share
+    with judge.busy():
+        assert judge.threads() == 2  # the policy waits: its core is lent
+        with policy.busy():
+            assert judge.threads() == policy.threads() == 1  # both busy: each its share
+        assert judge.threads() == 2
+    assert judge.threads() == 1
+
+
+def test_cores_are_lent_in_proportion_to_shares_and_never_below_ones_own(tmp_path):
+    big, small, idle = ledgers(tmp_path, 2, 1, 1)
+    with big.busy(), small.busy():
+        assert (big.threads(), small.threads()) == (2, 1)  # 4 cores among shares 2 + 1: floor, never more than 4
+    with small.busy():
+        assert small.threads() == 4
+    with big.busy():
+        assert big.threads() == 4
+    assert idle.threads() == 1
+
+
+def test_nested_busy_counts_once(tmp_path):
+    a, b = ledgers(tmp_path, 1, 1)
+    with a.busy():
+        with a.busy():
+            pass
+        assert b.map[2 * a.share.slot + 1] == 1  # still busy after the inner call
+    assert b.map[2 * a.share.slot + 1] == 0
+
+
+def test_forward_hook_sets_the_threads_and_the_share_returns_after_the_phase(tmp_path, threads):
+    torch.set_num_threads(1)
+    lender, borrower = ledgers(tmp_path, 1, 1)
+    model = torch.nn.Linear(4, 4)
+    seen = []
+    model.register_forward_hook(lambda *_: seen.append(torch.get_num_threads()))
+    borrower.watch(model, model, None)  # repeats and None skipped: one hook
+    assert len(model._forward_pre_hooks) == 1
+    x = torch.ones(1, 4)
+    with borrower.busy():
+        model(x)
+        with lender.busy():
+            model(x)
+        model(x)
+    model(x)  # between phases: its share
+    assert seen == [2, 1, 2, 1]
+    assert torch.get_num_threads() == 1
+    assert borrower.take_peak() == 2 and borrower.take_peak() == 1  # the peak since the last reading
+
+
+def test_close_removes_the_file_with_the_last_process(tmp_path):
+    a, b = ledgers(tmp_path, 1, 1)
+    path = a.path
+    a.close()
+    assert path.exists()
+    b.close()
+    assert not path.exists()
+    c = CoreLedger(CoreShare("other", 0, 1), tmp_path)
+    remove("other", tmp_path)
+    assert not c.path.exists()
+    with pytest.raises(ValueError, match="slot"):
+        CoreLedger(CoreShare("run", 10_000, 1), tmp_path)
+
+
+def test_shares_only_when_phases_overlap_and_lending_is_on():
+    assert ScheduleSpec(mode="async").lends_cores
+    assert ScheduleSpec(mode="sync", stream_prompts=2).lends_cores
+    assert not ScheduleSpec(mode="sync").lends_cores  # phases run alone and take the node's cores instead
+    assert not ScheduleSpec(mode="sync", sync_threads="pool").lends_cores
+    assert not ScheduleSpec(mode="async", overlap_threads="pool").lends_cores
+    off, on = CoreShares(False), CoreShares(True)
+    assert off(1) is None and isinstance(ledger(off(1)), NoLedger)
+    a, b = on(1), on(2)
+    assert a.key == b.key and (a.slot, b.slot) == (0, 1) and b.threads == 2
