@@ -99,14 +99,31 @@ class CoreLedger:
         self.peak = max(self.peak, n)
 
     def watch(self, *modules: Any) -> None:
-        """Refresh the thread count before each forward of these (top-level) torch modules; None
-        and repeated modules are skipped."""
+        """Refresh the thread count before each forward of these (top-level) torch modules and of
+        each of their layers (the elements of their ``ModuleList``s), and before each layer's
+        backward (a hook on its output): a training micro-batch's forward and backward take seconds,
+        and a core lent to them returns within a layer. None and repeated modules are skipped."""
+        import torch
+
         seen: set[int] = set()
         for m in modules:
-            if m is None or id(m) in seen or not hasattr(m, "register_forward_pre_hook"):
+            if m is None or id(m) in seen or not isinstance(m, torch.nn.Module):
                 continue
             seen.add(id(m))
             m.register_forward_pre_hook(self.refresh)
+            for stack in m.modules():
+                if isinstance(stack, torch.nn.ModuleList):
+                    for layer in stack:
+                        layer.register_forward_pre_hook(self.refresh)
+                        layer.register_forward_hook(self._before_backward)
+
+    def _before_backward(self, module: Any, args: Any, output: Any) -> None:
+        out = output[0] if isinstance(output, tuple) else output
+        if getattr(out, "requires_grad", False):
+            out.register_hook(self._refresh_grad)
+
+    def _refresh_grad(self, grad: Any) -> None:
+        self.refresh()
 
     @contextmanager
     def busy(self) -> Iterator[None]:

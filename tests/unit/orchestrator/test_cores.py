@@ -74,6 +74,29 @@ def test_forward_hook_sets_the_threads_and_the_share_returns_after_the_phase(tmp
     assert borrower.take_peak() == 2 and borrower.take_peak() == 1  # the peak since the last reading
 
 
+def test_layers_refresh_in_forward_and_backward(tmp_path, threads):
+    """A training micro-batch: the threads follow the ledger layer by layer, in the backward too."""
+    torch.set_num_threads(1)
+    lender, borrower = ledgers(tmp_path, 1, 1)
+    model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)]))
+    model.forward = lambda x: model[0][2](model[0][1](model[0][0](x)))
+    borrower.watch(model)
+    seen = []
+    for layer in model[0]:
+        layer.register_forward_hook(lambda *_: seen.append(("fwd", torch.get_num_threads())))
+    x = torch.ones(1, 4)
+    with borrower.busy():
+        y = model(x).sum()
+        phase = lender.busy()
+        phase.__enter__()  # the lender's phase starts while the borrower trains
+        grads = []
+        model[0][0].weight.register_hook(lambda g: grads.append(torch.get_num_threads()))
+        y.backward()
+        phase.__exit__(None, None, None)
+    assert seen == [("fwd", 2)] * 3
+    assert grads == [1]  # the core went back before the first layer's backward
+
+
 def test_close_removes_the_file_with_the_last_process(tmp_path):
     a, b = ledgers(tmp_path, 1, 1)
     path = a.path
