@@ -324,6 +324,11 @@ class JudgeSpec(Strict):
             raise ValueError("position.shuffle is for listwise judges")
         if p == "logprob" and self.mode == "listwise":
             raise ValueError("the logprob parser scores one response (pointwise) or A vs B (pairwise)")
+        if self.sampling.stop_at_score and (p == "logprob" or self.mode == "listwise"):
+            raise ValueError(
+                "sampling.stop_at_score ends a critique at its first score: pointwise and pairwise judges"
+                " with a text parser (the logprob parser reads the score after the critique)"
+            )
         cands = getattr(self.parser, "candidates", None) if p == "logprob" else None
         if cands is not None and self.mode == "pairwise" and len(cands) != 2:
             raise ValueError(f"parser.candidates: a pairwise judge reads exactly two (A, B), not {cands}")

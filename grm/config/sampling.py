@@ -20,6 +20,11 @@ class JudgeSampling(Strict):
     """Tokens per critique at most."""
     stop: list[str] = []
     """Stop strings; the critique is cut before the first one."""
+    stop_at_score: bool = False
+    """(pointwise and pairwise text parsers) End a critique once the parser reads a score from it
+    that two more characters do not change: the tokens a judge writes after its score line are
+    not generated (hf engine; a server generates to its own end), so a second score line it
+    might have written is not there to read."""
     seed: int = Field(0, ge=0, lt=2**31)
     """Base seed; sample j of an item uses (seed, j), so results do not depend on batching. Below
     2**31: servers (llama.cpp) read seeds as 32-bit integers, and retries add offsets to it."""

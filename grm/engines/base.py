@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -32,6 +32,10 @@ class SamplingParams:
     seed: int | None = None
     """Sample j of a request draws from a generator seeded with (seed, j): the same output
     whatever else is in the batch. None draws from torch's global generator."""
+    stop_when: Callable[[str], bool] | None = field(default=None, compare=False)
+    """A row ends once this returns True on its text so far (kept whole): a judge's critique once
+    its score is read (``sampling.stop_at_score``). The hf engine checks it after every token;
+    server engines generate to their own end and leave it unchecked."""
 
     def replace(self, **kw: Any) -> SamplingParams:
         data = {**self.__dict__, **kw}

@@ -159,11 +159,14 @@ class HFEngine:
                 logps[r].append(host_lp[k])
                 if t in self.eos_ids:
                     finish[r] = "stop"
-                elif sp.stop:
+                elif sp.stop or sp.stop_when is not None:
                     text = self.tokenizer.decode(tokens[r], skip_special_tokens=True)
                     cut = _first_stop(text, sp.stop)
                     if cut is not None:
                         texts[r] = text[:cut]
+                        finish[r] = "stop"
+                    elif sp.stop_when is not None and sp.stop_when(text):
+                        texts[r] = text
                         finish[r] = "stop"
                 if finish[r] is None and step == sp.max_new_tokens - 1:
                     finish[r] = "length"

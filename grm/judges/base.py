@@ -77,11 +77,37 @@ while at those defaults, so a spec written before they existed keeps its hash (a
 resumes); set otherwise (fencing, a group strategy) they change what is judged, and the hash."""
 
 
+LATER_SAMPLING = {"stop_at_score": False}
+"""Sampling options added after specs were first hashed: left out of the hash at these values,
+wherever a sampling section sits (the judge's, its principles', its checklist's)."""
+
+
 def hash_spec(spec: JudgeSpec) -> str:
     # ``limits`` (deadline, concurrency) never change a judgment: a new deadline must not make
     # ``grm eval`` refuse to resume.
-    exclude = {"limits"} | {k for k, default in LATER_FIELDS.items() if getattr(spec, k) == default}
+    exclude: dict[str, Any] = {"limits": True}
+    exclude.update({k: True for k, default in LATER_FIELDS.items() if getattr(spec, k) == default})
+    for name, part in _later_sampling(spec).items():
+        exclude.setdefault(name, part)
     return hashlib.sha256(spec.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
+
+
+def _later_sampling(model: Any) -> dict[str, Any]:
+    """Pydantic ``exclude`` paths of every ``LATER_SAMPLING`` option at its old value in ``model``."""
+    from grm.config.sampling import JudgeSampling
+
+    out: dict[str, Any] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, JudgeSampling):
+            keys = {k for k, old in LATER_SAMPLING.items() if getattr(value, k) == old}
+            if keys:
+                out[name] = keys
+        elif hasattr(type(value), "model_fields"):
+            inner = _later_sampling(value)
+            if inner:
+                out[name] = inner
+    return out
 
 
 def provenance(

@@ -21,7 +21,7 @@ from grm.config.judge import JudgeSpec
 from grm.config.parsers import LogprobParser
 from grm.config.paths import resolve_path
 from grm.config.policy import EngineSpec, OpenAIEngineSpec
-from grm.engines.base import Generation, GenerationEngine, GenerationRequest
+from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 from grm.judges.base import Judge, check_samples, hash_spec, provenance, spread_seconds
 from grm.judges.cost import JudgeCost, MeteredEngine
 from grm.judges.errors import JudgeError
@@ -245,11 +245,22 @@ class CritiqueSampler:
             finish_reason=g.finish_reason,
         )
 
+    def _sampling(self, sp: SamplingParams) -> SamplingParams:
+        """``sp`` with the critique ending at its score when the spec asks (``sampling.stop_at_score``)."""
+        return sp.replace(stop_when=self.score_settled) if self.spec.sampling.stop_at_score else sp
+
+    def score_settled(self, text: str) -> bool:
+        """Whether the parser reads a score from critique ``text`` (after the prefill) that its last
+        two characters did not change: a number or verdict is complete once text follows it."""
+        prefill = self.spec.prefill or ""
+        now = self.parser()(prefill + text).value
+        return now is not None and len(text) > 2 and self.parser()(prefill + text[:-2]).value == now
+
     def _critiques(self, views: list[View], tokens: list[int], mode: Mode) -> None:
         """All critiques of the batch: one generate call per distinct n (usually one)."""
         for n in sorted({v.n for v in views}):
             group = [v for v in views if v.n == n]
-            gens = self.metered.generate([_sent(v) for v in group], sampling_params(self.spec.sampling, n=n))
+            gens = self.metered.generate([_sent(v) for v in group], self._sampling(sampling_params(self.spec.sampling, n=n)))
             for v_idx, v in enumerate(group):
                 for j in range(n):
                     g = gens[v_idx * n + j]
@@ -273,7 +284,9 @@ class CritiqueSampler:
                 reqs.append(
                     GenerationRequest(messages=base.messages, text=base.text, continue_final=base.continue_final, seed=seed)
                 )
-            sp = sampling_params(s, n=1).replace(temperature=max(s.temperature, self.spec.on_failure.retry_temperature))
+            sp = self._sampling(
+                sampling_params(s, n=1).replace(temperature=max(s.temperature, self.spec.on_failure.retry_temperature))
+            )
             gens = self.metered.generate(reqs, sp)
             self.cost.retries += len(gens)
             fresh = []

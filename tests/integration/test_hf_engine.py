@@ -109,6 +109,21 @@ def test_stop_strings_cut_text(smollm2_fp32):
     assert free.text.startswith(stopped.text) and len(stopped.token_ids) < len(free.token_ids)
 
 
+def test_stop_when_ends_a_row_once_it_holds(smollm2_fp32):
+    """``stop_when`` (a judge's ``sampling.stop_at_score``): the row ends after the token that makes
+    it true, the text kept whole; rows it never holds for run on."""
+    req = Req(text="Count: 1, 2, 3, 4, 5,")
+    free = smollm2_fp32.generate([req], SamplingParams(temperature=0, max_new_tokens=16))[0]
+    assert "7" in free.text
+    sp = SamplingParams(temperature=0, max_new_tokens=16, stop_when=lambda text: "7" in text[:-2])
+    stopped, other = smollm2_fp32.generate([req, Req(text="The capital of France is")], sp)
+    assert stopped.finish_reason == "stop" and len(stopped.token_ids) < len(free.token_ids)
+    assert free.text.startswith(stopped.text) and "7" in stopped.text[:-2]
+    before = smollm2_fp32.tokenizer.decode(stopped.token_ids[:-1], skip_special_tokens=True)
+    assert "7" not in before[:-2]  # it held first after the last token
+    assert other.finish_reason == "length" or "7" in other.text[:-2]
+
+
 def test_sampling_reproducible_under_seed(smollm2_fp32):
     sp = SamplingParams(n=3, temperature=1.0, max_new_tokens=16, seed=123)
     req = _chat("Tell me a fun fact.")
