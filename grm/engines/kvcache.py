@@ -101,16 +101,19 @@ def branch_prefixes(prompts: Sequence[Sequence[int]], min_len: int) -> list[tupl
 
 
 @torch.inference_mode()
-def warm(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, cache: PromptCache) -> None:
+def warm(
+    model: Any, prompts: Sequence[Sequence[int]], pad_id: int, cache: PromptCache, nodes: list[tuple[int, ...]] | None = None
+) -> None:
     """Prefill, once each, the prefixes that several of ``prompts`` share, into ``cache``: each on
     top of the longest prefix already there (``prefill`` matches it), so the trie's every edge is
     computed once. A judge's readings share a lot: a group's responses share the judge header and
     the instruction (with the checklist template, each question too). ``prefill`` with the cache
-    then runs each prompt's own tail only."""
+    then runs each prompt's own tail only. ``nodes``: those prefixes, when the caller has them
+    (``branch_prefixes(prompts, cache.min_reuse)``)."""
     record = cache.record
     cache.record = True
     try:
-        for node in branch_prefixes(prompts, cache.min_reuse):
+        for node in branch_prefixes(prompts, cache.min_reuse) if nodes is None else nodes:
             if not any(t[: len(node)] == node for t, _ in cache.entries):  # not inside a kept prompt yet
                 prefill(model, [node], pad_id, extra=0, cache=cache)
     finally:
@@ -126,10 +129,11 @@ def shared_branches(model: Any, prompts: Sequence[Sequence[int]], pad_id: int, m
     as batched) and saves every shared token after the first: in the peer benchmark's judge step
     the 4 responses of a group share the judge header and their question (~60 of 166 tokens)."""
     common = _common_prefix(prompts) if prompts else 0
-    if not any(len(node) > common for node in branch_prefixes(prompts, min_len)):
+    nodes = branch_prefixes(prompts, min_len)
+    if not any(len(node) > common for node in nodes):
         return None
     cache = PromptCache(min_reuse=min_len)
-    warm(model, prompts, pad_id, cache)
+    warm(model, prompts, pad_id, cache, nodes)
     cache.record = False  # the prompts themselves are not kept
     return cache
 

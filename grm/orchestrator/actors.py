@@ -266,8 +266,6 @@ class PolicyActor:
     def train(self, batch: Any, others: Sequence[Any] = ()) -> dict[str, float]:
         """Every optimizer step of one batch (policy, then critic); the engine's version advances by
         one. Each rank of a group trains its shard of the batch (the trainer picks it)."""
-        import torch
-
         from grm.orchestrator.policy_group import gather_first
         from grm.orchestrator.policy_update import train_on_batch
         from grm.training.core import MICRO_BATCHES
@@ -280,7 +278,7 @@ class PolicyActor:
         self.last_micro_batches = MICRO_BATCHES.done
         metrics["train_seconds"] = time.perf_counter() - t0
         # what this call ran with: sync, the node's cores; async, its share plus any cores lent while it ran
-        metrics["threads_training"] = max(torch.get_num_threads(), self.cores.take_peak())
+        metrics["threads_training"] = self.cores.take_peak()
         if self.shared:
             self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
         return _gather(metrics, others, gather_first)

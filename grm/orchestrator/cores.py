@@ -53,7 +53,11 @@ class CoreShares:
 def remove(key: str | None, directory: str | Path = "/dev/shm") -> None:
     """The run's ledger file on this node, gone (the run has ended)."""
     if key is not None:
-        (Path(directory) / f"grm-cores-{key}").unlink(missing_ok=True)
+        ledger_path(key, directory).unlink(missing_ok=True)
+
+
+def ledger_path(key: str, directory: str | Path = "/dev/shm") -> Path:
+    return Path(directory) / f"grm-cores-{key}"
 
 
 class CoreLedger:
@@ -63,7 +67,7 @@ class CoreLedger:
         if not 0 <= share.slot < SLOTS:
             raise ValueError(f"core ledger slot {share.slot} outside 0..{SLOTS - 1}")
         self.share = share
-        self.path = Path(directory) / f"grm-cores-{share.key}"
+        self.path = ledger_path(share.key, directory)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size < 2 * SLOTS:
@@ -142,18 +146,10 @@ class CoreLedger:
                     self.current = self.share.threads
 
     def take_peak(self) -> int:
-        """The most threads a forward ran with since the last call (then reset to the current)."""
+        """The most threads a forward ran with since the last call (then reset to the current);
+        what a call ran with when read right after it."""
         out, self.peak = self.peak, self.current
         return out
-
-    def close(self) -> None:
-        """Leave the ledger (slot zeroed) and remove the file once no process holds a slot."""
-        self.map[2 * self.share.slot] = 0
-        self.map[2 * self.share.slot + 1] = 0
-        empty = not any(self.map[: 2 * SLOTS])
-        self.map.close()
-        if empty:
-            self.path.unlink(missing_ok=True)
 
 
 def set_threads(n: int) -> None:
@@ -167,8 +163,6 @@ def set_threads(n: int) -> None:
 class NoLedger:
     """What a process without lending holds: the same calls, its own threads throughout."""
 
-    current = peak = 0
-
     def watch(self, *modules: Any) -> None:
         pass
 
@@ -177,17 +171,15 @@ class NoLedger:
         yield
 
     def take_peak(self) -> int:
+        """This process's threads (never lent, so what a call ran with)."""
         import torch
 
         return torch.get_num_threads()
 
-    def close(self) -> None:
-        pass
-
 
 def ledger(share: CoreShare | None) -> CoreLedger | NoLedger:
     """The process's ledger for ``share``, or a ``NoLedger`` when nothing is lent (sync mode, or
-    ``schedule.async_threads: pool``) or ``/dev/shm`` is not there to hold it."""
+    ``schedule.overlap_threads: pool``) or ``/dev/shm`` is not there to hold it."""
     if share is None or not Path("/dev/shm").is_dir():
         return NoLedger()
     return CoreLedger(share)

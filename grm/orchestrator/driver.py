@@ -15,7 +15,6 @@ from typing import Any, NoReturn
 
 from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import prompt_stream
-from grm.orchestrator import cores
 from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.canary import Canaries
 from grm.orchestrator.errors import RunError
@@ -111,7 +110,6 @@ class Driver:
             self.lost(e if isinstance(e, RoleLost) else self.watch.lost() or actor_lost(e, self.roles, self.placement))
         finally:
             show.stop()
-            cores.remove(self.roles.cores_key)  # the ledger on this node (a remote node keeps its 512 bytes)
         self.checkpoint(cfg.train.steps)
         self.recorder.write_report()
         self.recorder.close()

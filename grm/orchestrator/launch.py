@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
+from grm.orchestrator import cores
 from grm.orchestrator.driver import Driver
 from grm.orchestrator.live import live_wanted
 from grm.orchestrator.recorder import Recorder
@@ -33,6 +34,7 @@ def run_pipeline(
     if gates is not None:
         gates(loaded, recorder.path)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    driver = None
     try:
         driver = Driver(loaded, recorder, address, live_wanted(no_live))
         # installed after ray.init, whose own SIGTERM handler would otherwise abort without a checkpoint
@@ -44,5 +46,7 @@ def run_pipeline(
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
+        if driver is not None:  # the run's core ledger on this node (a remote node keeps its 512 bytes)
+            cores.remove(driver.roles.cores_key)
         if ray.is_initialized() and not address:
             ray.shutdown()

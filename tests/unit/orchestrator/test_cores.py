@@ -97,13 +97,7 @@ def test_layers_refresh_in_forward_and_backward(tmp_path, threads):
     assert grads == [1]  # the core went back before the first layer's backward
 
 
-def test_close_removes_the_file_with_the_last_process(tmp_path):
-    a, b = ledgers(tmp_path, 1, 1)
-    path = a.path
-    a.close()
-    assert path.exists()
-    b.close()
-    assert not path.exists()
+def test_the_runs_ledger_file_is_removed_at_its_end(tmp_path):
     c = CoreLedger(CoreShare("other", 0, 1), tmp_path)
     remove("other", tmp_path)
     assert not c.path.exists()
