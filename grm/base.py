@@ -1,4 +1,5 @@
-"""What every layer of grm shares: the user-error base class and durable file writes.
+"""What every layer of grm shares: the user-error base class, durable file writes, JSON-lines
+reads that name a damaged line, and the one-writer lock of an output directory.
 
 Imports only the standard library, so any module (config, engines, training, orchestrator) may use
 it without pulling in a heavy dependency or running against the import contract.
@@ -6,12 +7,17 @@ it without pulling in a heavy dependency or running against the import contract.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
 import shutil
 import socket
-from collections.abc import Iterable, Iterator
+import stat
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -48,21 +54,108 @@ def append_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
         os.fsync(fh.fileno())
 
 
-def read_jsonl(path: str | Path, *, repair: bool = True) -> list[dict[str, Any]]:
-    """Every complete line of a JSON-lines file ([] when it does not exist).
+class JsonlError(GrmError):
+    """A damaged JSON-lines file grm wrote or reads: the message says ``FILE:LINE: what is wrong``."""
 
-    A torn last line (the writer was killed mid-line) is not returned and, with ``repair``, is cut
-    off the file so the next append starts on a clean line.
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def regular_file(path: Path, error: type[GrmError] = GrmError) -> bool:
+    """Whether ``path`` exists (following links), or ``error`` when it is not a regular file.
+
+    Checked before anything opens it: reading a FIFO blocks until a writer comes, and a device
+    such as /dev/zero never ends.
+    """
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror or e})") from None
+    if stat.S_ISDIR(mode):
+        raise error(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise error(f"{path}: not a regular file (a FIFO, socket or device); give a file")
+    return True
+
+
+def regular_file_bytes(path: Path, error: type[GrmError] = GrmError) -> bytes | None:
+    """The bytes of ``path`` (None when it does not exist); ``error`` when it is not a regular file."""
+    if not regular_file(path, error):
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def parse_jsonl(raw: bytes, path: str | Path, error: type[GrmError] = JsonlError) -> list[tuple[int, dict[str, Any]]]:
+    """(1-based file line, object) for every non-blank line of ``raw``, or ``error`` naming the line.
+
+    Lines end at b"\\n" alone: U+0085, U+2028 and U+2029 may stand raw inside JSON strings, and
+    ``str.splitlines`` would cut them there. A UTF-8 byte order mark opens the first line, CRLF
+    endings are JSON whitespace; each line is decoded alone, so a bad byte is named by its line.
+    """
+    out = []
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        if n == 1 and line.startswith(_BOM):
+            line = line[len(_BOM) :]
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise error(f"{path}:{n}: not valid UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1})") from None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise error(f"{path}:{n}: invalid JSON: {e.msg} (column {e.colno})") from None
+        except (ValueError, RecursionError) as e:  # an int past 4300 digits; nested too deeply
+            raise error(f"{path}:{n}: invalid JSON: {type(e).__name__}: {str(e)[:200]}") from None
+        if not isinstance(value, dict):
+            raise error(f"{path}:{n}: expected a JSON object ({{...}}), found {type(value).__name__}")
+        out.append((n, value))
+    return out
+
+
+def read_jsonl_numbered(
+    path: str | Path, *, repair: bool = True, check: Callable[[dict[str, Any]], None] | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """(1-based line, object) for every complete line of a JSON-lines file ([] when it does not exist).
+
+    A torn last line (no line end: the writer was killed mid-line, or is still writing it) is not
+    returned and, with ``repair``, is cut off the file so the next append starts on a clean line;
+    only a writer holding the directory's ``writer_lock`` may repair. A bad line before it cannot be
+    a torn write: it raises ``JsonlError`` naming the file and line. ``check(row)`` may refuse a row
+    that is JSON but not what the file holds, by raising ValueError or TypeError with the reason.
     """
     path = Path(path)
-    if not path.exists():
+    raw = regular_file_bytes(path, JsonlError)
+    if raw is None:
         return []
-    raw = path.read_bytes()
     good_end = raw.rfind(b"\n") + 1
-    if repair and good_end < len(raw):
+    try:
+        rows = parse_jsonl(raw[:good_end], path)
+    except JsonlError as e:
+        raise JsonlError(f"{e}; only the last line can be cut short by a killed writer: mend or delete this one") from None
+    if check is not None:
+        for n, row in rows:
+            try:
+                check(row)
+            except (ValueError, TypeError) as e:
+                raise JsonlError(f"{path}:{n}: {e}") from None
+    if repair and good_end < len(raw):  # only once the rest is known good: a damaged file is left as found
         with open(path, "r+b") as fh:
             fh.truncate(good_end)
-    return [json.loads(line) for line in raw[:good_end].splitlines() if line.strip()]
+    return rows
+
+
+def read_jsonl(
+    path: str | Path, *, repair: bool = True, check: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """The objects of ``read_jsonl_numbered`` without their line numbers."""
+    return [row for _, row in read_jsonl_numbered(path, repair=repair, check=check)]
 
 
 def rewrite_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -71,58 +164,213 @@ def rewrite_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     atomic_write_text(path, text)
 
 
+# --------------------------------------------------------------------------- one writer a directory
+
+LOCK_FILE = ".grm-writer.lock"
+
+
+@contextmanager
+def writer_lock(directory: str | Path, command: str, error: type[GrmError] = GrmError) -> Iterator[None]:
+    """Hold ``directory`` for one writing ``command`` (``"grm eval"``), or raise ``error`` naming
+    the command and pid that holds it.
+
+    A second writer would repair (cut) the last line the first is still writing, and interleave
+    its appends with the first's. The lock is an exclusive ``flock`` on ``DIR/.grm-writer.lock``,
+    which the kernel drops when its process ends however it ends, so it is never stale.
+    """
+    import fcntl  # POSIX only, like the rest of a run; imported here so ``import grm`` needs none
+
+    directory = Path(directory)
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise error(f"{directory}: cannot create its lock file {LOCK_FILE} ({e.strerror or e})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "grm command (pid unknown)"
+            raise error(f"{directory} is being written by a running {holder}; let it finish, or use another directory") from None
+        except OSError:
+            pass  # a filesystem without locks (some network mounts): run unguarded rather than not at all
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{command} (pid {os.getpid()})\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+
+
 # --------------------------------------------------------------------------- atomic writes
 
 
+def fsync_dir(path: str | Path) -> None:
+    """Make the names created, renamed or removed in directory ``path`` durable: a file's own fsync
+    does not cover its directory entry, so without this a power cut can undo a finished rename."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):  # a filesystem that cannot sync a directory
+            raise
+    finally:
+        os.close(fd)
+
+
+def _new_file_mode(path: Path) -> int:
+    """The permissions ``open(path, "w")`` would give: the old file's, else 0o666 less the umask
+    (``mkstemp`` makes its file 0o600, which would hide a run's files from the rest of a team)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        pass
+    try:  # Linux reports the umask; elsewhere reading it means setting it, briefly
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file, fsync and one rename."""
+    """Replace ``path`` by ``text``: a reader sees the old file or the new one, never a part, and once
+    this returns the new one survives a power cut.
+
+    Each call writes a temp file of its own beside ``path`` (two writers never share one; the last
+    rename wins), fsyncs it, renames it over ``path`` and fsyncs the directory. A failure (a full
+    disk) removes the temp file and leaves ``path`` as it was.
+    """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), _new_file_mode(path))
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+# A directory that ``atomic_dir`` writes is staged as ``.NAME.tmp`` and, while it replaces an older
+# one, that older one waits as ``.NAME.old``; a directory being deleted is first renamed to
+# ``.NAME.trash-*``, so no half-deleted directory ever sits under a name a reader looks at.
+def _staged(path: Path, what: str) -> Path:
+    return path.with_name(f".{path.name}.{what}")
+
+
+def is_complete(path: str | Path) -> bool:
+    """Whether ``path`` is a directory ``atomic_dir`` finished (its ``COMPLETE`` marker exists)."""
+    return (Path(path) / "COMPLETE").is_file()
+
+
+def discard_dir(path: str | Path) -> None:
+    """Delete directory ``path`` (if it exists): one rename takes it out of sight, then it is removed;
+    a crash midway leaves a ``.NAME.trash-*`` directory that ``settle_dir`` removes."""
+    path = Path(path)
+    trash = path.with_name(f".{path.name.lstrip('.')}.trash-{uuid.uuid4().hex[:12]}")
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def settle_dir(path: str | Path) -> None:
+    """Finish or undo what a crash cut short in ``atomic_dir(path)``, so ``path`` is a complete
+    directory whenever a complete version of it was on disk.
+
+    Replacing a directory takes two renames (``path`` -> ``.old``, ``.tmp`` -> ``path``): after a
+    crash between them ``path`` is missing, and the finished ``.tmp`` (else the ``.old``) takes its
+    place. Leftovers go: an ``.old`` beside a present ``path``, any other ``.tmp``, trash. Only the
+    directory's one writer may call this (it would take a ``.tmp`` another writer is filling).
+    """
+    path = Path(path)
+    tmp, old = _staged(path, "tmp"), _staged(path, "old")
+    if not path.exists():
+        for candidate in (tmp, old):  # the newer whole version first
+            if is_complete(candidate):
+                os.rename(candidate, path)
+                fsync_dir(path.parent)
+                break
+    if path.exists():
+        discard_dir(old)
+    discard_dir(tmp)  # unfinished, or finished before the swap began: the write did not happen
+    for trash in path.parent.glob(f".{path.name}.*trash-*"):
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _seal(tmp: Path) -> None:
+    """fsync every file under ``tmp``, then the ``COMPLETE`` marker, then every directory: the marker
+    is durable only once all it vouches for is."""
+    dirs = [tmp]
+    for p in tmp.rglob("*"):
+        if p.is_dir() and not p.is_symlink():
+            dirs.append(p)
+        elif p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+    with open(tmp / "COMPLETE", "w") as fh:
+        fh.write("ok\n")
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    for d in reversed(dirs):
+        fsync_dir(d)
 
 
 @contextmanager
 def atomic_dir(path: str | Path, *, is_writer: bool = True) -> Iterator[Path]:
-    """Yield a temp dir next to ``path``; on success it replaces ``path`` in one rename.
+    """Yield a temp dir next to ``path``; on success it takes ``path``'s place, ``COMPLETE`` marked.
 
-    A crash inside the block leaves ``path`` as it was (the old checkpoint or nothing): a half
-    written directory never sits where a loader would look, and a ``COMPLETE`` marker is written
-    last. ``is_writer=False`` (non-zero ranks) only yields the shared temp dir; the writer renames.
+    A crash at any point leaves a complete version of ``path`` (the old one or the new one) for
+    ``settle_dir`` to find: a half written directory never sits where a loader would look, and an
+    old one is removed only after the new one is complete and in place. A failure inside the block
+    removes the temp dir. ``is_writer=False`` (non-zero ranks) only yields the shared temp dir; the
+    writer creates, seals and renames it.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp, old = _staged(path, "tmp"), _staged(path, "old")
     if is_writer:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        settle_dir(path)  # an earlier write a crash interrupted
+        discard_dir(tmp)
+        tmp.mkdir()
     try:
         yield tmp
         if not is_writer:
             return
-        (tmp / "COMPLETE").write_text("ok\n")
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                with open(p, "rb") as fh:
-                    os.fsync(fh.fileno())
+        _seal(tmp)
     except BaseException:
         if is_writer:  # a failed write (disk full, a crash in the block) leaves no half directory behind
-            shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                discard_dir(tmp)
         raise
-    old = path.with_name(f".{path.name}.old")
-    if path.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        if path.exists():
+            os.rename(path, old)
+        os.rename(tmp, path)
+        fsync_dir(path.parent)
+    except OSError:
+        with contextlib.suppress(OSError):  # put a complete version back in place, if the disk lets us
+            settle_dir(path)
+        raise
+    with contextlib.suppress(OSError):  # the new one is in place; a leftover is settled next time
+        discard_dir(old)
 
 
 def check_complete(path: str | Path) -> Path:
     """``path`` if it is a directory ``atomic_dir`` finished, else FileNotFoundError."""
     path = Path(path)
-    if not (path / "COMPLETE").is_file():
+    if not is_complete(path):
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no COMPLETE marker)")
     return path
 

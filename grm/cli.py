@@ -6,15 +6,16 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from grm import cli_args
 from grm.base import GrmError
-
-if TYPE_CHECKING:
-    from grm.evaluation.length_control import LengthControl
+from grm.terminal import escape_controls
 
 
 def _err(msg: str) -> None:
+    # A message may quote a path, a data cell or a model's text: never its control codes, on a
+    # terminal or in a log someone later reads on one. Newlines stay (a list of config errors).
+    msg = escape_controls(msg)
     print(f"error: {msg}" if "\n" not in msg else "error:\n" + msg, file=sys.stderr)
 
 
@@ -41,17 +42,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from grm.models import grm_home, list_models
+    from grm.terminal import console
 
     table = Table(title=f"builtin models (cache: {grm_home()})")
     for col in ("name", "upstream", "size", "status", "source", "license"):
         table.add_column(col)
     for row in list_models():
         table.add_row(*row.values())
-    Console().print(table)
+    console().print(table)
     print("Also accepted anywhere a model is named: a local Hugging Face model directory, or a hub id.")
     return 0
 
@@ -88,15 +89,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         dry_run(args.pipeline, args.overrides, args.address)
         return 0
     from grm.evaluation.gate import run_gates
+    from grm.orchestrator.errors import RunStopped
     from grm.orchestrator.launch import run_pipeline
 
     try:
         out = run_pipeline(
             args.pipeline, args.overrides, resume=args.resume, address=args.address, no_live=args.no_live, gates=run_gates
         )
-    except KeyboardInterrupt:
-        _err("interrupted; a checkpoint was written; continue with --resume RUN_DIR")
-        return 130
+    except RunStopped as e:  # a stop signal: the message names the checkpoint to resume from
+        _err(str(e))
+        return e.exit_code
     print(
         f"run directory: {out}\n  report: {out}/report.md (curves.png)\n  metrics: {out}/metrics.jsonl\n  samples: {out}/samples.jsonl\n"  # noqa: E501
         f"  tensorboard: tensorboard --logdir {out}/tensorboard\n  checkpoints: {out}/checkpoints/"
@@ -197,27 +199,11 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
-def _length_control(text: str) -> LengthControl:
-    from grm.evaluation.length_control import parse_length_control
-
-    try:
-        return parse_length_control(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-LENGTH_CONTROL_HELP = (
-    "also report the pairs' swap-combined accuracy with length controlled: regress (remove the margin's "
-    "linear dependence on the length difference, slope fitted on these pairs) or penalty:COEF (the longer "
-    "response loses COEF per character beyond the pair's median)"
-)
-
-
 # ----------------------------------------------------------------------------- parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli_args.Parser(
         prog="grm",
         description="RLAIF with generative reward models: judges that critique then score.",
         epilog="Docs: README.md. Every YAML path may be relative to the YAML or builtin:NAME.",
@@ -228,9 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run an RLAIF pipeline (rollout, judges, rewards, training) on Ray")
-    run.add_argument("pipeline", metavar="PIPELINE.yaml", help="pipeline YAML (path or builtin:NAME)")
+    run.add_argument("pipeline", type=cli_args.spec, metavar="PIPELINE.yaml", help="pipeline YAML (path or builtin:NAME)")
     run.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override pipeline fields, e.g. train.steps=5")
-    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    run.add_argument("--resume", type=cli_args.writable_dir, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     run.add_argument("--address", metavar="RAY_ADDRESS", help="join an existing Ray cluster instead of starting one")
     run.add_argument(
         "--dry-run",
@@ -245,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     v = sub.add_parser("validate", help="check pipeline/judge/policy YAMLs (and what they reference)")
-    v.add_argument("files", nargs="+", metavar="FILE.yaml")
+    v.add_argument("files", nargs="+", type=cli_args.spec, metavar="FILE.yaml")
     v.add_argument(
         "--set",
         dest="overrides",
@@ -268,14 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
     j = sub.add_parser("judge", help="author judges: render, try and lint judge prompts")
     jsub = j.add_subparsers(dest="judge_command", metavar="ACTION", required=True)
     jr = jsub.add_parser("render", help="print the exact prompt(s) a judge sends for a sample")
-    jr.add_argument("judge", metavar="JUDGE.yaml")
-    jr.add_argument("--sample", required=True, metavar="SAMPLE.json")
+    jr.add_argument("judge", type=cli_args.spec, metavar="JUDGE.yaml")
+    jr.add_argument("--sample", required=True, type=cli_args.existing_file, metavar="SAMPLE.json")
     jt = jsub.add_parser("try", help="run a judge on a sample: critiques, parses, final score")
-    jt.add_argument("judge", metavar="JUDGE.yaml")
-    jt.add_argument("--sample", required=True, metavar="SAMPLE.json")
+    jt.add_argument("judge", type=cli_args.spec, metavar="JUDGE.yaml")
+    jt.add_argument("--sample", required=True, type=cli_args.existing_file, metavar="SAMPLE.json")
     jt.add_argument("--json", action="store_true", help="print the full result as JSON")
     jl = jsub.add_parser("lint", help="check templates and parsers (undefined variables, examples)")
-    jl.add_argument("files", nargs="+", metavar="JUDGE.yaml|TEMPLATE.j2")
+    jl.add_argument("files", nargs="+", type=cli_args.existing_file, metavar="JUDGE.yaml|TEMPLATE.j2")
     for sp in (jr, jt):
         sp.add_argument(
             "overrides",
@@ -290,29 +276,50 @@ def build_parser() -> argparse.ArgumentParser:
         "eval",
         help="judge a labelled data set with judges (--data), or evaluate a policy on prompts (--policy); resumable",
     )
-    e.add_argument("judges", nargs="?", metavar="JUDGE[,JUDGE2...]", help="judge specs (paths or builtin:NAME), comma separated")
+    e.add_argument(
+        "judges",
+        nargs="?",
+        type=cli_args.spec_list,
+        metavar="JUDGE[,JUDGE2...]",
+        help="judge specs (paths or builtin:NAME), comma separated",
+    )
     e.add_argument(
         "--data",
+        type=cli_args.data_source,
         metavar="SOURCE",
         help="judge mode: .json/.jsonl/.csv/.parquet file, a saved datasets directory, or builtin:arith-pairs",
     )
     e.add_argument(
         "--policy",
+        type=cli_args.model_ref,
         metavar="POLICY",
         help="policy mode: generate with POLICY (a run dir: its latest checkpoint; a checkpoint dir; a policy spec; "
         "a model alias or local HF dir) on --prompts, then score the responses with JUDGES",
     )
-    e.add_argument("--prompts", metavar="SET", help="policy mode: prompt set (builtin:NAME or a .jsonl/.json/.csv file)")
+    e.add_argument(
+        "--prompts",
+        type=cli_args.data_source,
+        metavar="SET",
+        help="policy mode: prompt set (builtin:NAME or a .jsonl/.json/.csv file)",
+    )
     e.add_argument(
         "--against",
+        type=cli_args.model_ref,
         metavar="OTHER",
         help="policy mode: a second policy, generated and scored the same way; pairwise JUDGES give POLICY's win rate",
     )
-    e.add_argument("--max-new-tokens", type=int, metavar="N", help="policy mode: tokens per response at most (64)")
-    e.add_argument("--temperature", type=float, metavar="T", help="policy mode: sampling temperature (0: greedy, the default)")
-    e.add_argument("--seed", type=int, metavar="S", help="policy mode: sampling seed (0)")
-    e.add_argument("--out", required=True, metavar="DIR", help="output directory; re-running with it resumes")
-    e.add_argument("--limit", type=int, metavar="N", help="first N items only")
+    e.add_argument("--max-new-tokens", type=cli_args.positive, metavar="N", help="policy mode: tokens per response at most (64)")
+    e.add_argument(
+        "--temperature",
+        type=cli_args.non_negative,
+        metavar="T",
+        help="policy mode: sampling temperature (0: greedy, the default)",
+    )
+    e.add_argument("--seed", type=cli_args.seed, metavar="S", help="policy mode: sampling seed (0)")
+    e.add_argument(
+        "--out", required=True, type=cli_args.out_dir, metavar="DIR", help="output directory; re-running with it resumes"
+    )
+    e.add_argument("--limit", type=cli_args.positive, metavar="N", help="first N items only")
     e.add_argument(
         "--map",
         action="append",
@@ -325,30 +332,57 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) rows that fail validation")
     e.add_argument(
         "--batch-size",
-        type=int,
+        type=cli_args.positive,
         default=16,
         metavar="N",
         help="items judged (policy mode: prompts generated) per batch and per fsync",
     )
-    e.add_argument("--length-control", type=_length_control, metavar="regress|penalty:COEF", help=LENGTH_CONTROL_HELP)
+    e.add_argument(
+        "--length-control", type=cli_args.length_control, metavar="regress|penalty:COEF", help=cli_args.LENGTH_CONTROL_HELP
+    )
     e.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override fields of every judge")
     e.set_defaults(func=cmd_eval)
 
     r = sub.add_parser("rescore", help="re-parse and re-aggregate an eval's raw outputs without generating")
-    r.add_argument("dir", metavar="DIR")
-    r.add_argument("--judge", metavar="JUDGE.yaml", help="a changed judge spec (parser/aggregation) to apply")
-    r.add_argument("--length-control", type=_length_control, metavar="regress|penalty:COEF", help=LENGTH_CONTROL_HELP)
+    r.add_argument("dir", type=cli_args.writable_dir, metavar="DIR")
+    r.add_argument("--judge", type=cli_args.spec, metavar="JUDGE.yaml", help="a changed judge spec (parser/aggregation) to apply")
+    r.add_argument(
+        "--length-control", type=cli_args.length_control, metavar="regress|penalty:COEF", help=cli_args.LENGTH_CONTROL_HELP
+    )
     r.set_defaults(func=cmd_rescore)
 
     w = sub.add_parser("view", help="browse run and eval directories in a local web page (curves, samples, critiques)")
-    w.add_argument("dirs", nargs="+", metavar="DIR", help="run directories (grm run) and eval directories (grm eval --out)")
+    w.add_argument(
+        "dirs",
+        nargs="+",
+        type=cli_args.existing_dir,
+        metavar="DIR",
+        help="run directories (grm run) and eval directories (grm eval --out)",
+    )
     w.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    w.add_argument("--port", type=int, default=0, help="port (default 0: a free one; the URL is printed)")
+    w.add_argument("--port", type=cli_args.port, default=0, help="port (default 0: a free one; the URL is printed)")
     w.set_defaults(func=cmd_view)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:  # output still buffered meets a reader that left here, not in the interpreter's exit
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (`grm judge render ... | head -3`): stop quietly, as cat does. stdout now
+        # points at /dev/null, so the interpreter's flush at exit does not raise it again.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):  # stdout replaced by an object without a descriptor
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer the pipe ended
+
+
+def _main(argv: Sequence[str] | None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     parser = build_parser()
     # key=value overrides may come after options (`grm judge try J --sample S sampling.n=2`).

@@ -89,7 +89,8 @@ def ppo_policy_loss(
     ``min(exp(old - behaviour), tis_cap)`` (TIS), correcting for a rollout policy that differs from
     the trainer's. ``tokens`` / ``sequences``: whole-batch counts (see ``aggregate_loss``).
     Returns ``(loss, metrics)``: clip_frac, dual_clip_frac, approx_kl (k3 of old vs new),
-    ratio_mean, tis_weight_mean (metrics over this ``mask``).
+    ratio_mean, tis_weight_mean and tis_capped_frac (tokens whose ratio the cap cut; 1.0 and 0.0
+    without TIS), all over this ``mask``.
     """
     adv = advantages[:, None] if advantages.dim() == 1 else advantages
     adv = adv.to(logprobs.dtype)
@@ -106,9 +107,10 @@ def ppo_policy_loss(
         cap = -adv * dual_clip
         dual = (adv < 0) & (loss > cap)
         loss = torch.where(adv < 0, torch.minimum(loss, cap), loss)
-    tis_w = None
+    tis_w = capped = None
     if behaviour_logprobs is not None and tis_cap is not None:
-        tis_w = torch.exp(old_logprobs - behaviour_logprobs).clamp(max=tis_cap).detach()
+        raw = torch.exp(old_logprobs - behaviour_logprobs).detach()
+        tis_w, capped = raw.clamp(max=tis_cap), raw > tis_cap
         loss = loss * tis_w
     total = aggregate_loss(loss, mask, aggregation, tokens=tokens, sequences=sequences)
     with torch.no_grad():
@@ -118,6 +120,7 @@ def ppo_policy_loss(
             "approx_kl": float(masked_mean(ratio - 1 - log_ratio, mask)),
             "ratio_mean": float(masked_mean(ratio, mask)),
             "tis_weight_mean": float(masked_mean(tis_w, mask)) if tis_w is not None else 1.0,
+            "tis_capped_frac": float(masked_mean(capped.to(loss.dtype), mask)) if capped is not None else 0.0,
         }
     return total, metrics
 

@@ -32,12 +32,12 @@ class ChecklistSpec(Strict):
     """(source: model) How the checklist is written (one per prompt: n is 1). A reply with no
     question in it is written again (``on_failure.retries`` times, new seed, at least
     ``on_failure.retry_temperature``), then the prompt's responses are masked."""
-    max_items: int = Field(6, ge=1)
+    max_items: int = Field(6, ge=1, le=256)
     """(source: model) Questions kept from a written checklist: its first ones. (source: data) The
     most a prompt's checklist may hold: a longer one is refused, naming its row, when ``grm run``
     loads the data (or, in ``grm eval`` and ``grm judge try``, when the item is judged), never cut.
     Either source: the questions per response a derived call deadline allows for (``limits``)."""
-    cache_size: int = Field(4096, ge=1)
+    cache_size: int = Field(4096, ge=1, le=1 << 20)
     """(source: model) Written checklists a judge process keeps (least recently used dropped)."""
 
     @field_validator("template")

@@ -3,12 +3,14 @@ handling + failure policy; or a rule verifier."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from grm.config.base import Strict, check_file
+from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, check_file
 from grm.config.checklist import ChecklistSpec, check_checklist_judge
+from grm.config.names import SafeName
 from grm.config.parsers import (
     ParserSpec,
     RegexParser,
@@ -16,6 +18,7 @@ from grm.config.parsers import (
 )
 from grm.config.policy import EngineSpec, HFEngineSpec
 from grm.config.sampling import JudgeSampling
+from grm.config.user_regex import compile_user_regex
 
 # ---------------------------------------------------------------- aggregation, position, failure
 
@@ -26,7 +29,7 @@ class AggregateSpec(Strict):
     type: Literal["mean", "median", "sum", "majority", "meta"] = "mean"
     meta_judge: str | None = None
     """(meta) judge spec that scores each critique (pointwise over the critique text)."""
-    top_k: int = Field(1, ge=1)
+    top_k: int = Field(1, ge=1, le=1024)
     """(meta) only the k critiques the meta judge rates highest vote."""
 
     @model_validator(mode="after")
@@ -79,11 +82,11 @@ class GroupSpec(Strict):
     fallback: Literal["greedy", "reference"] = "greedy"
     """(anchor previous) The anchor of a prompt the store has no earlier response for: the current
     policy's greedy response, or the prompt's reference answer (needs ``data.reference_field``)."""
-    remember: int = Field(10_000, ge=1)
+    remember: int = Field(10_000, ge=1, le=10_000_000)
     """(anchor previous) Prompts whose last greedy response the run's store keeps (the least
     recently rolled out are forgotten first; a forgotten prompt gets ``fallback``). Each holds one
     response, at most 1 + ``max_staleness`` in async mode. With several such judges, the largest."""
-    max_comparisons: int | None = Field(None, ge=1)
+    max_comparisons: int | None = Field(None, ge=1, le=1 << 20)
     """Comparisons per group at most; None: all the strategy plans. Fewer are chosen so every
     response keeps one where the budget allows (a ring first, then the rest in a seeded order); a
     response left with none is masked."""
@@ -108,13 +111,13 @@ class GroupSpec(Strict):
 class FailureSpec(Strict):
     """What happens when a sample cannot be parsed."""
 
-    retries: int = Field(1, ge=0)
+    retries: int = Field(1, ge=0, le=100)
     """Failed samples are re-sampled (new seed) this many times, then masked (score None). With the
     logprob parser a sample fails when a candidate's log-prob cannot be read after its critique
     (e.g. not among a server's top log-probs): the critique is re-sampled and read again. With
     ``critique: false`` there is nothing to re-sample (the same prompt gives the same log-probs), so
     such a reading is masked at once."""
-    retry_temperature: float = Field(0.7, ge=0)
+    retry_temperature: Temperature = 0.7
     """Lowest temperature a retry samples at: a greedy judge's retry would repeat its failure."""
 
 
@@ -140,20 +143,32 @@ class JudgeLimits(Strict):
     (e.g. ``seconds_per_token: 0.02``) or set ``deadline_s``.
     """
 
-    deadline_s: float | None = Field(None, gt=0)
+    deadline_s: Seconds | None = Field(None, gt=0)
     """Seconds one call may take, whatever its size; None derives it from the call's size (above).
     Wins over the pipeline's ``faults.judge_timeout_s``, which wins over the derived deadline."""
-    overhead_s: float = Field(60.0, ge=0)
+    overhead_s: Seconds = Field(60.0, ge=0)
     """Seconds every derived deadline starts from (scheduling, a restarted actor, a reference pass
     queued on the judge's pool)."""
-    seconds_per_prompt: float = Field(20.0, ge=0)
+    seconds_per_prompt: Seconds = Field(20.0, ge=0)
     """Seconds allowed per judge prompt read (prefill of the rendered prompt, score readings)."""
-    seconds_per_token: float = Field(0.5, ge=0)
+    seconds_per_token: Seconds = Field(0.5, ge=0)
     """Seconds allowed per token the judge may generate for a sample (see above)."""
-    max_concurrent_calls: int = Field(1, ge=1)
+    max_concurrent_calls: int = Field(1, ge=1, le=1024)
     """Calls of this judge in flight at once in ``grm run``; more wait, in order, and their deadline
     starts when they are issued. A judge actor runs one call at a time, so with more than 1 the
     extra calls queue inside the actor with their deadline already running."""
+    template_max_chars: int = Field(2_000_000, ge=1, le=1 << 30)
+    """Characters one render of the judge's templates may emit, text captured by macros and
+    ``{% set %}`` blocks included, and the largest string or list it may build; the default is
+    above any judge's context window (``grm.judges.sandbox``)."""
+    template_max_steps: int = Field(200_000, ge=1, le=1 << 40)
+    """Loop iterations, calls, filters, operators and output pieces one render may run (a shipped
+    template runs fewer than 30 on its fixtures)."""
+    template_timeout_s: Seconds = Field(10.0, gt=0)
+    """Wall-clock seconds one render may take, a backstop for steps that each scan long text."""
+    regex_timeout_s: Seconds = Field(1.0, gt=0)
+    """Seconds a user regex (a ``regex`` parser's, a ``regex-format`` rule's) may spend on one
+    text; past it the parse fails (counted, masked), it never hangs."""
 
 
 class GuardSpec(Strict):
@@ -165,12 +180,12 @@ class GuardSpec(Strict):
     ``JudgeResult.truncated``. Fencing, opt-in (``fence``): responses are shown as data.
     """
 
-    max_response_tokens: int | None = Field(None, ge=1)
+    max_response_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     """Most judge tokens a response keeps (per response). None: whatever fits, which the engine
     tells: the model's context window (``max_position_embeddings``) less the rendered prompt without
     the responses, ``sampling.max_new_tokens`` and a small reserve, shared among the responses
     shown (a short one keeps all of its length, long ones split the rest)."""
-    max_response_chars: int = Field(32_000, ge=1)
+    max_response_chars: int = Field(32_000, ge=1, le=1 << 26)
     """Characters a response keeps when the engine cannot count tokens (no local tokenizer, e.g. a
     server's chat endpoint) or knows no context window and ``max_response_tokens`` is unset."""
     fence: bool = False
@@ -199,11 +214,24 @@ class PrinciplesSpec(Strict):
     template: str
     """Jinja2 template (path or builtin:NAME) rendering the principles request."""
     sampling: JudgeSampling = JudgeSampling(n=1, temperature=0.0, max_new_tokens=160)
+    """How the principles are written: once per item (n: 1), shared by all of the item's critiques."""
 
     @field_validator("template")
     @classmethod
     def _exists(cls, v: str, info: ValidationInfo) -> str:
         return check_file(v, info, "prompts")
+
+    @field_validator("sampling")
+    @classmethod
+    def _one_set(cls, v: JudgeSampling) -> JudgeSampling:
+        # Each critique of an item is rendered with the item's one set of principles; several sets
+        # would each need their own critiques, views and votes, which no judge mode combines.
+        if v.n != 1:
+            raise ValueError(
+                f"n is {v.n}, but the principles stage writes one set of principles per item (n: 1); "
+                "for more votes raise the judge's own sampling.n (critiques)"
+            )
+        return v
 
 
 class RuleSpec(Strict):
@@ -214,17 +242,26 @@ class RuleSpec(Strict):
     ``data.constraints_field`` in a pipeline, the ``constraints`` column in ``grm eval``) all hold
     (1.0) or not (0.0), per type in ``JudgeResult.details``; a sample without them is masked."""
     pattern: str | None = None
-    """(regex-format) the response must match this regex (search) to score 1."""
-    tolerance: float = 1e-6
+    """(regex-format) the response must match this regex (search, ``.`` matches newlines too) to
+    score 1. Checked like a regex parser's pattern (``grm.config.user_regex``); a check past
+    ``limits.regex_timeout_s`` masks the sample."""
+    tolerance: float = Field(1e-6, ge=0)
     """(numeric-answer) absolute tolerance when comparing with the reference."""
     case_sensitive: bool = False
     """(exact-match) compare case-sensitively."""
-    target_tokens: int | None = None
+    target_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     """(length) the length, in whitespace tokens, the score is measured against (see ``prefer``)."""
     prefer: Literal["shorter", "longer"] = "shorter"
     """(length) ``shorter``: up to ``target_tokens`` score 1, longer decays linearly to 0 at 2x (a brevity
     reward); ``longer``: the score is ``min(1, tokens / target_tokens)`` (a length-only reward, the
     control that tells whether a judge's gain is only length)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            compile_user_regex(v, re.DOTALL)
+        return v
 
     @model_validator(mode="after")
     def _needs(self) -> RuleSpec:
@@ -246,8 +283,8 @@ class ExampleOutput(Strict):
 class JudgeSpec(Strict):
     """A generative reward model (or a rule verifier when ``mode: rule``)."""
 
-    name: str
-    """Name used in rewards, metrics and reports."""
+    name: SafeName
+    """Name used in rewards, metrics, reports and directories (a gate's): letters, digits, '.', '_', '-'."""
     description: str = ""
     mode: Literal["pointwise", "pairwise", "listwise", "checklist", "rule"] = "pointwise"
     """pointwise: score each response; pairwise: A vs B; listwise: several responses at once;

@@ -30,7 +30,7 @@ class GateSpec(Strict):
     min_accuracy: float = Field(ge=0, le=1)
     """The bar, as a fraction of pairs in [0, 1]: the judge's swap-combined accuracy (``grm eval``'s
     ``accuracy_swap_combined``; ties and masked judgments count as wrong) must be at least this."""
-    limit: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1, le=10**9)
     """Evaluate only the first N pairs of ``data``; None: all of them."""
 
     @field_validator("data")
@@ -45,9 +45,9 @@ class CanarySpec(Strict):
 
     data: str
     """Labelled pairs, as for ``gate.data`` (builtin:NAME or a file relative to this pipeline)."""
-    every: int = Field(ge=1)
+    every: int = Field(ge=1, le=10**7)
     """Re-score the set after every K-th training step (steps K, 2K, ...)."""
-    limit: int = Field(32, ge=1)
+    limit: int = Field(32, ge=1, le=1 << 20)
     """Pairs re-scored each time: the first N of ``data`` (every reading uses the same ones)."""
     max_drop: float = Field(0.1, ge=0, le=1)
     """Largest tolerated fall of the canary's accuracy, in accuracy points (fraction of pairs, [0, 1])

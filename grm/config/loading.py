@@ -1,190 +1,21 @@
-"""YAML loading that remembers where every value came from.
+"""Validation of YAML configs and ``key.path=value`` overrides, with errors that say where.
 
 Errors are reported as ``FILE:LINE: field.path: what was expected, what was found`` so that a user
-never sees a traceback for a typo. PyYAML's composer gives us node marks; we walk the node tree
-once to build a map from key paths to line numbers and then construct plain Python data.
+never sees a traceback for a typo; ``grm.config.yaml_reader`` reads the file and knows the lines.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from grm.base import GrmError
+from grm.config.yaml_reader import ConfigError, Located, load_yaml, parse_yaml_text, yaml_value
 
-Key = tuple[Any, ...]
-
-
-class ConfigError(GrmError):
-    """A user error in a config file or override: printed as one line, never as a traceback."""
-
-
-@dataclass
-class Located:
-    """Plain data loaded from a YAML file plus the line (1-based) of every key path."""
-
-    data: Any
-    path: Path
-    lines: dict[Key, int] = field(default_factory=dict)
-    overrides: dict[Key, str] = field(default_factory=dict)
-    """Key paths set on the command line, with the override text, so errors can name it."""
-
-    def line_of(self, key: Iterable[Any]) -> int:
-        """Line of the deepest known prefix of ``key`` (so a missing field points at its parent)."""
-        key = tuple(key)
-        while key:
-            if key in self.lines:
-                return self.lines[key]
-            key = key[:-1]
-        return self.lines.get((), 1)
-
-    def where(self, key: Iterable[Any] = ()) -> str:
-        key = tuple(key)
-        for k, text in self.overrides.items():
-            if key[: len(k)] == k:
-                return f"{self.path}: override '{text}'"
-        return f"{self.path}:{self.line_of(key)}"
-
-
-MAX_NODES = 50_000
-"""Values a config may hold once its aliases are expanded. Shipped configs hold a few hundred;
-aliases of aliases can expand into billions ("billion laughs") and would hang the loader."""
-
-
-def _line_map(root: yaml.Node, path: Path, loader: yaml.SafeLoader) -> dict[Key, int]:
-    """The line (1-based) of every key path; iterative, and bounded by ``MAX_NODES``."""
-    lines: dict[Key, int] = {}
-    stack: list[tuple[yaml.Node, Key]] = [(root, ())]
-    while stack:
-        node, key = stack.pop()
-        lines.setdefault(key, node.start_mark.line + 1)
-        if len(lines) > MAX_NODES:
-            raise ConfigError(f"{path}:{node.start_mark.line + 1}: more than {MAX_NODES} values (aliases of aliases?)")
-        if isinstance(node, yaml.MappingNode):
-            for k_node, v_node in node.value:
-                k = _key_of(k_node, loader)
-                lines[key + (k,)] = k_node.start_mark.line + 1
-                stack.append((v_node, key + (k,)))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                lines[key + (i,)] = item.start_mark.line + 1
-                stack.append((item, key + (i,)))
-    return lines
-
-
-def _key_of(k_node: yaml.Node, loader: yaml.SafeLoader) -> Any:
-    """A mapping key as the constructed data holds it (``0x1F: 1`` holds the int 31), so an error
-    about the key finds its line."""
-    if not isinstance(k_node, yaml.ScalarNode):
-        return None  # a list or mapping as a key: construction refused it already
-    try:
-        return loader.construct_object(k_node)
-    except yaml.YAMLError:  # pragma: no cover - the same node was constructed once already
-        return k_node.value
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep=deep)
-        except (yaml.YAMLError, RecursionError):
-            raise
-        except Exception as e:  # `!!int x`, `!!bool maybe`, `2001-13-45`: PyYAML's constructors raise these unmarked
-            what = f"{node.value!r} " if isinstance(node, yaml.ScalarNode) else ""
-            kind = node.tag.rsplit(":", 1)[-1]
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read {what}as {kind} ({e})", node.start_mark) from None
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for k_node, _ in node.value:
-        if k_node.tag == "tag:yaml.org,2002:merge":
-            continue  # `<<: *defaults`: construct_mapping merges it; explicit keys may override it
-        k = loader.construct_object(k_node, deep=deep)
-        try:
-            hash(k)
-        except TypeError:
-            continue  # a list or mapping as a key: construct_mapping refuses it with its line
-        if k in seen:
-            raise yaml.MarkedYAMLError(
-                problem=f"duplicate key {k!r} (first defined on line {seen[k]})", problem_mark=k_node.start_mark
-            )
-        seen[k] = k_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _decode(raw: bytes, path: Path) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{path}:{line}: file is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); save it as UTF-8"
-        ) from None
-
-
-def parse_yaml_text(text: str, path: Path) -> Located:
-    """Parse YAML text; every syntax problem becomes a one-line ConfigError."""
-    if "\t" in text:
-        for i, line in enumerate(text.splitlines(), 1):
-            indent = line[: len(line) - len(line.lstrip())]
-            if "\t" in indent:
-                raise ConfigError(f"{path}:{i}: tab character in indentation; YAML needs spaces")
-    try:
-        loader = _UniqueKeyLoader(text)  # checks every character first
-    except yaml.reader.ReaderError as e:
-        line = text[: e.position].count("\n") + 1
-        raise ConfigError(f"{path}:{line}: invalid YAML: control character U+{e.character:04X} is not allowed") from None
-    try:  # one parse: the node tree gives the lines, then the data is constructed from it
-        node = loader.get_single_node()
-        if node is None:
-            raise ConfigError(f"{path}:1: file is empty; expected a YAML mapping (key: value lines)")
-        data = loader.construct_document(node)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else 1
-        what = e.problem or "invalid YAML"
-        ctx = f" ({e.context})" if e.context and e.context != what else ""
-        raise ConfigError(f"{path}:{line}: invalid YAML: {what}{ctx}") from None
-    except yaml.YAMLError as e:  # pragma: no cover - unmarked errors are rare
-        raise ConfigError(f"{path}:1: invalid YAML: {e}") from None
-    except RecursionError:  # PyYAML composes and constructs nested collections recursively
-        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
-    finally:
-        loader.dispose()
-    return Located(data=data, path=path, lines=_line_map(node, path, loader))
-
-
-def load_yaml(path: str | os.PathLike[str]) -> Located:
-    """Load a YAML mapping from ``path`` with line information, or raise ConfigError."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a YAML file") from None
-    text = _decode(raw, path)
-    if not text.strip():
-        raise ConfigError(f"{path}:1: file is empty; expected a YAML mapping (key: value lines)")
-    loc = parse_yaml_text(text, path)
-    if not isinstance(loc.data, dict):
-        kind = type(loc.data).__name__ if loc.data is not None else "nothing"
-        raise ConfigError(f"{path}:1: top level must be a mapping (key: value lines), found {kind}")
-    return loc
+__all__ = ["ConfigError", "Located", "apply_overrides", "load_yaml", "parse_override", "parse_yaml_text", "validate"]
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
@@ -303,11 +134,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key or any(not p for p in key.split(".")):
         raise ConfigError(f"override '{text}': empty key; expected key.path=value")
-    try:
-        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""  # a SafeLoader
-    except (yaml.YAMLError, RecursionError):
-        value = raw
-    return key.split("."), value
+    # not YAML: the text itself, which validation then names with the override
+    return key.split("."), yaml_value(raw, f"override '{text}'")
 
 
 def _index(part: str) -> int | None:

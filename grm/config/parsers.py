@@ -6,9 +6,10 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, Tag, field_validator, model_validator
 
-from grm.config.base import Strict
+from grm.config.base import Strict, by_type
+from grm.config.user_regex import compile_user_regex
 
 
 def _ordered(r: tuple[float, float]) -> tuple[float, float]:
@@ -32,8 +33,10 @@ class RegexParser(Strict):
 
     type: Literal["regex"] = "regex"
     pattern: str = r"Score:\s*(-?\d+(?:\.\d+)?)"
-    """Python regex; ``group`` selects the captured number."""
-    group: int = 1
+    """Python regex; ``group`` selects the captured number. A pattern shaped to backtrack
+    exponentially (``(a+)+``) is refused; a match past ``limits.regex_timeout_s`` is a failed parse
+    (``grm.config.user_regex``)."""
+    group: int = Field(1, ge=0, le=1000)
     range: Range | None = None
     """Inclusive [low, high]; a number outside is a parse failure."""
     take: Literal["last", "first", "only"] = "last"
@@ -42,15 +45,12 @@ class RegexParser(Strict):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as e:
-            raise ValueError(f"not a valid regular expression: {e}") from None
+        compile_user_regex(v)
         return v
 
     @model_validator(mode="after")
     def _has_group(self) -> RegexParser:
-        groups = re.compile(self.pattern).groups
+        groups = compile_user_regex(self.pattern).groups
         if not 0 <= self.group <= groups:
             raise ValueError(f"group {self.group}: the pattern has {groups} group(s)")
         return self
@@ -128,5 +128,11 @@ class TargetParser(Strict):
 
 
 ParserSpec = Annotated[
-    RegexParser | BoxedParser | JsonParser | VerdictParser | LogprobParser | TargetParser, Field(discriminator="type")
+    Annotated[RegexParser, Tag("regex")]
+    | Annotated[BoxedParser, Tag("boxed")]
+    | Annotated[JsonParser, Tag("json")]
+    | Annotated[VerdictParser, Tag("verdict")]
+    | Annotated[LogprobParser, Tag("logprob")]
+    | Annotated[TargetParser, Tag("target")],
+    by_type(["regex", "boxed", "json", "verdict", "logprob", "target"]),
 ]

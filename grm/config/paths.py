@@ -2,14 +2,20 @@
 
 The shipped library lives at the top of a checkout (``policy/``, ``judges/``, ``prompts/``,
 ``pipelines/``) and inside an installed wheel as ``grm/_builtin/<kind>/``. ``builtin:NAME`` looks
-for ``NAME`` (with the usual suffix added when missing) in the folder of the expected kind first,
-then in the others.
+for ``NAME`` (with the usual suffix added when missing) in the folder of the expected kind; a
+reference to a file of any kind (``grm validate builtin:NAME``, kind ``pipelines``) looks in the
+others after. A spec's reference never lands in another kind's folder: a judge named
+``builtin:quickstart`` is not the quickstart pipeline. A name is one file name of the library
+(``grm.config.names``): no separator, ``..``, NUL or escape, and a file found through a link must
+lie inside the library too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+
+from grm.config.names import name_problem
 
 KINDS = ("policy", "judges", "prompts", "pipelines")
 SUFFIXES = {"policy": ".yaml", "judges": ".yaml", "prompts": ".j2", "pipelines": ".yaml"}
@@ -74,25 +80,49 @@ def resolve_builtin(name: str, kind: str) -> Path:
     """Path of ``builtin:name``; raises FileNotFoundError naming what exists."""
     if kind == "judges" and name in DEFAULT_JUDGES:
         name = DEFAULT_JUDGES[name]["*"]
-    order = [kind] + [k for k in KINDS if k != kind] if kind in KINDS else list(KINDS)
+    problem = name_problem(name)
+    if problem is not None:
+        raise FileNotFoundError(f"builtin:{name[:60]!r} is not a builtin name: {problem}")
+    if kind not in KINDS:
+        order = list(KINDS)
+    elif kind == "pipelines":  # a file given to grm validate or grm run: any kind, pipelines first
+        order = [kind] + [k for k in KINDS if k != kind]
+    else:
+        order = [kind]
     for k in order:
         folder = builtin_dir(k)
         for candidate in (folder / name, folder / f"{name}{SUFFIXES[k]}"):
             if candidate.is_file():
+                if not candidate.resolve().is_relative_to(folder.resolve()):
+                    raise FileNotFoundError(f"builtin:{name} links outside the builtin library ({folder})")
                 return candidate
     known = ", ".join(list_builtin(kind) + (sorted(DEFAULT_JUDGES) if kind == "judges" else [])) if kind in KINDS else ""
     raise FileNotFoundError(f"no builtin {kind} named '{name}'" + (f" (known: {known})" if known else ""))
 
 
 def resolve_path(value: str, base_dir: Path, kind: str) -> Path:
-    """Resolve a path written in a YAML file: ``builtin:NAME``, absolute, or relative to the file."""
+    """Resolve a path written in a YAML file: ``builtin:NAME``, absolute, or relative to the file.
+    A spec or template must be a regular file; kind ``pipelines`` (data sources too) may also be a
+    directory (a saved data set)."""
     if value.startswith("builtin:"):
         return resolve_builtin(value.removeprefix("builtin:"), kind)
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
-    if not path.exists():
+    if not value.strip():
+        raise FileNotFoundError("empty path")
+    if "\x00" in value:
+        raise FileNotFoundError(f"{value[:60]!r}: a path cannot hold a NUL character")
+    try:
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            path = base_dir / path
+        found, is_file = path.exists(), path.is_file()
+    except RuntimeError as e:  # ~ without a home directory
+        raise FileNotFoundError(f"{value[:200]}: {e}") from None
+    except OSError as e:  # a name too long for the filesystem, a loop of links
+        raise FileNotFoundError(f"{value[:200]}: {e.strerror or e}") from None
+    if not found:
         raise FileNotFoundError(f"file not found: {path}")
+    if not is_file and kind != "pipelines":
+        raise FileNotFoundError(f"{path}: not a file (a directory, FIFO or device)")
     return path
 
 

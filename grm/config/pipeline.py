@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from grm.config.base import Strict, check_file
+from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, by_type, check_file
 from grm.config.judge_checks import CanarySpec, GateSpec, check_source
+from grm.config.names import SafeName, check_out_dir
 
 
 class PoolSpec(Strict):
     """A named set of resources; becomes one Ray placement group."""
 
-    cpus: int = Field(1, ge=0)
+    cpus: int = Field(1, ge=0, le=4096)
     """CPU cores reserved for the pool (also the torch thread count of its actors)."""
-    gpus: int = Field(0, ge=0)
+    gpus: int = Field(0, ge=0, le=1024)
     """GPUs reserved for the pool."""
-    nodes: int = Field(1, ge=1)
+    nodes: int = Field(1, ge=1, le=4096)
     """Nodes the pool spans (resources above are per node)."""
-    resources: dict[str, float] = {}
+    resources: dict[str, Annotated[float, Field(ge=0)]] = {}
     """Extra Ray custom resources per node."""
-    place_wait_s: float = Field(60.0, gt=0)
+    place_wait_s: Seconds = Field(60.0, gt=0)
     """Seconds to wait for Ray to reserve the pool before the run stops naming what holds the
     resources (a cluster that adds nodes on demand may need minutes)."""
 
@@ -54,7 +55,7 @@ class JudgeRole(Strict):
     """A masked score from a required judge masks the sample; optional judges are skipped."""
     overrides: list[str] = []
     """``key.path=value`` overrides applied to the judge spec (e.g. ``sampling.n=1``)."""
-    replicas: int = Field(1, ge=1)
+    replicas: int = Field(1, ge=1, le=1024)
     """Judge actors started on the judge's pool, each one process with its share of the pool's
     CPUs/GPUs. Each call (one rollout chunk's groups) goes to the least-loaded live replica; the
     spec's ``limits.max_concurrent_calls`` applies per replica. Needs a pool."""
@@ -98,7 +99,7 @@ class DataSpec(Strict):
     is read."""
     shuffle: bool = True
     """Shuffle prompts every epoch with the pipeline seed."""
-    limit: int | None = Field(None, ge=1)
+    limit: int | None = Field(None, ge=1, le=10**9)
     """Use only the first N prompts of the source (before shuffling)."""
 
 
@@ -144,9 +145,9 @@ class LengthControlSpec(Strict):
 class _AlgorithmCommon(Strict):
     """Fields every algorithm shares: batch sizes, the clipped policy loss, KL, filtering."""
 
-    group_size: int = Field(4, ge=1)
+    group_size: int = Field(4, ge=1, le=1024)
     """Responses sampled per prompt (global)."""
-    prompts_per_step: int = Field(8, ge=1)
+    prompts_per_step: int = Field(8, ge=1, le=65536)
     """Prompts per training step (global); the batch is prompts_per_step x group_size sequences."""
     kl: KLSpec = KLSpec()
     clip_low: float = Field(0.2, ge=0)
@@ -157,17 +158,17 @@ class _AlgorithmCommon(Strict):
     loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
     dynamic_filtering: bool = False
     """Drop groups whose rewards have no variance and refill from the next prompts (DAPO)."""
-    tis_cap: float | None = 2.0
+    tis_cap: float | None = Field(2.0, gt=0)
     """Truncated importance-sampling cap for stale samples (async); None disables TIS."""
     overlong_penalty: float = Field(0.0, ge=0)
     """Subtracted from the reward of responses cut by max_new_tokens (finish_reason length)."""
     length_control: LengthControlSpec = LengthControlSpec()
     """Remove (regress) or penalise (penalty) the combined reward's dependence on response length,
     group by group; off by default."""
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1, le=100)
     """Optimizer passes over each step's batch. Above 1 (or with mini_batches > 1), old log-probs
     are computed once before the first pass and the ratio clip binds."""
-    mini_batches: int = Field(1, ge=1)
+    mini_batches: int = Field(1, ge=1, le=65536)
     """Optimizer steps per pass: the step's batch is split into this many mini-batches."""
 
     def _check_groups(self, kind: str) -> None:
@@ -233,20 +234,27 @@ class PPOSpec(_AlgorithmCommon):
     """Discount for GAE."""
     lam: float = Field(0.95, ge=0, le=1)
     """GAE lambda."""
-    value_clip: float | None = 0.2
+    value_clip: float | None = Field(0.2, gt=0)
     """Value-loss clip range; None disables clipping."""
-    critic_lr: float = Field(1e-5, gt=0)
+    critic_lr: float = Field(1e-5, gt=0, le=1)
     """Critic learning rate."""
 
 
-AlgorithmSpec = Annotated[GRPOSpec | DrGRPOSpec | RLOOSpec | ReinforcePPSpec | PPOSpec, Field(discriminator="type")]
+AlgorithmSpec = Annotated[
+    Annotated[GRPOSpec, Tag("grpo")]
+    | Annotated[DrGRPOSpec, Tag("dr_grpo")]
+    | Annotated[RLOOSpec, Tag("rloo")]
+    | Annotated[ReinforcePPSpec, Tag("reinforce_pp")]
+    | Annotated[PPOSpec, Tag("ppo")],
+    by_type(["grpo", "dr_grpo", "rloo", "reinforce_pp", "ppo"], default="grpo"),
+]
 """The RL algorithm, chosen by ``type`` (default grpo); PPO-only fields exist only on ``ppo``."""
 
 
 class RolloutSpec(Strict):
-    max_new_tokens: int = Field(64, ge=1)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_TOKENS)
     """Tokens per response at most."""
-    temperature: float = Field(1.0, ge=0)
+    temperature: Temperature = 1.0
     top_p: float = Field(1.0, gt=0, le=1)
     greedy_anchor: bool = False
     """Also sample one greedy response per prompt, never trained on, for pairwise judges that
@@ -258,21 +266,25 @@ class BackendSpec(Strict):
     zero_stage: Literal[0, 1, 2, 3] = 2
     """(deepspeed) ZeRO stage."""
     dtype: Literal["bf16", "fp32"] = "bf16"
-    ranks: int = Field(1, ge=1)
+    ranks: int = Field(1, ge=1, le=4096)
     """Data-parallel trainer ranks (processes) in the training pool."""
     deepspeed_config: dict | None = None
     """Raw DeepSpeed config block merged over the generated one."""
+    collective_timeout_s: float = Field(1800.0, gt=0, le=7 * 86400)
+    """(deepspeed) Seconds a rank waits for the others in one collective (and at the start) before it
+    fails. A rank that raises stops the others at once; this bounds a rank that hangs or dies
+    silently (NCCL). Leave room for rank 0 writing a checkpoint while the others wait."""
 
 
 class TrainSpec(Strict):
-    steps: int = Field(20, ge=1)
+    steps: int = Field(20, ge=1, le=10**7)
     """Training steps (one step = one batch of prompts_per_step x group_size sequences)."""
-    lr: float = Field(1e-6, gt=0)
+    lr: float = Field(1e-6, gt=0, le=1)
     """Peak learning rate."""
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, le=10**7)
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """LR after warmup: constant, or linear/cosine decay to 0 over ``steps``."""
-    micro_batch_size: int = Field(4, ge=1)
+    micro_batch_size: int = Field(4, ge=1, le=65536)
     """Sequences per forward/backward on one rank; gradients accumulate to the global batch."""
     max_grad_norm: float = Field(1.0, gt=0)
     share_prompts: bool = True
@@ -286,9 +298,9 @@ class TrainSpec(Strict):
 class ScheduleSpec(Strict):
     mode: Literal["sync", "async"] = "sync"
     """sync: strictly on-policy; async: rollout of step t+1 overlaps judging/training of step t."""
-    max_staleness: int = Field(1, ge=1)
+    max_staleness: int = Field(1, ge=1, le=1024)
     """(async) samples may lag the trainer by at most this many weight versions."""
-    stream_prompts: int | None = Field(None, ge=1)
+    stream_prompts: int | None = Field(None, ge=1, le=65536)
     """Prompts per rollout chunk: judges start on a chunk's groups as soon as it is generated.
     Default: the whole step in one chunk. Smaller chunks let judging start earlier but batch the
     rollout and the judges less; on CPU pools batching wins (peer benchmark, 8 prompts x 4: one
@@ -320,28 +332,29 @@ class ScheduleSpec(Strict):
 
 
 class FaultSpec(Strict):
-    judge_timeout_s: float | None = Field(None, gt=0)
+    judge_timeout_s: Seconds | None = Field(None, gt=0)
     """Seconds every judge call may take, for judges whose spec sets no ``limits.deadline_s``;
     None (default): each judge's deadline derived from its spec and the call's size (``limits`` in
     the judge spec). A call past its deadline is re-issued once, then its items are masked. Before
     judge limits existed this was 600 s for every judge; a pipeline that sets it keeps that behaviour."""
-    judge_restarts: int = Field(3, ge=0)
+    judge_restarts: int = Field(3, ge=0, le=1000)
     """Times Ray restarts a dead judge actor (its in-flight calls are re-issued)."""
     max_masked_fraction: float = Field(0.5, ge=0, le=1)
     """The run stops with an error when a step masks more than this share of its samples."""
 
 
 class CheckpointSpec(Strict):
-    every: int = Field(0, ge=0)
+    every: int = Field(0, ge=0, le=10**7)
     """Save a checkpoint every N steps (0: only at the end)."""
-    keep: int = Field(2, ge=1)
+    keep: int = Field(2, ge=1, le=10_000)
     """Most recent checkpoints kept."""
 
 
 class PipelineSpec(Strict):
     """A full RLAIF run: ``grm run PIPELINE.yaml``."""
 
-    name: str
+    name: SafeName
+    """Names the run directory (runs/NAME-TIMESTAMP): letters, digits, '.', '_', '-'."""
     seed: int = Field(0, ge=0, lt=2**63)
     """Seed of the run (torch in every actor, prompt shuffling); torch takes at most 64 bits."""
     pools: dict[str, PoolSpec]
@@ -356,16 +369,9 @@ class PipelineSpec(Strict):
     schedule: ScheduleSpec = ScheduleSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
     faults: FaultSpec = FaultSpec()
-    out_dir: str | None = None
-    """Run directory; default runs/NAME-TIMESTAMP under the current directory."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_algorithm(cls, data: Any) -> Any:
-        # ``type`` picks the variant; a pipeline that names none gets grpo, as before.
-        if isinstance(data, dict) and isinstance(data.get("algorithm"), dict) and "type" not in data["algorithm"]:
-            data = {**data, "algorithm": {"type": "grpo", **data["algorithm"]}}
-        return data
+    out_dir: Annotated[str | None, AfterValidator(check_out_dir)] = None
+    """Run directory; default runs/NAME-TIMESTAMP under the current directory
+    (``grm.config.names.run_dir``)."""
 
     @field_validator("data")
     @classmethod

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Field, Tag, field_validator, model_validator
 
-from grm.config.base import Strict
+from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, by_type
+from grm.config.names import SafeName
 
 
 class HFEngineSpec(Strict):
@@ -19,9 +20,9 @@ class HFEngineSpec(Strict):
     machine and takes the faster (``grm.models.dtype``; GPUs: bf16); the choice is recorded in the
     run's ``placement.json``. fp32 is the default: the numbers a run produces do not depend on the
     machine."""
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=4096)
     """torch intra-op threads for the process; None: the pool's CPU count."""
-    max_batch_size: int = Field(32, ge=1)
+    max_batch_size: int = Field(32, ge=1, le=65536)
     """Rows (requests x samples) decoded together; longer lists are chunked."""
 
 
@@ -40,21 +41,22 @@ class OpenAIEngineSpec(Strict):
     """``completions`` renders the chat template locally (needs the model's tokenizer: a builtin
     alias or local directory) so prefills and prompts match the hf engine exactly; ``chat`` lets the
     server render messages (no prefill)."""
-    concurrency: int = Field(8, ge=1)
+    concurrency: int = Field(8, ge=1, le=4096)
     """Requests in flight at once."""
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: Seconds = Field(120.0, gt=0)
     """Per-request timeout; a timed-out request is retried."""
-    max_retries: int = Field(4, ge=0)
-    """Retries with exponential backoff on 429, 5xx, timeouts and refused connections."""
-    backoff_s: float = Field(0.5, ge=0)
+    max_retries: int = Field(4, ge=0, le=16)
+    """Retries with exponential backoff on 429, 5xx, timeouts and refused connections (at most 16:
+    the delay doubles each time, and ``time.sleep`` overflows near 2**33 s)."""
+    backoff_s: float = Field(0.5, ge=0, le=60)
     """First retry delay; doubles each attempt."""
-    top_logprobs: int = Field(20, ge=1)
+    top_logprobs: int = Field(20, ge=1, le=1000)
     """Alternatives requested per token for the logprob parser."""
     launch: list[str] | None = None
     """Start the server ourselves, on the pool that hosts the judge: a command whose ``{port}`` is
     replaced by a free port and ``{gguf}`` by the builtin model's GGUF path. Health-checked before
     use and stopped with the run."""
-    launch_timeout_s: float = Field(300.0, gt=0)
+    launch_timeout_s: Seconds = Field(300.0, gt=0)
     """Seconds the launched server has to answer ``/models``."""
 
     @model_validator(mode="after")
@@ -73,19 +75,19 @@ class SGLangEngineSpec(Strict):
     ``/v1``); empty: launch one per replica. Each must hold the policy's initial weights and stay
     reachable from the policy pool, and the weight-sync directory (the policy actor's temp dir)
     must be readable by the server: the same machine or a shared filesystem."""
-    replicas: int = Field(1, ge=1)
+    replicas: int = Field(1, ge=1, le=1024)
     """Servers launched on the pool when ``urls`` is empty."""
-    tp: int = Field(1, ge=1)
+    tp: int = Field(1, ge=1, le=1024)
     """Tensor-parallel GPUs per launched server."""
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
     mem_fraction_static: float = Field(0.8, gt=0, le=1)
     """GPU memory share SGLang reserves for weights and KV cache."""
     extra_args: list[str] = []
     """More ``sglang.launch_server`` flags, passed through."""
-    concurrency: int = Field(64, ge=1)
+    concurrency: int = Field(64, ge=1, le=65536)
     """Requests in flight per server."""
-    timeout_s: float = Field(600.0, gt=0)
-    launch_timeout_s: float = Field(900.0, gt=0)
+    timeout_s: Seconds = Field(600.0, gt=0)
+    launch_timeout_s: Seconds = Field(900.0, gt=0)
 
     @field_validator("urls")
     @classmethod
@@ -100,25 +102,21 @@ class SGLangEngineSpec(Strict):
         return urls
 
 
-def _engine_type(v: Any) -> str:
-    return v.get("type", "hf") if isinstance(v, dict) else getattr(v, "type", "hf")
-
-
 EngineSpec = Annotated[
     Annotated[HFEngineSpec, Tag("hf")] | Annotated[OpenAIEngineSpec, Tag("openai")] | Annotated[SGLangEngineSpec, Tag("sglang")],
-    Discriminator(_engine_type),
+    by_type(["hf", "openai", "sglang"], default="hf"),
 ]
 """The engine variants, chosen by ``type:`` (default ``hf``)."""
 
 
 class GenerationDefaults(Strict):
-    max_new_tokens: int = Field(64, ge=1)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_TOKENS)
     """Tokens generated per response at most."""
-    temperature: float = Field(1.0, ge=0)
+    temperature: Temperature = 1.0
     """Sampling temperature; 0 is greedy."""
     top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling mass."""
-    top_k: int = Field(0, ge=0)
+    top_k: int = Field(0, ge=0, le=MAX_TOKENS)
     """Top-k sampling; 0 disables it."""
     stop: list[str] = []
     """Stop strings; the response is cut before the first one."""
@@ -127,8 +125,8 @@ class GenerationDefaults(Strict):
 class PolicySpec(Strict):
     """A policy model and how it is prompted."""
 
-    name: str
-    """Human-readable name used in run directories and logs."""
+    name: SafeName
+    """Name used in run directories and logs: letters, digits, '.', '_', '-'."""
     model: str
     """Builtin alias (``grm models list``), a local Hugging Face model directory, or a hub id."""
     system_prompt: str | None = None

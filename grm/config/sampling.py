@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from grm.config.base import Strict
+from grm.config.base import MAX_TOKENS, Strict, Temperature
 
 
 class JudgeSampling(Strict):
     """How critiques are sampled."""
 
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=1024)
     """Critiques sampled per item (and per presentation order); they vote via ``aggregate``."""
-    temperature: float = Field(0.7, ge=0)
+    temperature: Temperature = 0.7
     """Sampling temperature; 0 is greedy (then n > 1 repeats the same critique)."""
     top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    max_new_tokens: int = Field(256, ge=1)
+    top_k: int = Field(0, ge=0, le=MAX_TOKENS)
+    max_new_tokens: int = Field(256, ge=1, le=MAX_TOKENS)
     """Tokens per critique at most."""
     stop: list[str] = []
     """Stop strings; the critique is cut before the first one."""

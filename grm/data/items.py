@@ -12,7 +12,7 @@ from typing import Any, Literal
 from grm.data import constraints
 from grm.data.builtin import DEFAULT_MAPS
 from grm.data.checklists import METADATA_KEY, read_checklist
-from grm.data.sources import DataError, load_rows
+from grm.data.sources import DataError, load_rows, row_where
 
 FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id", "checklist", "constraints")
 LLMBAR_MAP = {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label"}
@@ -78,14 +78,14 @@ def to_items(
         raise DataError(f"{source}: pairs need both response_a and response_b mapped")
     if not pair and "response" not in mapping:
         raise DataError(f"{source}: map 'response' (single responses) or 'response_a' and 'response_b' (pairs)")
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for i, row in enumerate(rows):
-        where = f"{source} row {i}"
+        where = row_where(source, row, i)
         try:
             item = _item(row, mapping, pair, where, i)
             if item.id in seen:
-                raise DataError(f"{where}: duplicate id '{item.id}'")
-            seen.add(item.id)
+                raise DataError(f"{where}: duplicate id '{item.id}' (first at {seen[item.id]})")
+            seen[item.id] = where
             items.append(item)
         except DataError as e:
             if not skip_bad_rows:

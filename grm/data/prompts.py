@@ -11,7 +11,7 @@ from grm.config.judge import JudgeSpec
 from grm.config.pipeline import DataSpec, PipelineSpec
 from grm.data import constraints
 from grm.data.checklists import METADATA_KEY, check_length, read_checklist
-from grm.data.sources import DataError, load_rows
+from grm.data.sources import DataError, load_rows, row_where
 
 
 @dataclass
@@ -23,6 +23,8 @@ class Prompt:
     """What judges get besides the text and reference (``Sample.metadata``): the prompt's
     ``checklist`` (``data.checklist_field``), checked by ``grm.data.checklists``, and its
     ``constraints`` (``data.constraints_field``), checked by ``grm.data.constraints``."""
+    where: str = ""
+    """Where it was read (``FILE:LINE``, or ``SOURCE row N``), for messages about it."""
 
 
 def load_prompts(spec: DataSpec) -> list[Prompt]:
@@ -31,21 +33,26 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
         rows = rows[: spec.limit]
     out = []
     for i, row in enumerate(rows):
+        where = row_where(spec.prompts, row, i)
         text = row.get(spec.prompt_field)
         if not isinstance(text, str) or not text.strip():
-            raise DataError(f"{spec.prompts} row {i}: column '{spec.prompt_field}' must be a non-empty string")
+            raise DataError(f"{where}: column '{spec.prompt_field}' must be a non-empty string")
         ref = row.get(spec.reference_field) if spec.reference_field else None
         meta = {}
         if spec.checklist_field:
-            meta[METADATA_KEY] = read_checklist(
-                row.get(spec.checklist_field), f"{spec.prompts} row {i}: column '{spec.checklist_field}'"
-            )
+            meta[METADATA_KEY] = read_checklist(row.get(spec.checklist_field), f"{where}: column '{spec.checklist_field}'")
         if spec.constraints_field:
             meta[constraints.METADATA_KEY] = constraints.read_constraints(
-                row.get(spec.constraints_field), f"{spec.prompts} row {i}: column '{spec.constraints_field}'"
+                row.get(spec.constraints_field), f"{where}: column '{spec.constraints_field}'"
             )
         out.append(
-            Prompt(id=str(row.get("id", f"row-{i}")), text=text, reference=None if ref is None else str(ref), metadata=meta)
+            Prompt(
+                id=str(row.get("id", f"row-{i}")),
+                text=text,
+                reference=None if ref is None else str(ref),
+                metadata=meta,
+                where=where,
+            )
         )
     return out
 
@@ -57,7 +64,7 @@ def check_checklists(prompts: Sequence[Prompt], spec: DataSpec, judges: Sequence
         if j.checklist is None or j.checklist.source != "data":
             continue
         for i, p in enumerate(prompts):
-            where = f"{spec.prompts} row {i}: column '{spec.checklist_field}'"
+            where = f"{p.where or f'{spec.prompts} row {i}'}: column '{spec.checklist_field}'"
             check_length(p.metadata.get(METADATA_KEY) or [], j.checklist.max_items, j.name, where)
 
 

@@ -1,26 +1,53 @@
 """Row sources shared by training prompts and evaluation data: a .json/.jsonl/.csv/.parquet file,
 a saved ``datasets`` directory, or a builtin generated set.
 
-JSON, JSON lines and CSV are read with the standard library, row by row: a bad row is named by its
-line, values keep their types (a CSV cell is the text it holds; an empty cell is missing), and a
-column of mixed types is not refused for want of one Arrow type. Parquet files and saved
-``datasets`` directories go through ``datasets``.
+JSON, JSON lines and CSV are read with the standard library, row by row: each row keeps the file
+line it starts on, so every error about it says ``FILE:LINE`` (a CSV row whose quoted cell spans
+lines is named by its first line); values keep their types (a CSV cell is the text it holds; an
+empty cell is missing), and a column of mixed types is not refused for want of one Arrow type.
+Parquet files and saved ``datasets`` directories go through ``datasets``; having no lines, their
+rows are named ``SOURCE row N``, counted from 0 as ``datasets`` and the default item ids count.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError
+from grm.base import GrmError, parse_jsonl, regular_file, regular_file_bytes
 from grm.data.builtin import SETS
+
+TEXT_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
 class DataError(GrmError):
-    """Bad data: the message names the source and, where it applies, the row and column."""
+    """Bad data: the message names the source and, where it applies, the line (or row) and column."""
+
+
+class Row(dict):  # type: ignore[type-arg]
+    """A row of a text data file that knows the 1-based file line it starts on.
+
+    The line travels with the row (through ``--limit`` slices and filters) rather than in a list
+    kept beside the rows by index."""
+
+    __slots__ = ("line",)
+
+    def __init__(self, value: dict[str, Any], line: int) -> None:
+        super().__init__(value)
+        self.line = line
+
+
+def row_where(source: str, row: Mapping[str, Any], index: int) -> str:
+    """How messages name a row: ``SOURCE:LINE`` when it came from a text file, else ``SOURCE row
+    INDEX`` (0-based, as ``datasets`` indexes it and the default item id ``row-INDEX`` says)."""
+    line = getattr(row, "line", None)
+    return f"{source}:{line}" if line is not None else f"{source} row {index}"
 
 
 def load_rows(source: str) -> list[dict[str, Any]]:
@@ -31,91 +58,140 @@ def load_rows(source: str) -> list[dict[str, Any]]:
             raise DataError(f"unknown builtin data set '{name}'; known: {', '.join(SETS)}")
         return SETS[name]()
     path = Path(source).expanduser()
-    if not path.exists():
-        raise DataError(f"{path}: no such file or directory")
-    if path.is_dir() or path.suffix == ".parquet":
+    if path.is_dir():
+        if path.suffix in (*TEXT_SUFFIXES, ".parquet"):
+            raise DataError(f"{path}: is a directory, not a {path.suffix} file")
         rows = _datasets_rows(path)
-    elif path.suffix in (".json", ".jsonl"):
-        rows = _json_rows(path, _text(path))
-    elif path.suffix == ".csv":
-        rows = _csv_rows(path, _text(path))
-    else:
+    elif path.suffix not in (*TEXT_SUFFIXES, ".parquet") and path.exists():
         raise DataError(
             f"{path}: unsupported data file type '{path.suffix}'; use .json, .jsonl, .csv, .parquet or a saved datasets dir"
         )
+    elif path.suffix == ".parquet":
+        if not regular_file(path, DataError):  # a FIFO or device is refused before it is opened
+            raise DataError(f"{path}: no such file or directory")
+        if path.stat().st_size == 0:
+            raise DataError(f"{path}: empty file, no rows")
+        rows = _datasets_rows(path)
+    else:
+        raw = regular_file_bytes(path, DataError)
+        if raw is None:
+            raise DataError(f"{path}: no such file or directory")
+        if not raw.strip():
+            raise DataError(f"{path}: empty file, no rows")
+        if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            raise DataError(f"{path}: the file is UTF-16 (it starts with a UTF-16 byte order mark); save it as UTF-8")
+        rows = _csv_rows(path, _text(path, raw)) if path.suffix == ".csv" else _json_rows(path, raw)
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows
 
 
-def _text(path: Path) -> str:
-    raw = path.read_bytes()
-    if not raw.strip():
-        raise DataError(f"{path}: empty file, no rows")
+def _text(path: Path, raw: bytes) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line}: not valid UTF-8 (byte 0x{raw[e.start]:02x}); save the file as UTF-8") from None
+        raise DataError(f"{path}:{line}: not valid UTF-8 (byte 0x{raw[e.start]:02x}); save the file as UTF-8") from None
 
 
-def _object(value: Any, path: Path, where: str) -> dict[str, Any]:
+def _object(value: Any, path: Path, line: int) -> Row:
     if not isinstance(value, dict):
-        raise DataError(f'{path}: {where}: expected a JSON object ({{"prompt": ...}}), found {type(value).__name__}')
-    return value
+        raise DataError(f'{path}:{line}: expected a JSON object ({{"prompt": ...}}), found {type(value).__name__}')
+    return Row(value, line)
 
 
-def _json_rows(path: Path, text: str) -> list[dict[str, Any]]:
+def _json_rows(path: Path, raw: bytes) -> list[dict[str, Any]]:
     """A JSON list of objects (or one object), else JSON lines: one object per non-blank line."""
     if path.suffix == ".json":
+        text = _text(path, raw)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            if text.lstrip().startswith("["):
-                raise DataError(f"{path}: line {e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
-            data = None  # maybe JSON lines in a .json file
+            if text.lstrip().startswith("[") or not _first_line_is_json(text):
+                raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+            data = None  # JSON lines in a .json file
         except (ValueError, RecursionError) as e:  # an int past 4300 digits; nested too deeply
             raise DataError(f"{path}: invalid JSON: {type(e).__name__}: {str(e)[:200]}") from None
         else:
+            start = _first_line(text)
             if isinstance(data, dict):
-                return [data]
+                return [Row(data, start)]
             if not isinstance(data, list):
-                raise DataError(f"{path}: expected a list of JSON objects, found {type(data).__name__}")
-            return [_object(r, path, f"row {i}") for i, r in enumerate(data)]
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}: line {n}: invalid JSON: {e.msg} (column {e.colno})") from None
-        except (ValueError, RecursionError) as e:  # an int past 4300 digits; nested too deeply
-            raise DataError(f"{path}: line {n}: invalid JSON: {type(e).__name__}: {str(e)[:200]}") from None
-        rows.append(_object(value, path, f"line {n}"))
-    return rows
+                raise DataError(f"{path}:{start}: expected a list of JSON objects, found {type(data).__name__}")
+            return [_object(r, path, line) for r, line in zip(data, _element_lines(text), strict=True)]
+    return [Row(value, line) for line, value in parse_jsonl(raw, path, DataError)]
+
+
+_WS = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
+
+
+def _first_line(text: str) -> int:
+    return text.count("\n", 0, _WS.match(text).end()) + 1  # type: ignore[union-attr]
+
+
+def _first_line_is_json(text: str) -> bool:
+    """Whether the first non-blank line parses alone: a .json file of JSON lines, not one broken
+    document (whose own error is then the one to report)."""
+    first = next((ln for ln in text.split("\n") if ln.strip()), "")
+    try:
+        json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _element_lines(text: str) -> list[int]:
+    """The 1-based line each element of ``text``'s top-level array starts on (``text`` is valid
+    JSON: ``json.loads`` has read it). The standard decoder reads each element from its offset."""
+    decoder = json.JSONDecoder()
+    i = _WS.match(text).end() + 1  # type: ignore[union-attr]  # past "["
+    line, counted, lines = 1, 0, []
+    while True:
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        if text[i] == "]":
+            return lines
+        line += text.count("\n", counted, i)
+        counted = i
+        lines.append(line)
+        _, i = decoder.raw_decode(text, i)
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        if text[i] == ",":
+            i += 1
 
 
 def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
-    """Rows under the header line; every cell is its text, an empty cell is missing (None)."""
+    """Rows under the header line; every cell is its text, an empty cell is missing (None).
+
+    ``strict``: a quote left open, or followed by more text in its cell, is an error naming the
+    line, rather than a cell that swallows the rest of the file (then blamed as a missing column).
+    """
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # the default 128 KiB refuses long responses
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows: list[dict[str, Any]] = []
+    start = 1  # the line the record being read starts on; reader.line_num is the line it ends on
     try:
         header = next(reader, None)
         if not header:
-            raise DataError(f"{path}: line 1: no header line naming the columns")
+            raise DataError(f"{path}:1: no header line naming the columns")
         twice = sorted({c for c in header if header.count(c) > 1})
         if twice:
-            raise DataError(f"{path}: line 1: duplicate column(s) {twice}")
+            raise DataError(f"{path}:1: duplicate column(s) {twice}")
+        start = reader.line_num + 1
         for cells in reader:
+            line, start = start, reader.line_num + 1
             if not any(cells):
                 continue
             if len(cells) > len(header):
-                raise DataError(f"{path}: line {reader.line_num}: {len(cells)} cells, the header names {len(header)} columns")
-            rows.append({c: (v if v != "" else None) for c, v in zip(header, cells + [""] * len(header), strict=False)})
+                raise DataError(f"{path}:{line}: {len(cells)} cells, the header names {len(header)} columns")
+            cells += [""] * (len(header) - len(cells))
+            rows.append(Row({c: (v if v != "" else None) for c, v in zip(header, cells, strict=True)}, line))
     except csv.Error as e:
-        raise DataError(f"{path}: line {reader.line_num}: invalid CSV: {e}") from None
+        if "unexpected end of data" in str(e):
+            raise DataError(
+                f'{path}:{start}: a quoted cell opened in the row starting here is never closed (no closing ")'
+            ) from None
+        hint = ' (a quote inside a quoted cell is written twice: "")' if "expected after" in str(e) else ""
+        raise DataError(f"{path}:{reader.line_num}: invalid CSV: {e}{hint}") from None
     return rows
 
 
@@ -130,12 +206,8 @@ def _datasets_rows(path: Path) -> list[dict[str, Any]]:
             if isinstance(ds, datasets.DatasetDict):
                 ds = ds[next(iter(ds))]
         else:
-            if path.stat().st_size == 0:
-                raise DataError(f"{path}: empty file, no rows")
             ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
         return ds.to_list()
-    except DataError:
-        raise
     except Exception as e:  # datasets and pyarrow raise many types for unreadable files
         first = (str(e).splitlines() or [""])[0][:300]
         raise DataError(f"{path}: cannot read data: {type(e).__name__}: {first}") from None

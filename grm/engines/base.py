@@ -16,6 +16,10 @@ class EngineError(GrmError):
     says which and why."""
 
 
+class GenerationAborted(Exception):
+    """``SamplingParams.abort`` returned True: the caller no longer wants this call's result."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample. ``temperature == 0`` is greedy decoding."""
@@ -36,6 +40,10 @@ class SamplingParams:
     """A row ends once this returns True on its text so far (kept whole): a judge's critique once
     its score is read (``sampling.stop_at_score``). The hf engine checks it after every token;
     server engines generate to their own end and leave it unchecked."""
+    abort: Callable[[], bool] | None = field(default=None, compare=False)
+    """Checked before every generated token by the hf engine: True ends the call with
+    ``GenerationAborted``. A stopping run cancels the rollout in flight, whose result nobody will
+    read, so its checkpoint need not wait for it. Server engines leave it unchecked."""
 
     def replace(self, **kw: Any) -> SamplingParams:
         data = {**self.__dict__, **kw}

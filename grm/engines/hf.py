@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from grm.engines.base import Generation, GenerationRequest, SamplingParams, render_prompt
+from grm.engines.base import Generation, GenerationAborted, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.kvcache import PromptCache, prefill, warm
 from grm.models.device import module_device, to_cpu
 from grm.models.dtype import resolve_dtype
@@ -146,6 +146,8 @@ class HFEngine:
         active = list(range(B))  # original row of each cache row; finished rows stay until compaction
 
         for step in range(sp.max_new_tokens):
+            if sp.abort is not None and sp.abort():
+                raise GenerationAborted()
             logprobs = torch.log_softmax(logits, dim=-1)
             next_tok = self._sample(logits, sp, [gens[r] for r in active])
             chosen_lp = logprobs.gather(1, next_tok[:, None])[:, 0]

@@ -1,9 +1,11 @@
 """A frozen model behind an OpenAI-compatible HTTP server (llama.cpp, vLLM, SGLang, a hosted API).
 
-Standard library only: requests go out from a thread pool (``concurrency`` in flight), each retried
-with exponential backoff on 429, 5xx, timeouts and refused connections; other 4xx are the caller's
-mistake and fail at once with the server's message. The API key is read from the environment
-variable the spec names, never from YAML, and never logged.
+Requests go out from a thread pool (``concurrency`` in flight) through ``grm.engines.http``: each
+retried with exponential backoff on 429, 5xx, timeouts and refused connections; other 4xx are the
+caller's mistake and fail at once with the server's message (bounded, plain, redacted). The API key
+is read from the environment variable the spec names, never from YAML; it goes only to the origin
+of ``base_url`` (never along a redirect to another one) and never into a message or repr. Replies
+are validated against the shape below: a reply of any other shape is one error naming the URL.
 
 With ``endpoint: completions`` (the default when the model's tokenizer is available locally) the
 prompt is rendered with the model's own chat template here, so a judge's prefill (``Critique:``)
@@ -13,23 +15,76 @@ and the exact prompt text match the hf engine; ``chat`` sends messages and lets 
 from __future__ import annotations
 
 import atexit
-import json
+import contextlib
 import math
 import shlex
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Discriminator, Field, NonNegativeInt, Tag, ValidationError
 
 from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
+from grm.engines.credentials import Credentials, shape_error
+from grm.engines.http import HttpClient
+
+REPLY_BYTES = 64 * 1024 * 1024
+"""Largest reply read: one sample per request; 32k tokens with 20 alternatives each is ~20 MB."""
 
 
-class _Retryable(Exception):
-    pass
+# ---------------------------------------------------------------------- the reply we accept
+# Fields we do not read are ignored; those we read must have these types.
+class _CompletionLogprobs(BaseModel):
+    token_logprobs: list[float | None] | None = None
+    top_logprobs: list[dict[str, float | None] | None] | None = None
+
+
+class _ChatAlternative(BaseModel):
+    token: str
+    logprob: float | None = None
+
+
+class _ChatToken(BaseModel):
+    logprob: float | None = None
+    top_logprobs: list[_ChatAlternative] | None = None
+
+
+class _ChatLogprobs(BaseModel):
+    content: list[_ChatToken] | None = None
+
+
+def _logprobs_format(v: Any) -> str:
+    return "chat" if isinstance(v, dict) and "content" in v else "completions"
+
+
+_Logprobs = Annotated[
+    Annotated[_ChatLogprobs, Tag("chat")] | Annotated[_CompletionLogprobs, Tag("completions")],
+    Discriminator(_logprobs_format),
+]
+
+
+class _Message(BaseModel):
+    content: str | None = None
+
+
+class _Choice(BaseModel):
+    text: str | None = None
+    message: _Message | None = None
+    logprobs: _Logprobs | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(BaseModel):
+    prompt_tokens: NonNegativeInt | None = None
+    completion_tokens: NonNegativeInt | None = None
+
+
+class _Reply(BaseModel):
+    choices: list[_Choice] = Field(min_length=1)
+    usage: _Usage | None = None
 
 
 class OpenAIEngine:
@@ -48,67 +103,56 @@ class OpenAIEngine:
         max_retries: int = 4,
         backoff_s: float = 0.5,
         top_logprobs: int = 20,
+        max_reply_bytes: int = REPLY_BYTES,
     ) -> None:
         if endpoint == "completions" and tokenizer is None:
             raise ValueError(
                 "the completions endpoint needs the model's tokenizer to render chat prompts; "
                 "use endpoint: chat or give a local model"
             )
-        self.base_url = base_url.rstrip("/")
+        credentials = Credentials()
+        # the key (or the URL's user:password) is bound to base_url's origin; messages show the URL without userinfo
+        self.base_url = credentials.bind(base_url, api_key).rstrip("/")
         self.model_id = model
         self.endpoint = endpoint
         self.tokenizer = tokenizer
         self.version = 0
-        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self.top_logprobs = top_logprobs
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._http = HttpClient(
+            timeout_s=timeout_s,
+            max_reply_bytes=max_reply_bytes,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            credentials=credentials,
+        )
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="grm-openai")
-        self.usage = {"requests": 0, "retries": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self._tokens = {"prompt_tokens": 0, "completion_tokens": 0}
         self._lock = threading.Lock()
         self.server: ServerProcess | None = None
 
-    def __repr__(self) -> str:  # no headers: they hold the key
+    def __repr__(self) -> str:  # no credentials
         return f"OpenAIEngine({self.base_url!r}, model={self.model_id!r}, endpoint={self.endpoint!r})"
 
-    # ------------------------------------------------------------------ HTTP
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.post_url(self.base_url + path, body)
-
-    def post_url(self, url: str, body: dict[str, Any]) -> Any:
-        """POST JSON to ``url``, retrying 429/5xx/timeouts/refused connections with backoff."""
-        data = json.dumps(body).encode()
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                with self._lock:
-                    self.usage["retries"] += 1
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                return self._post_once(url, data)
-            except _Retryable as e:
-                last = str(e)
-        raise EngineError(f"{url}: gave up after {self.max_retries + 1} attempts; last error: {last}")
-
-    def _post_once(self, url: str, data: bytes) -> Any:
-        req = urllib.request.Request(url, data=data, headers=self._headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                out = json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            detail = e.read()[:500].decode(errors="replace")
-            if e.code == 429 or e.code >= 500:
-                raise _Retryable(f"HTTP {e.code}: {detail}") from None
-            raise EngineError(f"{url}: HTTP {e.code} (not retried): {detail}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            raise _Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
+    @property
+    def usage(self) -> dict[str, int]:
+        """Running counters: successful requests, retries, and the tokens the server reported."""
         with self._lock:
-            self.usage["requests"] += 1
-            u = (out.get("usage") if isinstance(out, dict) else None) or {}
-            self.usage["prompt_tokens"] += int(u.get("prompt_tokens") or 0)
-            self.usage["completion_tokens"] += int(u.get("completion_tokens") or 0)
-        return out
+            return {"requests": self._http.requests, "retries": self._http.retries, **self._tokens}
+
+    # ------------------------------------------------------------------ HTTP
+    def _post(self, path: str, body: dict[str, Any]) -> _Reply:
+        """POST to the server and validate the reply's shape (one error naming the URL otherwise)."""
+        url = self.base_url + path
+        raw = self._http.post_json(url, body)
+        try:
+            reply = _Reply.model_validate(raw)
+        except ValidationError as e:
+            raise self._http.fail(f"{url}: unexpected reply: {shape_error(e, self._http.redact)}") from None
+        with self._lock:
+            u = reply.usage or _Usage()
+            self._tokens["prompt_tokens"] += u.prompt_tokens or 0
+            self._tokens["completion_tokens"] += u.completion_tokens or 0
+        return reply
 
     # ------------------------------------------------------------------ prompts
     def prompt_text(self, request: GenerationRequest) -> str:
@@ -153,34 +197,28 @@ class OpenAIEngine:
             seed = r.seed if r.seed is not None else sampling.seed
             jobs += [(i, j, self._body(r, sampling, 1, None if seed is None else seed + j, None)) for j in range(sampling.n)]
         results = list(self._pool.map(lambda job: self._post(*job[2]), jobs))
-        out = []
-        for (i, j, _), res in zip(jobs, results, strict=False):
-            choices = res.get("choices") or []
-            if not choices:
-                raise EngineError(f"{self.base_url}: response without choices for request {i}: {str(res)[:200]}")
-            out.append(self._generation(choices[0], res, i, j))
-        return out
+        return [self._generation(res, i, j) for (i, j, _), res in zip(jobs, results, strict=True)]
 
-    def _generation(self, choice: dict[str, Any], res: dict[str, Any], i: int, j: int) -> Generation:
-        text = choice.get("text")
-        if text is None:
-            text = (choice.get("message") or {}).get("content") or ""
-        lps = _token_logprobs(choice.get("logprobs"))
-        if any(math.isnan(x) for x in lps):
-            raise EngineError(f"{self.base_url}: a generated token of request {i} came back without a log-prob")
-        reason = "length" if choice.get("finish_reason") == "length" else "stop"
-        usage = res.get("usage") or {}
-        n_tok = len(lps) if lps else None
+    def _generation(self, res: _Reply, i: int, j: int) -> Generation:
+        choice = res.choices[0]
+        text = choice.text if choice.text is not None else (choice.message.content if choice.message else None) or ""
+        lps = _token_logprobs(choice.logprobs)
+        if not all(math.isfinite(x) for x in lps):
+            raise EngineError(
+                f"{self.base_url}: a generated token of request {i} came back without a log-prob (null, NaN or infinite)"
+            )
+        reason = "length" if choice.finish_reason == "length" else "stop"
+        usage = res.usage or _Usage()
         return Generation(
             text=text,
             token_ids=[],
             logprobs=lps,
             finish_reason=reason,
             version=self.version,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            prompt_tokens=usage.prompt_tokens or 0,
             request_index=i,
             sample_index=j,
-            completion_tokens=n_tok if n_tok is not None else int(usage.get("completion_tokens") or 0),
+            completion_tokens=len(lps) if lps else usage.completion_tokens or 0,
         )
 
     def score_continuations(
@@ -195,7 +233,7 @@ class OpenAIEngine:
         results = list(self._pool.map(lambda job: self._post(*job), jobs))
         out = []
         for conts, res in zip(continuations, results, strict=False):
-            top = _first_top_logprobs((res.get("choices") or [{}])[0].get("logprobs"))
+            top = _first_top_logprobs(res.choices[0].logprobs)
             if not top:
                 raise EngineError(
                     f"{self.base_url}: the server returned no top log-probs; it must support "
@@ -218,30 +256,27 @@ class OpenAIEngine:
             self.server.stop()
 
 
-def _token_logprobs(lp: Any) -> list[float]:
-    if not lp:
-        return []
-    if isinstance(lp, dict) and "content" in lp:  # chat format
-        return [_number(t.get("logprob")) for t in lp.get("content") or []]
-    return [_number(x) for x in lp.get("token_logprobs") or []]
+def _token_logprobs(lp: _ChatLogprobs | _CompletionLogprobs | None) -> list[float]:
+    """Log-probs of the generated tokens; NaN where the server gave none, for the caller to refuse."""
+    if isinstance(lp, _ChatLogprobs):
+        values = [t.logprob for t in lp.content or []]
+    else:
+        values = list(lp.token_logprobs or []) if lp else []
+    return [math.nan if v is None else v for v in values]
 
 
-def _number(x: Any) -> float:
-    """A log-prob from a server reply; NaN when missing, for the caller to refuse (never a 0.0)."""
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
+def _usable(v: float | None) -> bool:
+    return v is not None and not math.isnan(v) and v != math.inf
 
 
-def _first_top_logprobs(lp: Any) -> dict[str, float]:
-    if not lp:
-        return {}
-    if isinstance(lp, dict) and "content" in lp:
-        content = lp.get("content") or []
-        return {t["token"]: float(t["logprob"]) for t in (content[0].get("top_logprobs") or [])} if content else {}
-    tops = lp.get("top_logprobs") or []
-    return {t: float(v) for t, v in (tops[0] or {}).items() if v is not None and not math.isnan(float(v))} if tops else {}
+def _first_top_logprobs(lp: _ChatLogprobs | _CompletionLogprobs | None) -> dict[str, float]:
+    """The listed alternatives of the first generated token; a null or NaN value is not listed."""
+    if isinstance(lp, _ChatLogprobs):
+        first = (lp.content or [None])[0]
+        alts = (first.top_logprobs or []) if first else []
+        return {a.token: a.logprob for a in alts if _usable(a.logprob)}  # type: ignore[misc]
+    tops = (lp.top_logprobs if lp else None) or [None]
+    return {t: v for t, v in (tops[0] or {}).items() if _usable(v)}  # type: ignore[misc]
 
 
 class ServerProcess:
@@ -257,7 +292,11 @@ class ServerProcess:
         log_path: str | None = None,
         health_path: str = "/models",
     ) -> None:
-        self.command, self.base_url, self.health_path = list(command), base_url.rstrip("/"), health_path
+        credentials = Credentials()
+        self.command, self.health_path = list(command), health_path
+        self.base_url = credentials.bind(base_url).rstrip("/")
+        # each probe bounded like any request; its reply is small ("/models", "/health")
+        self._probe = HttpClient(timeout_s=2.0, max_reply_bytes=1 << 20, credentials=credentials)
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         atexit.register(self.stop)
@@ -270,12 +309,9 @@ class ServerProcess:
                 raise EngineError(
                     f"server command exited with code {self.proc.returncode} before it was ready: {shlex.join(self.command)}"
                 )
-            try:
-                with urllib.request.urlopen(self.base_url + self.health_path, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+            with contextlib.suppress(EngineError):  # not up yet, or not answering well yet
+                if self._probe.exchange("GET", self.base_url + self.health_path).status == 200:
+                    return
             time.sleep(0.5)
         self.stop()
         raise EngineError(f"server at {self.base_url} not healthy after {timeout_s:.0f} s: {shlex.join(self.command)}")

@@ -2,7 +2,8 @@
 
 Generation goes to ``/generate`` as token ids with per-row sampling params and comes back with
 output ids and per-token log-probs (``return_logprob``), so rollouts carry the behaviour
-log-probs TIS needs. Candidate continuations are scored exactly by teacher forcing
+log-probs TIS needs (request bodies and reply shapes: ``grm.engines.sglang_api``; HTTP, bounded
+and redirect-safe: ``grm.engines.http``). Candidate continuations are scored exactly by teacher forcing
 (``logprob_start_len``; the radix cache reuses the shared prompt). Weights reach the servers
 from disk (``/update_weights_from_disk`` on safetensors the sync step writes) or over an NCCL
 group the trainer joins (``/init_weights_update_group`` + ``/update_weights_from_distributed``);
@@ -22,14 +23,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.util
-import json
 import os
 import shutil
 import sys
 import tempfile
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,103 +35,20 @@ from typing import Any
 
 from grm.base import free_port
 from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
+from grm.engines.credentials import Credentials, glimpse, plain
+from grm.engines.http import HttpClient
 from grm.engines.openai_api import ServerProcess
+from grm.engines.sglang_api import (
+    CONTROL_REPLY_BYTES,
+    REPLY_BYTES,
+    continuation_payload,
+    generate_payload,
+    parse_continuation,
+    parse_generation,
+    post_control,
+)
 
 INSTALL_HINT = "pip install 'grm-rlaif[sglang]' (SGLang needs CUDA GPUs)"
-
-
-def sampling_payload(sp: SamplingParams, seed: int | None) -> dict[str, Any]:
-    """SGLang ``sampling_params`` for one row."""
-    p: dict[str, Any] = {"temperature": sp.temperature, "top_p": sp.top_p, "max_new_tokens": sp.max_new_tokens}
-    if sp.top_k:
-        p["top_k"] = sp.top_k
-    if sp.stop:
-        p["stop"] = list(sp.stop)
-    if seed is not None:
-        p["sampling_seed"] = seed
-    return p
-
-
-def generate_payload(prompts: Sequence[Sequence[int]], sp: SamplingParams, seeds: Sequence[int | None]) -> dict[str, Any]:
-    """One batched ``/generate`` body: row ``i * n + j`` is sample j of prompt i, seeded ``seed + j``."""
-    ids, params = [], []
-    for p, seed in zip(prompts, seeds, strict=False):
-        for j in range(sp.n):
-            ids.append(list(p))
-            params.append(sampling_payload(sp, None if seed is None else seed + j))
-    return {"input_ids": ids, "sampling_params": params, "return_logprob": True, "logprob_start_len": -1}
-
-
-def parse_generation(item: dict[str, Any], *, version: int, request_index: int, sample_index: int) -> Generation:
-    """A ``/generate`` response row -> Generation. ``output_token_logprobs`` rows are
-    ``[logprob, token_id, text-or-None]``."""
-    meta = item.get("meta_info") or {}
-    lps = meta.get("output_token_logprobs") or []
-    ids = item.get("output_ids")
-    if ids is None:
-        ids = [int(t[1]) for t in lps]
-    finish = meta.get("finish_reason") or {}
-    kind = finish.get("type") if isinstance(finish, dict) else finish
-    if kind == "abort":
-        raise EngineError(f"sglang aborted request {request_index}: {finish.get('message', '')}")
-    served = meta.get("weight_version")  # "default" until the first update names a version
-    if isinstance(served, str) and served.isdigit() and int(served) != version:
-        raise EngineError(
-            f"sglang generated request {request_index} with weights version {served}, but the policy is at "
-            f"version {version}: the server holds other weights (an earlier run's, or an update that never arrived)"
-        )
-    return Generation(
-        text=item.get("text", ""),
-        token_ids=list(ids),
-        logprobs=[float(t[0]) for t in lps],
-        finish_reason="length" if kind == "length" else "stop",
-        version=version,
-        prompt_tokens=int(meta.get("prompt_tokens") or 0),
-        request_index=request_index,
-        sample_index=sample_index,
-    )
-
-
-def continuation_payload(prompt: Sequence[int], cont: Sequence[int]) -> dict[str, Any]:
-    """Teacher-force ``cont`` after ``prompt``: log-probs of the input from the candidate's first token."""
-    return {
-        "input_ids": list(prompt) + list(cont),
-        "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
-        "return_logprob": True,
-        "logprob_start_len": len(prompt),
-    }
-
-
-def parse_continuation(item: dict[str, Any], n_cont: int) -> float:
-    rows = (item.get("meta_info") or {}).get("input_token_logprobs") or []
-    vals = [float(r[0]) for r in rows if r and r[0] is not None]
-    if len(vals) < n_cont:
-        raise EngineError(f"sglang returned {len(vals)} input log-probs for a {n_cont}-token continuation")
-    return sum(vals[-n_cont:])
-
-
-def post_control(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """POST to a control endpoint (pause, update, flush, ...) -> ``{"success", "message", ...}``.
-    Most answer JSON; ``/flush_cache`` answers plain text, and HTTP 400 with its reason when it
-    refuses. Not retried: the caller decides what a failed update means."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            status, raw = r.status, r.read()
-    except urllib.error.HTTPError as e:
-        status, raw = e.code, e.read()
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-        raise EngineError(f"{url}: {getattr(e, 'reason', e)}") from None
-    text = raw.decode(errors="replace").strip()
-    try:
-        out = json.loads(text)
-    except ValueError:
-        out = None
-    out = out if isinstance(out, dict) else {"message": text}
-    if status >= 400:
-        out["success"] = False
-        out.setdefault("message", f"HTTP {status}: {text[:500]}")
-    return out
 
 
 def launch_command(model_path: str, port: int, spec: Any) -> list[str]:
@@ -199,24 +114,38 @@ class SGLangEngine:
         timeout_s: float = 600.0,
         tp: int = 1,
         post: Callable[[str, dict[str, Any]], Any] | None = None,
+        max_reply_bytes: int = REPLY_BYTES,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
     ) -> None:
         if not urls:
             raise ValueError("SGLangEngine needs at least one server URL")
-        from grm.engines.openai_api import OpenAIEngine
-
-        self.urls = [u.rstrip("/") for u in urls]
+        credentials = Credentials()
+        # a URL's user:password@ becomes HTTP Basic for that server alone; messages show the URL without it
+        self.urls = [credentials.bind(u).rstrip("/") for u in urls]
         self.model_id = model
         self.tokenizer = tokenizer
         self.version = 0
         self.tp = tp
         self.servers: list[ServerProcess] = []
         self.sync_dir: Path | None = None  # made on the first disk weight update, removed by close()
-        # HTTP with retries on 429/5xx/timeouts, shared with the openai engine
-        self._http = OpenAIEngine(self.urls[0], model, endpoint="chat", concurrency=concurrency, timeout_s=timeout_s)
+        # retries on 429/5xx/timeouts for /generate; control calls are single attempts (post_control)
+        self._http = HttpClient(
+            timeout_s=timeout_s,
+            max_reply_bytes=max_reply_bytes,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            credentials=credentials,
+        )
+        self._control_http = HttpClient(timeout_s=timeout_s, max_reply_bytes=CONTROL_REPLY_BYTES, credentials=credentials)
         self._post_fn = post
         self.timeout_s = timeout_s
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))  # one call per server at a time
+        self._requests = ThreadPoolExecutor(max_workers=concurrency)  # continuation scoring, request by request
         self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # no credentials
+        return f"SGLangEngine({self.urls!r}, model={self.model_id!r})"
 
     @classmethod
     def from_spec(cls, spec: Any, model: str, *, tokenizer: Any = None, **_: Any) -> SGLangEngine:
@@ -247,19 +176,31 @@ class SGLangEngine:
     def _post(self, url: str, path: str, body: dict[str, Any]) -> Any:
         if self._post_fn is not None:
             return self._post_fn(url + path, body)
-        return self._http.post_url(url + path, body)
+        return self._http.post_json(url + path, body)
 
     def _control(self, url: str, path: str, body: dict[str, Any]) -> Any:
         if self._post_fn is not None:
             return self._post_fn(url + path, body)
-        return post_control(url + path, body, self.timeout_s)
+        return post_control(url + path, body, self.timeout_s, client=self._control_http)
+
+    def _failed(self, url: str, what: Any) -> EngineError:
+        message = what.get("message", what) if isinstance(what, dict) else what
+        text = message if isinstance(message, str) else glimpse(message, self._http.redact)
+        return self._http.fail(f"{url} failed: {plain(self._http.redact(text))}")
 
     def _each_server(self, path: str, body: dict[str, Any] | None = None) -> list[Any]:
         outs = list(self._pool.map(lambda u: self._control(u, path, body or {}), self.urls))
         for u, o in zip(self.urls, outs, strict=False):
             if isinstance(o, dict) and o.get("success") is False:
-                raise EngineError(f"{u}{path} failed: {o.get('message', o)}")
+                raise self._failed(u + path, o)
         return outs
+
+    def _parsed(self, url: str, parse: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``parse(*args, **kw)`` of a server's reply, its error naming the server (credentials redacted)."""
+        try:
+            return parse(*args, **kw)
+        except EngineError as e:
+            raise self._http.fail(f"{url}/generate: {e}") from None
 
     # ------------------------------------------------------------------ prompts
     def encode(self, request: GenerationRequest) -> list[int]:
@@ -292,7 +233,9 @@ class SGLangEngine:
                 raise EngineError(f"{self.urls[s]}/generate returned {len(rows)} rows for {len(shards[s]) * sampling.n}")
             for r, item in enumerate(rows):
                 i, j = shards[s][r // sampling.n], r % sampling.n
-                gens[(i, j)] = parse_generation(item, version=version, request_index=i, sample_index=j)
+                gens[(i, j)] = self._parsed(
+                    self.urls[s], parse_generation, item, version=version, request_index=i, sample_index=j
+                )
         return [gens[(i, j)] for i in range(len(prompts)) for j in range(sampling.n)]
 
     def score_continuations(
@@ -307,10 +250,11 @@ class SGLangEngine:
                 if ids:
                     jobs.append((i, k, continuation_payload(p, ids), len(ids)))
         k = len(self.urls)
-        outs = list(self._http._pool.map(lambda jb: self._post(self.urls[jb[0] % k], "/generate", jb[2]), jobs))
+        outs = list(self._requests.map(lambda jb: self._post(self.urls[jb[0] % k], "/generate", jb[2]), jobs))
         scores: list[list[float | None]] = [[None] * len(c) for c in continuations]
         for (i, kk, _, n), item in zip(jobs, outs, strict=True):
-            scores[i][kk] = parse_continuation(item[0] if isinstance(item, list) else item, n)
+            one = item[0] if isinstance(item, list) and len(item) == 1 else item  # a one-row batch, or the row
+            scores[i][kk] = self._parsed(self.urls[i % k], parse_continuation, one, n)
         return scores
 
     # ------------------------------------------------------------------ weights
@@ -365,7 +309,7 @@ class SGLangEngine:
             }
             out = self._control(url, "/init_weights_update_group", body)
             if isinstance(out, dict) and out.get("success") is False:
-                raise EngineError(f"{url}/init_weights_update_group failed: {out.get('message')}")
+                raise self._failed(f"{url}/init_weights_update_group", out)
 
     def announce_distributed_update(
         self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int, group_name: str = "weight_update_group"
@@ -384,6 +328,8 @@ class SGLangEngine:
         self.version = version
 
     def close(self) -> None:
+        self._requests.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         for s in self.servers:
             s.stop()
         if self.sync_dir is not None:

@@ -110,11 +110,10 @@ def _same_gate(prev: dict[str, Any], j: LoadedJudge, gate: GateSpec) -> bool:
 def run_gates(loaded: LoadedPipeline, run_dir: Path, console: Any = None) -> list[GateResult]:
     """Evaluate every gated judge of ``loaded`` (or take a passed decision from ``gate.json``), record
     the decisions, and raise ``GateFailed`` naming each judge below its bar."""
-    from rich.console import Console
-
     from grm.evaluation.runner import EvalConfig, run
+    from grm.terminal import console as literal_console
 
-    console = console or Console()
+    console = console or literal_console()
     decisions = recorded(run_dir)
     results = []
     for j in loaded.judges:
@@ -138,7 +137,7 @@ def run_gates(loaded: LoadedPipeline, run_dir: Path, console: Any = None) -> lis
             soft_wrap=True,
         )
         cfg = EvalConfig(judges=[str(j.path)], data=gate.data, out=eval_dir, limit=gate.limit, overrides=j.role.overrides)
-        metrics = run(cfg, console=Console(stderr=True))
+        metrics = run(cfg, console=literal_console(stderr=True))
         result = decide(j.name, metrics["judges"].get(j.name, {}), gate, eval_dir, hash_spec(j.spec))
         decisions[j.name] = asdict(result)
         atomic_write_text(run_dir / GATE_FILE, json.dumps(decisions, indent=2))

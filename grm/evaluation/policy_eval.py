@@ -19,17 +19,19 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, atomic_write_text, read_jsonl
+from grm.base import append_jsonl, atomic_write_text, read_jsonl, writer_lock
 from grm.data.prompts import Prompt, load_prompts
 from grm.evaluation.policy_source import PolicySource, resolve_policy
 from grm.evaluation.runner import EvalError, load_judges, outcome
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.types import Sample
+from grm.terminal import escape_controls
 
 SIDES = ("policy", "other")
 PER_RESPONSE = ("rule", "pointwise", "checklist")
@@ -158,7 +160,7 @@ def generate(cfg: PolicyEvalConfig, side: str, src: PolicySource, prompts: list[
     if not todo:
         return 0.0
     t0 = time.perf_counter()
-    task = progress.add_task(f"generate {side}: loading {src.describe()}", total=len(todo))
+    task = progress.add_task(escape_controls(f"generate {side}: loading {src.describe()}"), total=len(todo))
     from grm.evaluation.policy_source import load_engine
 
     engine = load_engine(src, max_batch_size=max(cfg.batch_size, 1))
@@ -270,7 +272,7 @@ def score(
         ]
         if not work:
             continue
-        task = progress.add_task(f"judge {judge.name}", total=len(work))
+        task = progress.add_task(escape_controls(f"judge {judge.name}"), total=len(work))
         for chunk in _chunks(work, batch_size):
             samples = [
                 Sample(
@@ -294,13 +296,19 @@ def score(
 
 
 def run_policy_eval(cfg: PolicyEvalConfig, console: Any = None) -> dict[str, Any]:
-    """Run (or resume) a policy evaluation; returns the summary also written to summary.json."""
-    from rich.console import Console
+    """Run (or resume) a policy evaluation; returns the summary also written to summary.json. The
+    output directory is held from its creation to the end (``grm.base.writer_lock``)."""
+    with ExitStack() as held:
+        return _run_policy_eval(cfg, console, held)
+
+
+def _run_policy_eval(cfg: PolicyEvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from grm.evaluation.policy_report import write_policy_outputs
+    from grm.terminal import console as literal_console
 
-    console = console or Console(stderr=True)
+    console = console or literal_console(stderr=True)
     if cfg.batch_size < 1 or cfg.max_new_tokens < 1 or cfg.temperature < 0:
         raise EvalError("--batch-size and --max-new-tokens must be >= 1 and --temperature >= 0")
     prompts = load_prompt_set(cfg.prompts, cfg.limit)
@@ -315,6 +323,7 @@ def run_policy_eval(cfg: PolicyEvalConfig, console: Any = None) -> dict[str, Any
     sides = list(sources)
 
     cfg.out.mkdir(parents=True, exist_ok=True)
+    held.enter_context(writer_lock(cfg.out, "grm eval", EvalError))
     ident = identity(cfg, sources)
     record = {
         "policy_ref": cfg.policy,
@@ -331,7 +340,7 @@ def run_policy_eval(cfg: PolicyEvalConfig, console: Any = None) -> dict[str, Any
     t_start = time.perf_counter()
     gen_seconds = {}
     with Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),  # judge names, model paths: not markup
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
@@ -358,5 +367,5 @@ def run_policy_eval(cfg: PolicyEvalConfig, console: Any = None) -> dict[str, Any
             "wall_seconds_this_run": time.perf_counter() - t_start,
             "generation_seconds_this_run": gen_seconds,
         },
-        console=Console(),
+        console=literal_console(),
     )

@@ -203,7 +203,7 @@ def write_policy_outputs(
     extra: dict[str, Any] | None = None,
     console: Any = None,
 ) -> dict[str, Any]:
-    from rich.console import Console
+    from grm.terminal import console as literal_console
 
     m = compute(prompts, responses, lines, sides)
     m.update(extra or {})
@@ -237,7 +237,7 @@ def write_policy_outputs(
         "",
     ]
     (out / "report.md").write_text("\n".join(md))
-    console = console or Console()
+    console = console or literal_console()
     for title, rs in ((f"Policy evaluation ({out})", rows), ("POLICY vs OTHER", crows)):
         print_table(console, rs, title)  # fitted to the terminal, plain text in a pipe
     return m

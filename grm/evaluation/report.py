@@ -36,6 +36,7 @@ def judge_metrics(lines: list[dict[str, Any]], length_control: LengthControl | N
     samples = sum(r["samples_total"] for r in lines)
     out["parse_failure_rate"] = sum(r["parse_failures"] for r in lines) / samples if samples else 0.0
     out["truncated"] = sum(r.get("truncated", 0) for r in lines)  # responses cut to fit the judge (absent before)
+    out["one_order_failed"] = sum(r.get("one_order_failed", 0) for r in lines)  # swapped pairs masked (absent before)
     out["masked_rate"] = M.rate(lines, lambda r: r["masked"])
     out["tokens"] = sum(r["tokens"] for r in lines)
     secs = sum(r["seconds"] for r in lines)
@@ -344,7 +345,7 @@ def write_outputs(
     title: str = "Evaluation report",
     length_control: LengthControl | None = None,
 ) -> dict[str, Any]:
-    from rich.console import Console
+    from grm.terminal import console as literal_console
 
     m = compute(results, names, length_control)
     m.update(extra or {})
@@ -391,7 +392,7 @@ def write_outputs(
     for caption, fn in plots:
         md += [f"### {caption}", "", f"![{caption}]({fn})", ""]
     (out / "report.md").write_text("\n".join(md))
-    console = console or Console()
+    console = console or literal_console()
     print_table(console, short, f"{title} ({out})")
     print_table(console, costs, "Judge cost")
     return m

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grm.base import read_jsonl, rewrite_jsonl
+from grm.base import read_jsonl_numbered, rewrite_jsonl, writer_lock
 from grm.config import JudgeSpec, load_judge
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.report import write_outputs
-from grm.evaluation.runner import EvalError, both_orders, outcome
+from grm.evaluation.runner import EvalError, both_orders, check_result_line, outcome, read_record
 from grm.judges.base import Judge
+from grm.judges.errors import JudgeError
 from grm.judges.runtime import build_judge
 
 
@@ -18,17 +19,34 @@ def rescore(
     out: Path, judge_ref: str | None = None, console: Any = None, length_control: LengthControl | None = None
 ) -> dict[str, Any]:
     """Re-parse and re-aggregate ``out``'s raw outputs (with ``judge_ref``: under a changed spec) and
-    rewrite its report; ``length_control`` adds the length-controlled rows (lengths are stored)."""
-    import yaml
+    rewrite its report; ``length_control`` adds the length-controlled rows (lengths are stored).
 
+    Refused while a ``grm eval`` writes ``out`` (``grm.base.writer_lock``): its results are not
+    complete, and its last line may be half written."""
     rec_path = out / "config.resolved.yaml"
-    if not rec_path.exists():
+    if not rec_path.is_file():
         raise EvalError(f"{out}: no config.resolved.yaml; is this a `grm eval` output directory?")
-    record = yaml.safe_load(rec_path.read_text())
+    with writer_lock(out, "grm rescore", EvalError):
+        return _rescore(out, rec_path, judge_ref, console, length_control)
+
+
+def _recorded_judges(rec_path: Path) -> dict[str, Judge]:
     judges: dict[str, Judge] = {}
-    for j in record["judges"]:
+    for j in read_record(rec_path)["judges"]:
+        if not isinstance(j.get("spec"), dict) or not isinstance(j.get("base_dir"), str):
+            raise EvalError(
+                f"{rec_path}: judge '{j['name']}' has no recorded spec; rescore re-reads judge evaluations "
+                "(grm eval JUDGES --data), not policy evaluations"
+            )
         spec = JudgeSpec.model_validate(j["spec"], context={"base_dir": Path(j["base_dir"])})
         judges[j["name"]] = build_judge(spec, j["base_dir"])
+    return judges
+
+
+def _rescore(
+    out: Path, rec_path: Path, judge_ref: str | None, console: Any, length_control: LengthControl | None
+) -> dict[str, Any]:
+    judges = _recorded_judges(rec_path)
     if judge_ref:
         new_spec = load_judge(judge_ref)
         path = Path(judge_ref)
@@ -40,18 +58,32 @@ def rescore(
                 f"--judge is {new_spec.mode} but '{target}' was {judges[target].spec.mode}; the raw outputs do not fit"
             )
         judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
-    lines = read_jsonl(out / "results.jsonl")
+    results_path = out / "results.jsonl"
+    # no repair: a torn last line is the killed eval's, cut by the `grm eval` that resumes it
+    lines = read_jsonl_numbered(results_path, repair=False, check=check_result_line)
     if not lines:
         raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
     new_lines = []
-    for line in lines:
+    for n, line in lines:
         judge = judges.get(line["judge"])
         if judge is None:
             continue
-        n = 2 if judge.spec.mode in ("pairwise", "listwise") else 1
-        res = [judge.rescore(r, n) for r in line["results"]]
-        new = {**line, "results": [r.to_dict() for r in res], "parse_failures": sum(r.parse_failures for r in res)}
-        new.update(outcome(judge.spec.mode, line["kind"], res))
+        k = 2 if judge.spec.mode in ("pairwise", "listwise") else 1
+        try:
+            res = [judge.rescore(r, k) for r in line["results"]]
+            new = {
+                **line,
+                "results": [r.to_dict() for r in res],
+                "parse_failures": sum(r.parse_failures for r in res),
+                "one_order_failed": sum(r.one_order_failed for r in res),
+            }
+            new.update(outcome(judge.spec.mode, line["kind"], res))
+        except JudgeError as e:  # this judge cannot rescore what is stored (a rule verifier keeps no raw output)
+            raise EvalError(f"{results_path}:{n}: judge '{line['judge']}': {e}") from None
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a stored result edited by hand
+            raise EvalError(
+                f"{results_path}:{n}: cannot rescore its stored results ({type(e).__name__}: {str(e)[:200]})"
+            ) from None
         if judge_ref:
             new["judge"] = line["judge"]
         new_lines.append(new)

@@ -14,13 +14,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from grm.base import GrmError, append_jsonl, atomic_write_text, read_jsonl
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from grm.base import GrmError, append_jsonl, atomic_write_text, read_jsonl, writer_lock
 from grm.config.judge import JudgeSpec
 from grm.data.items import EvalItem, default_map, parse_map, to_items
+from grm.data.items_file import write_items
 from grm.data.sources import load_rows
 from grm.evaluation.length_control import LengthControl
 from grm.judges.base import Judge
@@ -84,6 +88,7 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any], cost: JudgeCost 
         "tokens": sum(r.tokens for r in results),
         "seconds": sum(r.seconds for r in results),
         "parse_failures": sum(r.parse_failures for r in results),
+        "one_order_failed": sum(r.one_order_failed for r in results),
         "truncated": sum(r.truncated for r in results),
         "samples_total": sum(len(r.samples) for r in results),
         "results": [r.to_dict() for r in results],
@@ -113,6 +118,55 @@ def config_record(cfg: EvalConfig, judges: list[Judge], mapping: dict[str, str])
     }
 
 
+def read_record(path: Path) -> dict[str, Any]:
+    """An eval directory's ``config.resolved.yaml``, or ``EvalError`` naming the file (and line)."""
+    import yaml
+
+    try:
+        record = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise EvalError(f"{path}{line}: not valid YAML ({e.problem or e.context}); grm eval --force writes it anew") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise EvalError(f"{path}: cannot read it ({e})") from None
+    judges = record.get("judges") if isinstance(record, dict) else None
+    if not isinstance(judges, list) or not all(
+        isinstance(j, dict) and isinstance(j.get("name"), str) and isinstance(j.get("spec_sha256"), str) for j in judges
+    ):
+        raise EvalError(f"{path}: not the record grm eval writes (a list of judges, each with a name and spec_sha256)")
+    return record
+
+
+class ResultLine(BaseModel):
+    """The fields of a results.jsonl line that its readers (resume, report, rescore) rely on."""
+
+    model_config = ConfigDict(strict=True, extra="allow")  # later fields (cost, lengths, ...) are optional
+    judge: str
+    item_id: str
+    kind: Literal["pair", "scored", "unlabelled"]
+    label: int | None
+    human_score: float | None
+    tokens: int
+    seconds: float
+    parse_failures: int
+    samples_total: int
+    results: list[dict[str, Any]]
+    verdict: str | None
+    masked: bool
+
+
+def check_result_line(row: dict[str, Any]) -> None:
+    """ValueError saying what is wrong when ``row`` is not a results.jsonl line (``read_jsonl``
+    adds the file and line)."""
+    try:
+        ResultLine.model_validate(row)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"field '{field}': {err['msg']}; not a line grm eval writes") from None
+
+
 def _identity(rec: dict[str, Any]) -> dict[str, Any]:
     # .get: a directory of ``grm eval --policy`` has no data/map, and differs rather than crashing
     return {
@@ -140,14 +194,24 @@ def _chunks(items: list[EvalItem], size: int) -> Iterator[list[EvalItem]]:
 
 
 def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
-    """Run (or resume) an evaluation; returns the metrics dict also written to metrics.json."""
+    """Run (or resume) an evaluation; returns the metrics dict also written to metrics.json.
+
+    The output directory is held (``grm.base.writer_lock``) from its creation to the end, so a
+    second ``grm eval`` or a ``grm rescore`` of it is refused rather than cutting the line this
+    one is writing."""
+    with ExitStack() as held:
+        return _run(cfg, console, held)
+
+
+def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
     import yaml
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from grm.evaluation.report import write_outputs
+    from grm.terminal import console as literal_console
+    from grm.terminal import escape_controls
 
-    console = console or Console(stderr=True)
+    console = console or literal_console(stderr=True)
     rows = load_rows(cfg.data)
     mapping = default_map(cfg.data, set().union(*rows)) if not cfg.mapping else parse_map(cfg.mapping)
     items, problems = to_items(rows, mapping, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
@@ -158,19 +222,22 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
     judges = load_judges(cfg.judges, cfg.overrides)
 
     cfg.out.mkdir(parents=True, exist_ok=True)
+    held.enter_context(writer_lock(cfg.out, "grm eval", EvalError))
     record = config_record(cfg, judges, mapping)
     rec_path = cfg.out / "config.resolved.yaml"
-    if rec_path.exists():
-        previous = yaml.safe_load(rec_path.read_text())
-        if _identity(previous) != _identity(record) and not cfg.force:
+    if rec_path.exists() and not cfg.force:
+        previous = read_record(rec_path)
+        if _identity(previous) != _identity(record):
             raise EvalError(
                 f"{cfg.out} holds results of a different evaluation (judges/spec hashes, data or column map differ: "
                 f"recorded {_identity(previous)}, now {_identity(record)}); use another --out, or --force to mix them"
             )
     atomic_write_text(rec_path, yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+    # the items themselves, so `grm view` shows prompts and responses from inside this directory
+    write_items(cfg.out, items)
 
     results_path = cfg.out / "results.jsonl"
-    existing = read_jsonl(results_path)
+    existing = read_jsonl(results_path, check=check_result_line)
     done = {(r["judge"], r["item_id"]) for r in existing}
     todo = {j.name: [it for it in items if (j.name, it.id) not in done] for j in judges}
     total = sum(len(v) for v in todo.values())
@@ -179,10 +246,10 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
     t_start = time.perf_counter()
     overruns = {j.name: 0 for j in judges}
     with Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),  # a judge's name: not markup
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]} items/s"),
+        TextColumn("{task.fields[rate]} items/s", markup=False),
         TimeRemainingColumn(),
         console=console,
         transient=False,
@@ -190,7 +257,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
     ) as progress:
         for judge in judges:
             pending = todo[judge.name]
-            task = progress.add_task(judge.name, total=len(pending), rate="-")
+            task = progress.add_task(escape_controls(judge.name), total=len(pending), rate="-")
             t0 = time.perf_counter()
             n_done = 0
             for chunk in _chunks(pending, cfg.batch_size):
@@ -213,7 +280,7 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
                 n_done += len(chunk)
                 progress.update(task, advance=len(chunk), rate=f"{n_done / (time.perf_counter() - t0):.2f}")
     wall = time.perf_counter() - t_start
-    all_results = read_jsonl(results_path)
+    all_results = read_jsonl(results_path, check=check_result_line)
     wanted = {it.id for it in items}
     all_results = [r for r in all_results if r["item_id"] in wanted and r["judge"] in {j.name for j in judges}]
     return write_outputs(
@@ -226,6 +293,6 @@ def run(cfg: EvalConfig, console: Any = None) -> dict[str, Any]:
             "bad_rows_skipped": len(problems),
             "items": len(items),
         },
-        console=Console(),
+        console=literal_console(),
         length_control=cfg.length_control,
     )

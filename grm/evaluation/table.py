@@ -4,7 +4,8 @@ A rich table squeezed into 80 columns wraps its headers letter by letter. On a t
 columns are therefore split over as many tables as the width needs (the first column, the judge,
 repeated in each), every header and cell kept on one line; when stdout is a pipe or a file the
 table is plain text at its natural width (no ANSI codes, one line per row), as logs and ``grep``
-want it.
+want it. Cells and titles (judge names, the output path) are untrusted text: never markup, and
+their control characters escaped (``grm.terminal``).
 """
 
 from __future__ import annotations
@@ -60,17 +61,23 @@ def print_table(console: Any, rows: Sequence[dict[str, str]], title: str) -> Non
     plain text elsewhere."""
     if not rows:
         return
-    if not console.is_terminal:
-        console.print(plain_table(rows, title) + "\n", markup=False, highlight=False, soft_wrap=True)
-        return
     from rich.table import Table
+
+    from grm.terminal import escape_controls, text
+
+    # escaped before measuring: an escape is wider than the character it shows
+    rows = [{escape_controls(k): escape_controls(v) for k, v in r.items()} for r in rows]
+    title = escape_controls(title)
+    if not console.is_terminal:
+        console.print(text(plain_table(rows, title) + "\n"), soft_wrap=True)
+        return
 
     groups = fit_columns(rows, console.width)
     for k, cols in enumerate(groups):
         part = f" ({k + 1}/{len(groups)})" if len(groups) > 1 else ""
-        table = Table(title=title + part)
+        table = Table(title=text(title + part, "table.title"))
         for c in cols:
-            table.add_column(c, no_wrap=True)
+            table.add_column(text(c), no_wrap=True)
         for r in rows:
-            table.add_row(*[r.get(c, "") for c in cols])
+            table.add_row(*[text(r.get(c, "")) for c in cols])
         console.print(table)

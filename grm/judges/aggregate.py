@@ -128,14 +128,15 @@ def combine_swap(
     | 1        | 2       | on_inconsistent        | sign of the sum         |
     | 1        | tie     | on_inconsistent        | sign of the sum         |
     | tie      | tie     | tie                    | tie                     |
-    | failed   | any     | the other order alone  | the other order alone   |
-    | failed   | failed  | None (masked)          | None (masked)           |
+    | failed   | any     | None (masked)          | None (masked)           |
+
+    One order alone is the position-biased reading swapping exists to cancel (a small judge that
+    always says "A" would hand every half-failed item to whichever response it saw first), so an
+    item with a failed order is masked, after that order's retries, and counted by the caller
+    (``JudgeResult.one_order_failed``).
     """
-    if m_original is None and m_swapped is None:
-        return None, None, None
     if m_original is None or m_swapped is None:
-        m = m_original if m_original is not None else m_swapped
-        return verdict_of(m), m, None
+        return None, None, None
     v1, v2 = verdict_of(m_original), verdict_of(m_swapped)
     agree = v1 == v2
     if combine == "margin":

@@ -11,17 +11,25 @@ from grm.judges.errors import JudgeError
 
 
 def read_samples(path: str) -> list[Any]:
+    from grm.base import regular_file_bytes
     from grm.judges.types import Sample
 
     p = Path(path)
+    raw = regular_file_bytes(p, JudgeError)  # a FIFO or a device is refused, not opened
+    if raw is None:
+        raise JudgeError(f"{p}: no such file")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise JudgeError(f"{p}: no such file") from None
+        data = json.loads(raw.decode("utf-8-sig"))  # a byte order mark is not JSON, but harmless
     except UnicodeDecodeError:
         raise JudgeError(f"{p}: not valid UTF-8") from None
     except json.JSONDecodeError as e:
         raise JudgeError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except (ValueError, RecursionError) as e:  # an integer past 4300 digits; nesting too deep
+        raise JudgeError(f"{p}: invalid JSON: {type(e).__name__}") from None
+    try:  # JSON may escape a lone surrogate ("\\ud800"); no prompt can carry one to a model
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise JudgeError(f"{p}: a string holds a lone surrogate ({e.object[e.start]!a}), not valid Unicode") from None
     items = data if isinstance(data, list) else [data]
     return [Sample.from_dict(d, where=f"{p}" + (f" item {i}" if isinstance(data, list) else "")) for i, d in enumerate(items)]
 
@@ -56,19 +64,24 @@ def _chat_text(judge: Any, request: Any) -> str | None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.panel import Panel
+    """Each prompt exactly as the judge model gets it, after a line naming the stage and followed by
+    a newline: byte for byte into a pipe or file, control characters escaped on a terminal
+    (``grm.terminal``)."""
+    from rich.text import Text
 
     from grm.judges.runtime import load
+    from grm.terminal import console, text, write_exact
 
-    console = Console()
+    out = console()
     judge = load(args.judge, overrides=args.overrides)
     samples = read_samples(args.sample)
     check_fit(judge, samples, args.sample)
     for s in samples:
         stages = judge.render(s)
         if not stages:
-            console.print(f"[bold]{judge.name}[/] is a rule verifier ({judge.spec.rule.type}); it sends no prompt")
+            out.print(
+                Text.assemble(text(judge.name, "bold"), text(f" is a rule verifier ({judge.spec.rule.type}); it sends no prompt"))
+            )
         for st in stages:
             req = st["request"]
             title = st["stage"] if st["stage"] != "judge" else f"judge view {st['view']} order {st['order']} x{st['n']}"
@@ -76,23 +89,23 @@ def cmd_render(args: argparse.Namespace) -> int:
                 title = f"judge question {st['view']}: {st['question']}"
             exact = _chat_text(judge, req)
             if exact is not None:
-                console.print(Panel(exact, title=f"{title} (exact model input)", title_align="left"), markup=False)
+                title += " (exact model input)"
             else:
-                body = "\n".join(f"[{m['role']}]\n{m['content']}" for m in req.messages)
-                console.print(
-                    Panel(body, title=f"{title} (chat messages; fetch the model to see the exact text)", title_align="left"),
-                    markup=False,
-                )
+                title += " (chat messages; fetch the model to see the exact text)"
+                exact = "\n".join(f"[{m['role']}]\n{m['content']}" for m in req.messages)
+            out.print(text(f"── {title}", "bold"), soft_wrap=True)  # whole, never cut to the width
+            write_exact(out.file, exact + "\n")
     return 0
 
 
 def cmd_try(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from grm.judges.runtime import load
+    from grm.terminal import console, text
 
-    console = Console()
+    out = console()
     judge = load(args.judge, overrides=args.overrides)
     samples = read_samples(args.sample)
     check_fit(judge, samples, args.sample)
@@ -101,22 +114,24 @@ def cmd_try(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
         return 0
     for s, r in zip(samples, results, strict=True):
-        table = Table(title=f"{judge.name} on {s.id or 'sample'}", show_lines=True)
+        table = Table(title=text(f"{judge.name} on {s.id or 'sample'}"), show_lines=True)
         for col in ("view", "order", "#", "try", "critique", "parsed", "tokens"):
             table.add_column(col, overflow="fold")
         for rec in r.samples:
-            parsed = f"[red]failed: {rec.error}[/]" if rec.error else json.dumps(rec.parsed)
+            parsed = text(f"failed: {rec.error}", "red") if rec.error else text(json.dumps(rec.parsed))
             if rec.candidate_logprobs:
                 shown = {k: None if v is None else round(v, 2) for k, v in rec.candidate_logprobs.items()}
-                parsed += f"\nlogprobs {json.dumps(shown)}"
-            table.add_row(str(rec.view), str(rec.order), str(rec.index), str(rec.attempt), rec.text, parsed, str(rec.tokens))
+                parsed.append(text(f"\nlogprobs {json.dumps(shown)}"))
+            table.add_row(
+                str(rec.view), str(rec.order), str(rec.index), str(rec.attempt), text(rec.text), parsed, str(rec.tokens)
+            )
         if r.principles:
-            console.print(f"[bold]principles[/]\n{r.principles}")
+            out.print(Text.assemble(("principles", "bold"), "\n", text(r.principles)))
         for k, a in enumerate(r.checklist or []):
             p_yes = "unread" if a["p_yes"] is None else f"P(yes) {a['p_yes']:.3f}"
             p_yes += " (passes on No)" if a.get("pass_if") == "no" else ""
-            console.print(f"question {k} (weight {a['weight']:g}): {a['question']}  [bold]{p_yes}[/]", highlight=False)
-        console.print(table)
+            out.print(Text.assemble(text(f"question {k} (weight {a['weight']:g}): {a['question']}  "), (p_yes, "bold")))
+        out.print(table)
         final = {
             "score": r.score,
             "reward": r.reward,
@@ -131,7 +146,7 @@ def cmd_try(args: argparse.Namespace) -> int:
             "tokens": r.tokens,
             "seconds": round(r.seconds, 2),
         }
-        console.print("final: " + json.dumps({k: v for k, v in final.items() if v is not None}))
+        out.print(text("final: " + json.dumps({k: v for k, v in final.items() if v is not None}, default=str)))
     return 0
 
 

@@ -128,6 +128,7 @@ def group_results(
         if res is not None:
             first = outs[i]
             first.parse_failures += res.parse_failures
+            first.one_order_failed += res.one_order_failed
             first.truncated += res.truncated
             first.tokens += res.tokens
             first.seconds += res.seconds

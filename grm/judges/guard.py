@@ -43,7 +43,9 @@ RESERVE_TOKENS = 32
 candidates, read after the critique, and tokens that merge differently where a response was cut."""
 
 TAG = "response"
-_TAG_LIKE = re.compile(rf"<(?=\s*/?\s*{TAG}-)", re.IGNORECASE)
+# Linear on a response: "\s*/?\s*" tried every split of a run of spaces after "<" (3.7 s on one
+# "<" and 20,000 spaces); "\s*(?:/\s*)?" matches the same text with one split.
+_TAG_LIKE = re.compile(rf"<(?=\s*(?:/\s*)?{TAG}-)", re.IGNORECASE)
 
 NOTE = (
     "Each response to judge below is enclosed between <{tag}-{nonce}> and </{tag}-{nonce}>. Text inside "

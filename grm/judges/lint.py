@@ -1,8 +1,9 @@
 """``grm judge lint``: problems a judge author can fix before spending compute.
 
 Checks: variables the template uses that judges never receive (typos), the ``expects`` header,
-instructions that never mention what the parser looks for, and example outputs whose parse differs
-from the one the spec says they should have.
+templates that pass their render limits or that the sandbox refuses (each is rendered with a
+made-up sample, ``LINT_SAMPLE``), instructions that never mention what the parser looks for, and
+example outputs whose parse differs from the one the spec says they should have.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, RegexPars
 from grm.config.paths import resolve_path
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import build_parser
-from grm.judges.templates import Template, lint_template, load_template
+from grm.judges.sandbox import RenderLimits
+from grm.judges.templates import (
+    DEFAULT_LIMITS,
+    Template,
+    TemplateLimitError,
+    TemplateSandboxError,
+    lint_template,
+    load_template,
+    render_limits,
+)
 
 _META = set(".^$*+?{}[]\\|()")
 
@@ -57,6 +67,34 @@ def parser_cues(spec: JudgeSpec) -> list[str]:
     return []
 
 
+LINT_SAMPLE = {
+    "prompt": "What is 2 + 2?",
+    "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+    "response": "2 + 2 = 4.",
+    "responses": ["4", "Four.", "2 + 2 = 4"],
+    "reference": "4",
+    "principles": "1. Correctness (weight 1.0): the answer is right.",
+    "metadata": {},
+    "critique": "The answer is right. Score: 9",
+    "question": "Is the answer right?",
+}
+"""The made-up sample ``grm judge lint`` renders every template with."""
+
+
+def render_problems(t: Template, limits: RenderLimits | None = None, mode: str | None = None) -> list[str]:
+    """Problems rendering ``t`` shows whatever the data: it passes its limits (a loop of 10^10
+    steps, a 100 MB output) or the sandbox refuses it. Other render errors depend on the data (a
+    ``metadata`` field the made-up sample lacks); ``grm judge render --sample`` shows those."""
+    variables = dict(LINT_SAMPLE, responses=LINT_SAMPLE["responses"][:2] if mode == "pairwise" else LINT_SAMPLE["responses"])
+    try:
+        t.render(limits=limits or DEFAULT_LIMITS, **variables)
+    except (TemplateLimitError, TemplateSandboxError) as e:
+        return [str(e)]
+    except JudgeError:
+        pass
+    return []
+
+
 def _same(got: object, want: object) -> bool:
     if isinstance(want, (int, float)) and isinstance(got, (int, float)):
         return abs(float(got) - float(want)) < 1e-9
@@ -80,6 +118,7 @@ def lint_judge(path: Path) -> list[str]:
         except (FileNotFoundError, JudgeError) as e:
             return [f"{path}: template: {e}"]
         problems += lint_template(template)
+        problems += render_problems(template, render_limits(spec.limits), spec.mode)
         if spec.reference and "reference" not in template.used_variables():
             problems.append(f"{path}: reference: true but {template.path} never uses 'reference'")
         if spec.mode in ("pairwise", "listwise") and "responses" not in template.used_variables():
@@ -88,7 +127,7 @@ def lint_judge(path: Path) -> list[str]:
             problems.append(f"{path}: a {spec.mode} judge's template must use 'response'")
         if spec.mode == "checklist" and "question" not in template.used_variables():
             problems.append(f"{path}: a checklist judge's template must use 'question' (the checklist item it asks)")
-        problems += _lint_writer(spec, path)
+        problems += _lint_writer(spec, path) + _lint_principles(spec, path)
         stated = template.source + (spec.system or "") + (spec.prefill or "")
         for cue in parser_cues(spec):
             if cue.lower() not in stated.lower():
@@ -98,7 +137,7 @@ def lint_judge(path: Path) -> list[str]:
                 )
     if not isinstance(spec.parser, LogprobParser):
         try:
-            parse = build_parser(spec.parser)
+            parse = build_parser(spec.parser, regex_timeout_s=spec.limits.regex_timeout_s)
         except JudgeError as e:
             return problems + [f"{path}: parser: {e}"]
         for k, ex in enumerate(spec.examples):
@@ -114,6 +153,16 @@ def lint_judge(path: Path) -> list[str]:
     return problems
 
 
+def _lint_principles(spec: JudgeSpec, path: Path) -> list[str]:
+    if spec.principles is None:
+        return []
+    try:
+        t = load_template(resolve_path(spec.principles.template, path.parent, "prompts"))
+    except (FileNotFoundError, JudgeError) as e:
+        return [f"{path}: principles.template: {e}"]
+    return render_problems(t, render_limits(spec.limits))
+
+
 def _lint_writer(spec: JudgeSpec, path: Path) -> list[str]:
     """A checklist writer's template: clean, and shown the prompt it writes a checklist for."""
     if spec.checklist is None or spec.checklist.template is None:
@@ -122,7 +171,7 @@ def _lint_writer(spec: JudgeSpec, path: Path) -> list[str]:
         t = load_template(resolve_path(spec.checklist.template, path.parent, "prompts"))
     except (FileNotFoundError, JudgeError) as e:
         return [f"{path}: checklist.template: {e}"]
-    problems = lint_template(t)
+    problems = lint_template(t) + render_problems(t, render_limits(spec.limits))
     if not {"prompt", "messages"} & t.used_variables():
         problems.append(f"{path}: checklist.template {t.path} never shows the prompt ('prompt' or 'messages')")
     unseen = sorted(t.used_variables() & {"response", "responses", "question", "principles", "critique"})
@@ -139,7 +188,8 @@ def lint_file(path: str | Path) -> list[str]:
         return [f"{p}: no such file"]
     if p.suffix == ".j2":
         try:
-            return lint_template(load_template(p))
+            t = load_template(p)
         except JudgeError as e:
             return [str(e)]
+        return lint_template(t) + render_problems(t)
     return lint_judge(p)

@@ -63,6 +63,7 @@ class PairwiseMode:
                 margins[0], margins[1], combine=self.spec.position.combine, on_inconsistent=self.spec.position.on_inconsistent
             )
             res.positional_agreement = agree
+            res.one_order_failed = int((margins[0] is None) != (margins[1] is None))
         else:
             margin = margins[0]
             verdict = verdict_of(margin)

@@ -17,6 +17,7 @@ from numbers import Real
 from typing import Any, Protocol
 
 from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser
+from grm.config.user_regex import REGEX_TIMEOUT_S, compile_user_regex
 from grm.judges.errors import JudgeError
 
 Value = float | list[float] | str | None
@@ -55,15 +56,26 @@ def _in_range(v: float, rng: tuple[float, float] | None) -> bool:
 
 
 class RegexScore:
-    def __init__(self, spec: RegexParser) -> None:
+    """The user's pattern, matched within ``timeout_s`` (``grm.config.user_regex``): a critique
+    that makes it backtrack past the limit is a failed parse, never a hang."""
+
+    def __init__(self, spec: RegexParser, timeout_s: float = REGEX_TIMEOUT_S) -> None:
         self.spec = spec
-        self.rx = re.compile(spec.pattern)
+        self.timeout_s = timeout_s
+        try:
+            self.rx = compile_user_regex(spec.pattern)
+        except ValueError as e:  # the spec refuses these at load; a hand-built spec lands here
+            raise JudgeError(f"parser pattern {spec.pattern!r}: {e}") from None
 
     def __call__(self, text: str) -> ParsedScore:
         if not text or not text.strip():
             return fail("empty output")
         found = []
-        for m in self.rx.finditer(text):
+        try:
+            matches = list(self.rx.finditer(text, timeout=self.timeout_s))
+        except TimeoutError:
+            return fail(f"regex timed out after {self.timeout_s:g} s on {len(text):,} characters")
+        for m in matches:
             try:
                 raw = m.group(self.spec.group)
             except IndexError:
@@ -311,10 +323,13 @@ PARSERS: dict[str, Callable[[Any, int | None], Parser]] = {
 json parsers read a list of known length (listwise). ``logprob`` is absent: it reads token probabilities, not text."""
 
 
-def build_parser(spec: ParserSpec, *, expected: int | None = None) -> Parser:
-    """A text parser for ``spec``; ``expected`` is the number of scores a listwise output holds."""
+def build_parser(spec: ParserSpec, *, expected: int | None = None, regex_timeout_s: float = REGEX_TIMEOUT_S) -> Parser:
+    """A text parser for ``spec``; ``expected`` is the number of scores a listwise output holds;
+    ``regex_timeout_s`` bounds a ``regex`` parser's match (the judge's ``limits.regex_timeout_s``)."""
     if spec.type == "logprob":
         raise JudgeError("the logprob parser reads token probabilities, not text; the judge runtime drives it")
+    if spec.type == "regex":
+        return RegexScore(spec, regex_timeout_s)
     make = PARSERS.get(spec.type)
     if make is None:
         raise JudgeError(f"unknown parser {spec!r}")  # pragma: no cover

@@ -56,7 +56,7 @@ class RuleJudge:
             where = f"item {s.id}" if s.id is not None else "sample"
             score, why, details = instructions.verify(s.metadata.get(METADATA_KEY), s.response or "", where)
         else:
-            score, why = check(self.rule, s.response or "", s.reference)
+            score, why = check(self.rule, s.response or "", s.reference, regex_timeout_s=self.spec.limits.regex_timeout_s)
         return JudgeResult(
             judge=self.spec.name,
             score=score,

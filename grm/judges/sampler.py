@@ -27,7 +27,7 @@ from grm.judges.cost import JudgeCost, MeteredEngine
 from grm.judges.errors import JudgeError
 from grm.judges.guard import InputGuard, Lengths
 from grm.judges.parsers import ParsedScore, Parser, build_parser, logprob_candidates, read_candidates
-from grm.judges.templates import Template, load_template
+from grm.judges.templates import Template, load_template, render_limits
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.views import Mode, View, sampling_params
 
@@ -68,6 +68,7 @@ class CritiqueSampler:
         self.base_dir = base_dir
         self.spec_hash = hash_spec(spec)
         self._engine = engine
+        self.render_limits = render_limits(spec.limits)
         self.template: Template = self._load(spec.template)
         self.principles_template: Template | None = self._load(spec.principles.template) if spec.principles else None
         self.guard = InputGuard(spec)
@@ -99,7 +100,9 @@ class CritiqueSampler:
     def parser(self, expected: int | None = None) -> Parser:
         """The text parser for outputs holding ``expected`` scores (listwise), or any number (None)."""
         if expected not in self._parsers:
-            self._parsers[expected] = build_parser(self.spec.parser, expected=expected)
+            self._parsers[expected] = build_parser(
+                self.spec.parser, expected=expected, regex_timeout_s=self.spec.limits.regex_timeout_s
+            )
         return self._parsers[expected]
 
     def provenance(self) -> dict[str, Any]:
@@ -133,7 +136,7 @@ class CritiqueSampler:
 
     def _principles_request(self, s: Sample) -> GenerationRequest:
         assert self.principles_template is not None
-        text = self.principles_template.render(**self._variables(s, None, None))
+        text = self.principles_template.render(limits=self.render_limits, **self._variables(s, None, None))
         msgs = [{"role": "system", "content": self.spec.system}] if self.spec.system else []
         return GenerationRequest(messages=msgs + [{"role": "user", "content": text}])
 
@@ -147,11 +150,13 @@ class CritiqueSampler:
             key = s.id or hashlib.sha256(f"{s.prompt}\x00{s.response}\x00{s.responses}".encode()).hexdigest()[:12]
 
             def prompt_tokens(bare: Sample, note: str, p: str | None = p) -> int:
-                return lengths.prompt(self._request(note + self.template.render(**self._variables(bare, None, p))))
+                return lengths.prompt(
+                    self._request(note + self.template.render(limits=self.render_limits, **self._variables(bare, None, p)))
+                )
 
             shown = self.guard.apply(s, key, lengths, prompt_tokens)
             for v, (order, n) in enumerate(mode.orders(s, key)):
-                user = shown.note + self.template.render(**self._variables(shown.sample, order, p))
+                user = shown.note + self.template.render(limits=self.render_limits, **self._variables(shown.sample, order, p))
                 out.append(View(item=i, view=v, order=order, n=n, request=self._request(user), truncated=shown.truncated))
         return out
 
@@ -190,7 +195,9 @@ class CritiqueSampler:
         principles: list[str | None] = [None] * len(samples)
         if self.spec.principles is not None:
             requests = [self._principles_request(s) for s in samples]
-            gens = self.metered.generate(requests, sampling_params(self.spec.principles.sampling))
+            # One set per item, shared by all its critiques (PrinciplesSpec refuses n > 1): with n
+            # generations per request, reading them as one per item indexed past the batch.
+            gens = self.metered.generate(requests, sampling_params(self.spec.principles.sampling, n=1))
             principles = [g.text.strip() for g in gens]
             for i, g in enumerate(gens):
                 tokens[i] += g.n_tokens

@@ -16,31 +16,56 @@ from typing import Any
 
 import jinja2
 from jinja2 import meta
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import SecurityError
 
+from grm.config.judge import JudgeLimits
 from grm.judges.errors import JudgeError
+from grm.judges.sandbox import BoundedSandbox, RenderLimitError, RenderLimits, budget
 
 VARIABLES = ("prompt", "messages", "response", "responses", "reference", "principles", "metadata", "critique", "question")
 """Every variable a judge template may use."""
 
-_EXPECTS = re.compile(r"^\s*\{#-?\s*expects:\s*(.*?)\s*-?#\}", re.S)
+# "(.*?)\s*-?#\}" tried every split of a run of spaces inside the header (0.2 s at 4,000, minutes
+# at 100,000: a hang on load and lint); "[^#]*" reads it in one pass.
+_EXPECTS = re.compile(r"^\s*\{#-?\s*expects:([^#]*)#\}")
 
 
 def _letter(i: int) -> str:
     return chr(ord("A") + i)
 
 
-def _env() -> ImmutableSandboxedEnvironment:
+def _env() -> BoundedSandbox:
     # Immutable: a template reads the sample; it cannot change the metadata or messages every view
     # and later stage shares (``{{ metadata.update(...) }}`` is refused like ``__class__``).
-    env = ImmutableSandboxedEnvironment(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=False, trim_blocks=True, lstrip_blocks=True, autoescape=False
+    # Bounded: a render's steps, time and output are capped (``grm.judges.sandbox``).
+    return BoundedSandbox(
+        filters={"letter": _letter},
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
     )
-    env.filters["letter"] = _letter
-    return env
 
 
 ENV = _env()
+DEFAULT_LIMITS = RenderLimits()
+
+
+class TemplateLimitError(JudgeError):
+    """A render passed its ``RenderLimits`` (steps, time, characters); the message names the
+    template file and line and the ``limits.template_*`` field that sets the bound."""
+
+
+class TemplateSandboxError(JudgeError):
+    """The sandbox refused what a template asked for (``__class__``, ``metadata.update(...)``)."""
+
+
+def render_limits(limits: JudgeLimits) -> RenderLimits:
+    """A judge spec's ``limits`` as the bounds of one render of its templates."""
+    return RenderLimits(
+        max_chars=limits.template_max_chars, max_steps=limits.template_max_steps, timeout_s=limits.template_timeout_s
+    )
 
 
 @dataclass(frozen=True)
@@ -53,11 +78,16 @@ class Template:
     expects: tuple[str, ...] | None
     compiled: jinja2.Template
 
-    def render(self, **variables: Any) -> str:
+    def render(self, *, limits: RenderLimits = DEFAULT_LIMITS, **variables: Any) -> str:
+        """The template filled with ``variables`` (untrusted text is a value here, never template
+        code), within ``limits``."""
         try:
-            return self.compiled.render(**variables).strip()
+            with budget(limits):
+                return self.compiled.render(**variables).strip()
+        except RenderLimitError as e:
+            raise TemplateLimitError(f"{self._where(e)}: template stopped: {e}") from None
         except SecurityError as e:
-            raise JudgeError(f"{self._where(e)}: template refused by the sandbox: {e}") from None
+            raise TemplateSandboxError(f"{self._where(e)}: template refused by the sandbox: {e}") from None
         except jinja2.UndefinedError as e:
             given = ", ".join(sorted(k for k, v in variables.items() if v is not None))
             raise JudgeError(f"{self._where(e)}: {e.message}; variables given: {given}") from None
@@ -80,13 +110,22 @@ class Template:
         return set(meta.find_undeclared_variables(ENV.parse(self.source)))
 
 
+MAX_TEMPLATE_CHARS = 1_000_000
+"""Longest template source: instructions and a few examples, not data (the shipped ones are under 4 KB)."""
+
+
 def parse_template(source: str, path: str = "<template>") -> Template:
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise JudgeError(f"{path}: template is {len(source):,} characters; at most {MAX_TEMPLATE_CHARS:,}")
     try:
-        compiled = ENV.from_string(source)
+        compiled = ENV.compile_bounded(source)
     except jinja2.TemplateSyntaxError as e:
         raise JudgeError(f"{path}:{e.lineno}: template syntax error: {e.message}") from None
+    except (RecursionError, SyntaxError, MemoryError):  # Python's own limits on the code Jinja generates
+        raise JudgeError(f"{path}: template nests too deeply to compile") from None
     m = _EXPECTS.match(source)
-    expects = tuple(v.strip() for v in m.group(1).split(",") if v.strip()) if m else None
+    names = m.group(1).rstrip().removesuffix("-") if m else None  # "-#}" closes with whitespace control
+    expects = tuple(v.strip() for v in names.split(",") if v.strip()) if names is not None else None
     return Template(
         source=source, path=path, sha256=hashlib.sha256(source.encode()).hexdigest(), expects=expects, compiled=compiled
     )

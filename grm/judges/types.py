@@ -135,6 +135,9 @@ class JudgeResult:
     samples: list[SampleRecord] = field(default_factory=list)
     parse_failures: int = 0
     """Samples whose output could not be parsed (retries included)."""
+    one_order_failed: int = 0
+    """(pairwise with swap) Comparisons masked because one presentation order failed (after its
+    retries) while the other parsed: the surviving order alone is a position-biased reading."""
     truncated: int = 0
     """Judged responses of this item cut to fit the judge's context (``guard``); the judge saw a
     marker where their middle was."""

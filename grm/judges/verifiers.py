@@ -7,16 +7,23 @@ the *response* scores 0 — that is the verdict, not a failure. A missing *refer
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
+import regex
+
 from grm.config.judge import RuleSpec
+from grm.config.user_regex import REGEX_TIMEOUT_S, compile_user_regex
+from grm.judges.errors import JudgeError
 from grm.judges.parsers import last_boxed
 
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
 _FINAL = [
     re.compile(r"####\s*(" + _NUM + ")"),
-    re.compile(r"(?:final answer|answer)\s*(?:is|:|=)?\s*\**\s*\$?(" + _NUM + ")", re.I),
+    # One run of spaces and stars after the optional separator: written as three \s* around
+    # optional parts it was cubic, 30 s on "answer" and 1,000 spaces (a response can hold those).
+    re.compile(r"answer(?:\s*(?:is|:|=))?[\s*]*\$?(" + _NUM + ")", re.I),
 ]
 
 
@@ -47,13 +54,24 @@ def final_number(text: str) -> float | None:
     return _number(nums[-1]) if nums else None
 
 
+@functools.lru_cache(maxsize=64)
+def _format_regex(pattern: str) -> regex.Pattern[str]:
+    try:
+        return compile_user_regex(pattern, re.DOTALL)
+    except ValueError as e:  # RuleSpec refuses these at load; a hand-built spec lands here
+        raise JudgeError(f"rule pattern {pattern!r}: {e}") from None
+
+
 def _norm(s: str, case: bool) -> str:
     s = " ".join(unicodedata.normalize("NFKC", s).split()).strip().rstrip(".")
     return s if case else s.casefold()
 
 
-def check(rule: RuleSpec, response: str, reference: str | None) -> tuple[float | None, str]:
-    """(score, explanation) for one response."""
+def check(
+    rule: RuleSpec, response: str, reference: str | None, *, regex_timeout_s: float = REGEX_TIMEOUT_S
+) -> tuple[float | None, str]:
+    """(score, explanation) for one response; a ``regex-format`` check past ``regex_timeout_s`` is
+    a failure (None), not a verdict on the response."""
     if rule.type == "numeric-answer":
         if reference is None:
             return None, "no reference answer to compare with"
@@ -71,7 +89,10 @@ def check(rule: RuleSpec, response: str, reference: str | None) -> tuple[float |
         ok = _norm(response, rule.case_sensitive) == _norm(str(reference), rule.case_sensitive)
         return float(ok), "exact match" if ok else "differs from reference"
     if rule.type == "regex-format":
-        ok = re.search(rule.pattern or "", response, re.S) is not None
+        try:
+            ok = _format_regex(rule.pattern or "").search(response, timeout=regex_timeout_s) is not None
+        except TimeoutError:
+            return None, f"regex timed out after {regex_timeout_s:g} s on {len(response):,} characters"
         return float(ok), "format ok" if ok else f"does not match {rule.pattern!r}"
     if rule.type == "length":
         n, t = len(response.split()), rule.target_tokens or 1

@@ -30,6 +30,11 @@ def rendezvous() -> tuple[str, int]:
     return ray.util.get_node_ip_address(), free_port()
 
 
+def cancelled() -> bool:
+    """The actor call under way was cancelled (``ray.cancel``): a stopping run abandons its rollouts."""
+    return ray.get_runtime_context().is_canceled()
+
+
 def actor_device() -> Any:
     """The device of a judge's or remote reference's model: the GPU Ray gave this actor (its pool
     has GPUs), else the CPU."""
@@ -154,6 +159,7 @@ class PolicyActor:
                 zero_stage=b.zero_stage,
                 dtype=b.dtype,
                 extra_config=b.deepspeed_config,
+                collective_timeout_s=b.collective_timeout_s,
                 **common,
                 **kw,
             )
@@ -195,6 +201,7 @@ class PolicyActor:
             max_new_tokens=r.max_new_tokens,
             stop=tuple(self.policy.generation.stop),
             seed=seed,
+            abort=cancelled,
         )
         gens = self.engine.generate(msgs, sp)
         groups = [Group(key, []) for key in keys]
@@ -310,6 +317,14 @@ class PolicyActor:
 
     def version(self) -> int:
         return self.engine.version
+
+    @ray.method(concurrency_group="progress")  # answers while a call waits in a collective
+    def failure(self) -> Any:
+        """What this rank's trainers saw fail first (``grm.training.distributed.RankFailure``), or None:
+        how the driver tells which rank a group's failure started on."""
+        from grm.training.distributed import first_failure
+
+        return first_failure()
 
     def save(self, path: str, others: Sequence[Any] = ()) -> None:
         """Collective: each rank writes its ZeRO shard under ``path`` (a directory every rank can reach)."""

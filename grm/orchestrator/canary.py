@@ -118,7 +118,7 @@ class Canaries:
 
     def after_step(self, step: int, judges: list[Any]) -> dict[str, Any]:
         """Readings of the canaries due after training step ``step`` (1-based) on the judges' handles."""
-        from rich.console import Console
+        from grm.terminal import console
 
         metrics: dict[str, Any] = {}
         handles = {j.name: j for j in judges}
@@ -137,7 +137,7 @@ class Canaries:
             m = drift(c.name, now, c.first, c.spec.max_drop)
             m[f"{PREFIX}{c.name}/seconds"] = time.perf_counter() - t0
             if m[f"{PREFIX}{c.name}/alarm"]:
-                Console().print(warning_line(c.name, step, m, c.spec.max_drop), style="yellow", highlight=False, soft_wrap=True)
+                console().print(warning_line(c.name, step, m, c.spec.max_drop), style="yellow", soft_wrap=True)
             metrics.update(m)
         return metrics
 

@@ -101,13 +101,21 @@ class Driver:
                     )
                 if cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and step + 1 < cfg.train.steps:
                     self.checkpoint(step + 1)
-        except (Interrupted, KeyboardInterrupt):
+        except Interrupted:  # a stop signal (grm.orchestrator.launch): keep what is trained
             done = len(self.recorder.metrics())
-            print(f"\ninterrupted: writing a checkpoint at step {done}", flush=True)
-            self.checkpoint(done)
-            raise KeyboardInterrupt() from None
-        except (ray.exceptions.RayActorError, RoleLost) as e:  # a lost node says more than the actor it took
-            self.lost(e if isinstance(e, RoleLost) else self.watch.lost() or actor_lost(e, self.roles, self.placement))
+            self.scheduler.abandon()  # the policy's save then waits only for the call it is running
+            if self.recorder.latest_checkpoint() != self.recorder.checkpoint_dir(done):
+                print(f"\ninterrupted: writing a checkpoint at step {done}", flush=True)
+                self.checkpoint(done)
+            raise
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, RoleLost) as e:
+            # a lost node says more than the actor it took; a policy rank's failure, than rank 0's error
+            lost = e if isinstance(e, RoleLost) else self.watch.lost() or self.roles.policy.diagnose(e)
+            if lost is None and isinstance(e, ray.exceptions.RayActorError):
+                lost = actor_lost(e, self.roles, self.placement)
+            if lost is None:  # an error in a role's own code: its traceback says more
+                raise
+            self.lost(lost)
         finally:
             show.stop()
         self.checkpoint(cfg.train.steps)
@@ -125,14 +133,9 @@ class Driver:
         return groups
 
     def checkpoint(self, step: int) -> None:
-        self.recorder.checkpoint(
-            step,
-            self.roles.policy,
-            self.stream,
-            self.scheduler.untrained_prompts(),
-            self.cfg.checkpoint.keep,
-            anchors=None if self.anchors is None else self.anchors.state(),
-        )
+        untrained = self.scheduler.untrained_prompts()  # taken for steps not trained: given back
+        anchors = None if self.anchors is None else self.anchors.state()
+        self.recorder.checkpoint(step, self.roles.policy, self.stream, untrained, self.cfg.checkpoint.keep, anchors=anchors)
 
     def lost(self, e: RoleLost) -> NoReturn:
         """A role is gone: checkpoint the trained steps if the policy survived; say how to resume."""
@@ -141,10 +144,3 @@ class Driver:
             print(f"\n{e}: writing a checkpoint at step {done}", flush=True)
             self.checkpoint(done)
         raise RunError(f"step {done + 1}: {e}; {self.recorder.how_to_resume()}") from None
-
-    def request_stop(self, *_: Any) -> None:
-        """SIGINT/SIGTERM: finish or abandon the step in flight, then checkpoint (see Scheduler)."""
-        if self.scheduler.stop_requested:  # a second signal: stop waiting
-            raise KeyboardInterrupt()
-        self.scheduler.stop_requested = True
-        print("\nstop requested: checkpointing after the step in flight", flush=True)

@@ -22,8 +22,8 @@ from grm.orchestrator.placement import (
     missing_resources,
     phase_threads,
     role_pools,
-    start_ray,
 )
+from grm.orchestrator.ray_head import start_ray, stop_ray
 
 
 def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
@@ -114,8 +114,7 @@ def dry_run(path: str, overrides: Sequence[str] = (), address: str | None = None
         print("\n".join(lines), flush=True)
         return lines
     finally:
-        if not address:
-            ray.shutdown()
+        stop_ray(address)
 
 
 def _ranks(cfg: Any, pool: str) -> int:

@@ -1,6 +1,13 @@
 """``grm run``'s launch around the step loop: validate the pipeline, open the run directory, run
-the judge gates before any role is placed, route SIGINT/SIGTERM to a checkpointing stop, shut the
-local Ray down at the end. The loop itself is ``grm.orchestrator.driver``."""
+the judge gates before any role is placed, turn SIGINT/SIGTERM into a checkpointing stop, end the
+local Ray at the end. The loop itself is ``grm.orchestrator.driver``.
+
+A stop signal (often sent to the whole process group: ``timeout``, Slurm's ``scancel``, systemd,
+container stops) is one flag: the step in flight is abandoned unless its training was submitted,
+the trained steps are checkpointed, and the run ends with one line naming the checkpoint to resume
+from, exit status ``128 + signal``. Ray's own processes run in a session of their own
+(``grm.orchestrator.ray_head``), so the signal does not reach them. A signal during set-up (nothing
+trained yet), or a second one, ends the run at once: the last complete checkpoint stays as it was."""
 
 from __future__ import annotations
 
@@ -12,8 +19,11 @@ from typing import Any
 from grm.config.resolve import LoadedPipeline, load_pipeline
 from grm.orchestrator import cores
 from grm.orchestrator.driver import Driver
+from grm.orchestrator.errors import RunStopped
 from grm.orchestrator.live import live_wanted
+from grm.orchestrator.ray_head import stop_ray
 from grm.orchestrator.recorder import Recorder
+from grm.orchestrator.scheduler import Interrupted
 
 
 def run_pipeline(
@@ -26,27 +36,49 @@ def run_pipeline(
 ) -> Path:
     """Validate, place and run a pipeline; returns the run directory. A live panel shows progress on
     a terminal unless ``no_live`` (``grm.orchestrator.live``). ``gates(loaded, run_dir)`` (the judge
-    gate, ``grm.evaluation.gate``) runs before Ray places any role and stops the run by raising."""
-    import ray
-
+    gate, ``grm.evaluation.gate``) runs before Ray places any role and stops the run by raising.
+    Raises ``RunStopped`` after a stop signal."""
     loaded = load_pipeline(path, overrides)
     recorder = Recorder.create(loaded.spec, resume)
     if gates is not None:
         gates(loaded, recorder.path)
+    driver: Driver | None = None
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        if driver is None or len(received) > 1:
+            raise KeyboardInterrupt()
+        driver.scheduler.request_stop()
+        print(f"\nstop requested ({signal.Signals(signum).name}): checkpointing after the step in flight", flush=True)
+
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    driver = None
     try:
-        driver = Driver(loaded, recorder, address, live_wanted(no_live))
-        # installed after ray.init, whose own SIGTERM handler would otherwise abort without a checkpoint
         for s in handlers:
-            signal.signal(s, driver.request_stop)
+            signal.signal(s, on_signal)
+        driver = Driver(loaded, recorder, address, live_wanted(no_live))
         if resume:
             driver.resume()
         return driver.run()
+    except (Interrupted, KeyboardInterrupt):
+        raise RunStopped(stopped(recorder, received), received[0] if received else signal.SIGINT) from None
     finally:
+        # a signal from here on has its usual effect; a head left behind ends with this process
         for s, h in handlers.items():
             signal.signal(s, h)
         if driver is not None:  # the run's core ledger on this node (a remote node keeps its 512 bytes)
             cores.remove(driver.roles.cores_key)
-        if ray.is_initialized() and not address:
-            ray.shutdown()
+        stop_ray(address)
+
+
+def stopped(recorder: Recorder, received: list[int]) -> str:
+    """The run's last line after a stop: what stopped it, the trained steps, where to resume."""
+    names = [signal.Signals(s).name for s in received[:2]] or ["an interrupt"]
+    why = f"{names[0]} twice" if names[1:] == names[:1] else " then ".join(names)
+    trained = len(recorder.metrics())
+    latest = recorder.latest_checkpoint()
+    if latest is None:
+        return f"stopped by {why} after {trained} trained step(s), with no checkpoint: start again"
+    redo = int(latest.name.split("-")[1]) < trained
+    again = f" (steps after {latest.name} are trained again)" if redo else ""
+    return f"stopped by {why} after {trained} trained step(s): continue from {latest.name} with --resume {recorder.path}{again}"

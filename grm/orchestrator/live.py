@@ -10,6 +10,9 @@ The scheduler reports rollout chunks as they land and judge calls as they finish
 ``judged``); the driver reports the phase and the finished step. Training shows its elapsed
 seconds, not micro-batch progress: the policy actor runs one call at a time, so a progress counter
 could only be polled with a second, threaded entry into it.
+
+The pipeline's and the judges' names come from user YAML: they enter the panel as ``Text``
+(``grm.terminal.text``), never as markup, whatever console the display is given.
 """
 
 from __future__ import annotations
@@ -61,9 +64,9 @@ def live_wanted(no_live: bool = False, console: Any = None) -> bool:
     if no_live or os.environ.get("CI", "").lower() not in ("", "0", "false"):
         return False
     if console is None:
-        from rich.console import Console
+        from grm.terminal import console as literal_console
 
-        console = Console()
+        console = literal_console()
     return bool(console.is_terminal and not console.is_dumb_terminal)
 
 
@@ -83,10 +86,10 @@ class RunDisplay:
     a step rolls out (prompts per step x group size)."""
 
     def __init__(self, name: str, steps: int, samples: int, judges: dict[str, int], live: bool, console: Any = None) -> None:
-        from rich.console import Console
+        from grm.terminal import console as literal_console
 
         # soft_wrap: a step's line stays one line whatever the width (a pipe's default is 80)
-        self.console = console or Console(soft_wrap=True)
+        self.console = console or literal_console(soft_wrap=True)
         self.name, self.steps, self.samples, self.judges, self.live = name, steps, samples, judges, live
         self.counts: dict[int, StepCounts] = {}
         self.step = 0
@@ -147,13 +150,17 @@ class RunDisplay:
 
     def done(self, metrics: dict[str, Any]) -> None:
         """A step is trained and logged: its line, and the panel's "last step" from its metrics."""
+        from rich.text import Text
+
         from grm.orchestrator.recorder import console_line
 
         self.last = metrics
         self.step_seconds.append(metrics["seconds_step"])
         self.counts.pop(metrics["step"] - 1, None)
         self.set_phase("next step" if metrics["step"] < self.steps else "writing the checkpoint and report")
-        self.console.print(console_line(metrics, self.steps), highlight=False)
+        line = Text(console_line(metrics, self.steps))
+        line.stylize("bold", 0, len(f"step {metrics['step']}/{self.steps}"))
+        self.console.print(line)
 
     # ------------------------------------------------------------------ the panel
     def eta_s(self) -> float | None:
@@ -168,13 +175,17 @@ class RunDisplay:
         from rich.panel import Panel
         from rich.progress_bar import ProgressBar
         from rich.table import Table
+        from rich.text import Text
+
+        from grm.terminal import text
 
         now = time.perf_counter()
         eta = self.eta_s()
         finished = self.last is not None and self.last["step"] >= self.steps
-        head = (
-            f"[bold]step {self.step + 1}/{self.steps}[/]  elapsed {_clock(now - self.started_at)}  "
-            f"ETA {_clock(eta) if eta is not None else '-'}  |  {self.phase} {now - self.phase_at:.1f} s"
+        head = Text.assemble(
+            (f"step {self.step + 1}/{self.steps}", "bold"),
+            f"  elapsed {_clock(now - self.started_at)}  ETA {_clock(eta) if eta is not None else '-'}  |  "
+            f"{self.phase} {now - self.phase_at:.1f} s",
         )
         bars = Table.grid(padding=(0, 1))
         bars.add_column(no_wrap=True)
@@ -187,7 +198,7 @@ class RunDisplay:
             n = c.judged.get(name, 0)
             per = c.replicas.get(name, {})
             rep = "  " + " ".join(f"#{i} {per.get(i, 0)}" for i in range(replicas)) if replicas > 1 else ""
-            bars.add_row(f"judge {name}", ProgressBar(total=total, completed=n, width=24), f"{n}/{total}{rep}")
+            bars.add_row(text(f"judge {name}"), ProgressBar(total=total, completed=n, width=24), f"{n}/{total}{rep}")
         if self.phase == "training":
             done, previous = self.micro or (0, None)
             if previous:  # the previous step's count sizes the bar: steps of one run are alike
@@ -199,13 +210,15 @@ class RunDisplay:
         parts: list[Any] = [head] if finished else [head, bars]
         if ahead is not None:  # async: the next step's rollouts and judging overlap this one
             judged = " ".join(f"{k} {v}" for k, v in ahead.judged.items())
-            parts.append(f"[dim]next step: {ahead.samples} samples landed; judged: {judged or '-'}[/]")
+            parts.append(text(f"next step: {ahead.samples} samples landed; judged: {judged or '-'}", "dim"))
         if self.last is not None:
             parts.append(self.last_step_table(self.last))
-        return Panel(Group(*parts), title=f"grm run {self.name}", title_align="left")
+        return Panel(Group(*parts), title=text(f"grm run {self.name}"), title_align="left")
 
     def last_step_table(self, m: dict[str, Any]) -> Any:
         from rich.table import Table
+
+        from grm.terminal import text
 
         t = Table(
             title=(
@@ -223,7 +236,7 @@ class RunDisplay:
             cost = [m.get(f"judge_cost/{name}/{k}", 0) for k in COUNTS]
             reward = m.get(f"reward/{name}")
             t.add_row(
-                name,
+                text(name),
                 f"{reward:.3f}" if isinstance(reward, float) else "-",
                 str(masked.get(name, 0)),
                 *[str(x) for x in cost],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,38 +12,11 @@ from grm.judges.limits import CallLimits, call_limits
 from grm.judges.types import Sample
 from grm.orchestrator.cores import CoreShares
 from grm.orchestrator.pool_wait import placement_wait_reason
+from grm.orchestrator.ray_head import start_ray
 
 
 class PlacementError(GrmError):
     """A pool cannot be placed on the cluster; the message says what is missing."""
-
-
-def start_ray(address: str | None, pools: dict[str, PoolSpec]) -> None:
-    """Join ``address`` or start a local Ray sized for the pools (dashboard off, capped object store)."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    if address:
-        ray.init(address=address, log_to_driver=True)
-        return
-    cpus = os.cpu_count() or 1
-    custom: dict[str, float] = {}
-    for p in pools.values():
-        for k, v in p.resources.items():
-            custom[k] = custom.get(k, 0) + v * p.nodes
-    # "local": a Ray of its own even when another one (``ray start``) runs on this machine, which
-    # ray.init would otherwise join, refusing the sizes given here
-    ray.init(
-        address="local",
-        num_cpus=cpus,
-        resources=custom or None,
-        object_store_memory=1_000_000_000,
-        include_dashboard=False,
-        log_to_driver=True,
-    )
 
 
 def bundles_of(spec: PoolSpec, ranks: int = 1) -> list[dict[str, float]]:
@@ -308,13 +280,34 @@ class Roles:
         if self.reference is not None:
             refs["reference"] = self.reference.where.remote("reference")
         refs.update({j.role(i): a.where.remote() for j in self.judges for i, a in enumerate(j.replicas)})
-        info = {k: ray.get(v) for k, v in refs.items()}
+        info = started(ray, refs)
         for k, v in info.items():
             v["pool"] = next(p.name for p in self.pools.values() if k in p.roles or k.split("#")[0] in p.roles)
             v["bundle"] = self.pools[v["pool"]].bundle_of(k)
             if k.startswith("policy"):
                 v["rank"] = v["bundle"]
         return info
+
+
+def started(ray: Any, refs: dict[str, Any]) -> dict[str, Any]:
+    """``{role: ray.get(ref)}``, taking each answer as it comes: a role whose actor failed to start
+    (a policy rank whose model would not load) stops the run now with ``RoleLost``, instead of
+    after the roles before it, which may wait for it (rank 0 at the rendezvous, up to
+    ``train.backend.collective_timeout_s``)."""
+    from grm.orchestrator.health import RoleLost
+
+    pending = {ref: role for role, ref in refs.items()}
+    got = {}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        role = pending.pop(ready[0])
+        try:
+            got[role] = ray.get(ready[0])
+        except ray.exceptions.RayActorError as e:
+            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+            why = lines[-1][:300] if lines else type(e).__name__  # a creation task's error ends its text
+            raise RoleLost([role], f"its actor failed to start ({why})", role.startswith("policy")) from None
+    return {role: got[role] for role in refs}
 
 
 def start_policy(

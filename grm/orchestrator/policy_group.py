@@ -18,12 +18,21 @@ N ranks reproduce one:
 
 Rank 0 gathers: its call takes the other ranks' refs and returns the combined result, so a caller
 waits on one ref (and can hand it to another actor, as the reference pass does).
+
+A rank that fails does not leave the others waiting: every collective waits at most
+``train.backend.collective_timeout_s``, and a rank whose trainer call raises tears the process
+group down, so the others' collectives fail at once (``grm.training.distributed``). The caller then
+sees rank 0's error, often only "connection closed"; ``PolicyGroup.diagnose`` finds the rank the
+failure started on and why, which the driver reports as a lost role.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from grm.orchestrator.health import RoleLost
 
 
 class GroupMethod:
@@ -65,6 +74,39 @@ class PolicyGroup:
             if others
             else getattr(self.actors[0], method).remote(*args[0])
         )
+
+    def diagnose(self, error: BaseException, wait_s: float = 10.0) -> RoleLost | None:
+        """The rank a failed call of this group started from, as the ``RoleLost`` naming it and its
+        error, for ``error`` (the ``RayTaskError`` or ``RayActorError`` a policy call raised). None
+        when the group has one rank, the error is not a policy rank's, or it started in rank 0's own
+        code (its traceback, kept, says more). Asks every rank what it saw (``PolicyActor.failure``,
+        answered while a call is stuck), waiting at most ``wait_s`` for the answers."""
+        import ray
+
+        if self.ranks == 1:
+            return None
+        ids = {a._actor_id.hex(): r for r, a in enumerate(self.actors)}
+        named = [ids[i] for i in actors_named(error) if i in ids]
+        if not named:
+            return None
+        cause = getattr(error, "cause", None)
+        gathered = dead_in_error = None
+        if isinstance(cause, ray.exceptions.RayActorError):  # rank 0 gathered a rank that died
+            rank = ids.get(str(getattr(cause, "actor_id", None)))
+            dead_in_error = None if rank is None else (rank, _first_line(cause))
+        elif named[-1] != 0:  # the innermost call named is a peer's: rank 0 gathered its error
+            gathered = (named[-1], _first_line(cause if isinstance(cause, BaseException) else error))
+        refs = [a.failure.remote() for a in self.actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        seen: dict[int, Any] = {}
+        dead: dict[int, str] = dict([dead_in_error] if dead_in_error else [])
+        for r, ref in enumerate(refs):
+            if ref in ready:
+                try:
+                    seen[r] = ray.get(ref)
+                except ray.exceptions.RayActorError as e:
+                    dead.setdefault(r, _first_line(e))
+        return blame(self.ranks, seen, dead, gathered)
 
     def actor_roles(self) -> dict[str, Any]:
         """Role name -> actor: ``policy`` for one rank, ``policy#R`` for each of several."""
@@ -137,3 +179,58 @@ def gather_first(parts: Sequence[Any]) -> Any:
 
 def gather_max(parts: Sequence[float]) -> float:
     return max(parts)
+
+
+# --------------------------------------------------------------------------- which rank failed
+
+
+_ACTOR_ID = re.compile(r"actor_id[=:]\s*([0-9a-f]{16,64})")
+
+
+def actors_named(error: BaseException) -> list[str]:
+    """The actor ids an actor call's error names, outermost call first: Ray's text of a failed call
+    names the actor of each call it passed through (rank 0, then the peer whose result it gathered),
+    and a dead actor's error carries its id."""
+    found = _ACTOR_ID.findall(str(error))
+    for e in (error, getattr(error, "cause", None)):
+        own = getattr(e, "actor_id", None)
+        if isinstance(own, str) and own not in found:
+            found.append(own)
+    return found
+
+
+def _first_line(e: BaseException) -> str:
+    """``Type: first line`` of an error (a Ray error's first line is its call; its cause's is the error)."""
+    lines = [x for x in str(e).strip().splitlines() if x.strip()]
+    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def blame(ranks: int, seen: dict[int, Any], dead: dict[int, str], gathered: tuple[int, str] | None) -> RoleLost | None:
+    """The ``RoleLost`` for the rank a group's failure started on, from what each rank answered
+    (``seen``: rank -> its first ``RankFailure`` or None), the ranks whose actor died (``dead``), and
+    a peer's error rank 0 gathered. In that order of trust: a failure that is not a broken collective
+    (the earliest), a gathered error, a dead actor, then ranks that recorded nothing while the others
+    broke off waiting for them (hung). None when the failure is rank 0's own or nothing is known."""
+
+    def lost(rank: int, detail: str) -> RoleLost:
+        return RoleLost([f"policy#{rank}"], f"rank {rank} of {ranks} {detail}", policy_lost=True)
+
+    failures = [f for f in seen.values() if f is not None]
+    own = sorted((f for f in failures if not f.peer_gone), key=lambda f: f.at)
+    if own:
+        first = own[0]
+        return None if first.rank == 0 else lost(first.rank, f"failed in {first.call} ({first.error})")
+    if gathered is not None:
+        return lost(gathered[0], f"failed ({gathered[1]})")
+    if dead:
+        rank = min(dead)
+        return lost(rank, f"died ({dead[rank]})")
+    broken = sorted(failures, key=lambda f: f.at)
+    silent = [r for r, f in seen.items() if f is None]
+    if broken and silent:
+        waited = broken[0]
+        more = f" (and {len(silent) - 1} more)" if len(silent) > 1 else ""
+        return lost(silent[0], f"never came to the collective{more}: rank {waited.rank}'s {waited.call} gave up ({waited.error})")
+    if broken:
+        return lost(broken[0].rank, f"failed in {broken[0].call} ({broken[0].error})")
+    return None

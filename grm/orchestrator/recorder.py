@@ -5,20 +5,27 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from grm.base import append_jsonl, atomic_dir, atomic_write_text, read_jsonl, rewrite_jsonl
+from grm.base import append_jsonl, atomic_dir, atomic_write_text, discard_dir, read_jsonl
+from grm.config.names import run_dir
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.canary import report_lines
+from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, driver_state, failure_words
 from grm.orchestrator.errors import RunError
+from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
 from grm.orchestrator.types import Group, StepWork, rollouts_of
+
+
+def step_line(row: dict[str, Any]) -> None:
+    """ValueError unless ``row`` is a metrics.jsonl or samples.jsonl line (each names its step)."""
+    if type(row.get("step")) is not int:
+        raise ValueError("no integer 'step' field; not a line grm run writes")
 
 
 class Recorder:
@@ -29,23 +36,39 @@ class Recorder:
 
     @classmethod
     def create(cls, cfg: PipelineSpec, resume: str | None) -> Recorder:
+        """The run directory of a first start (``config.resolved.yaml`` written) or of a resume: checked
+        against the first start before anything is written (``grm.orchestrator.resume``), then its
+        checkpoints settled and this start recorded as ``config.resume-K.yaml``."""
+        now = json.loads(cfg.model_dump_json())
         if resume:
             path = Path(resume)
-            if not (path / "config.resolved.yaml").exists():
-                raise RunError(f"{path}: not a run directory (no config.resolved.yaml)")
-        else:
-            path = Path(cfg.out_dir) if cfg.out_dir else Path("runs") / f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-            if (path / "metrics.jsonl").exists():
-                raise RunError(f"{path} already holds a run; use --resume {path} or another out_dir")
-        path.mkdir(parents=True, exist_ok=True)
-        rd = cls(path)
-        atomic_write_text(path / "config.resolved.yaml", yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
-        return rd
+            if not (path / CONFIG).is_file():
+                raise RunError(f"{path}: not a run directory (no {CONFIG})")
+            check_resumable(path, now)
+            rd = cls(path)
+            latest = rd.latest_checkpoint()
+            if latest is None:
+                raise RunError(f"{path}: no complete checkpoint to resume from (checkpoints/step-N with COMPLETE)")
+            record_start(path, now, latest)
+            return rd
+        path = run_dir(cfg.name, cfg.out_dir, time.strftime("%Y%m%d-%H%M%S"))  # the name was checked when the YAML loaded
+        ckpts = path / "checkpoints"
+        if (path / "metrics.jsonl").exists() or (ckpts.is_dir() and any(CHECKPOINT.fullmatch(p.name) for p in ckpts.iterdir())):
+            raise RunError(f"{path} already holds a run; use --resume {path} or another out_dir")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunError(f"{path}: cannot create the run directory ({e.strerror or e})") from None
+        record_start(path, now, None)
+        return cls(path)
 
     # --------------------------------------------------------------- logs
     def write_placement(self, info: dict[str, Any]) -> None:
         """placement.json: node, pid, resources and pool of every role."""
-        atomic_write_text(self.path / "placement.json", json.dumps(info, indent=2, default=str))
+        try:
+            atomic_write_text(self.path / "placement.json", json.dumps(info, indent=2, default=str))
+        except OSError as e:
+            raise RunError(f"{self.path / 'placement.json'}: cannot write ({e.strerror or e})") from None
 
     def log_step(self, metrics: dict[str, Any], samples: list[dict[str, Any]]) -> None:
         """samples.jsonl, then metrics.jsonl (its line is what marks the step logged), then TensorBoard."""
@@ -54,12 +77,15 @@ class Recorder:
                 append_jsonl(self.path / name, rows)
             except OSError as e:
                 raise RunError(f"{self.path / name}: cannot write step {metrics['step']} ({e.strerror or e})") from None
-        tb = self.tensorboard()
-        if tb is not None:
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                    tb.add_scalar(k, v, metrics["step"])
-            tb.flush()
+        try:
+            tb = self.tensorboard()
+            if tb is not None:
+                for k, v in metrics.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                        tb.add_scalar(k, v, metrics["step"])
+                tb.flush()
+        except OSError as e:
+            raise RunError(f"{self.path / 'tensorboard'}: cannot write step {metrics['step']} ({e.strerror or e})") from None
 
     def tensorboard(self) -> Any:
         if self._tb is None:
@@ -72,14 +98,12 @@ class Recorder:
         return self._tb or None
 
     def truncate_after(self, step: int) -> None:
-        """Drop log lines of steps after ``step`` (they are redone on resume)."""
+        """Cut the log lines of steps after ``step`` (they are redone on resume), in place."""
         for name in ("metrics.jsonl", "samples.jsonl"):
-            f = self.path / name
-            if f.exists():
-                rewrite_jsonl(f, [row for row in read_jsonl(f) if row["step"] <= step])
+            cut_after(self.path / name, step)
 
     def metrics(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.path / "metrics.jsonl", repair=False)
+        return read_jsonl(self.path / "metrics.jsonl", repair=False, check=step_line)
 
     def write_report(self) -> Path:
         """report.md with a reward curve and phase timings (PNG) from metrics.jsonl."""
@@ -108,8 +132,12 @@ class Recorder:
         ax2.set_title("seconds per phase (judging overlaps in async)")
         ax2.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(self.path / "curves.png", dpi=100)
-        plt.close(fig)
+        try:
+            fig.savefig(self.path / "curves.png", dpi=100)
+        except OSError as e:
+            raise RunError(f"{self.path / 'curves.png'}: cannot write ({e.strerror or e})") from None
+        finally:
+            plt.close(fig)
         cols = ["step", "reward_mean", "kl", "entropy", "masked", "response_len_mean", "seconds_step", "judge_share"]
         lines = [
             f"# Run report: {self.path.name}",
@@ -126,7 +154,10 @@ class Recorder:
         lines += cost_table(ms)
         lines += ["", *report_lines(self.path, ms)]  # judge gate and canary, when the run has them
         lines += ["Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
-        (self.path / "report.md").write_text("\n".join(lines))
+        try:
+            atomic_write_text(self.path / "report.md", "\n".join(lines))
+        except OSError as e:
+            raise RunError(f"{self.path / 'report.md'}: cannot write ({e.strerror or e})") from None
         return self.path / "report.md"
 
     # --------------------------------------------------------------- checkpoints
@@ -134,8 +165,8 @@ class Recorder:
         return self.ckpt_root / f"step-{step}"
 
     def latest_checkpoint(self) -> Path | None:
-        done = [p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()]
-        return max(done, key=lambda p: int(p.name.split("-")[1])) if done else None
+        done = complete_checkpoints(self.ckpt_root)
+        return done[-1] if done else None
 
     def how_to_resume(self) -> str:
         latest = self.latest_checkpoint()
@@ -143,12 +174,17 @@ class Recorder:
             return "no checkpoint was written yet (checkpoint.every): start again"
         return f"resume from {latest.name} with --resume {self.path} once the cluster can hold every pool"
 
-    def prune(self, keep: int) -> None:
-        done = sorted(
-            (p for p in self.ckpt_root.glob("step-*") if (p / "COMPLETE").exists()), key=lambda p: int(p.name.split("-")[1])
-        )
-        for p in done[:-keep]:
-            shutil.rmtree(p, ignore_errors=True)
+    def prune(self, keep: int, written: Path) -> None:
+        """Delete the complete checkpoints older than the newest ``keep``, never ``written`` (the one
+        just written) nor the newest; each goes out of sight in one rename before it is deleted."""
+        for p in complete_checkpoints(self.ckpt_root)[:-keep]:
+            if p != written:
+                try:
+                    discard_dir(p)
+                except OSError as e:
+                    raise RunError(
+                        f"{p}: cannot delete this old checkpoint ({e.strerror or e}); {written.name} is written"
+                    ) from None
 
     def checkpoint(
         self,
@@ -158,15 +194,18 @@ class Recorder:
         untrained_prompts: int,
         keep: int,
         anchors: dict[str, Any] | None = None,
+        get: Callable[[Any], Any] | None = None,
     ) -> None:
         """``checkpoints/step-N``: the policy's state and where the prompt stream stands, the prompts
         taken for steps not yet trained given back, and the previous-anchor store (``anchors.json``,
-        when a judge uses one). Written atomically; older ones pruned."""
+        when a judge uses one). Written atomically (an existing step-N is replaced only once the new
+        one is complete); older ones pruned. ``get`` waits for the policy's save (``ray.get``)."""
         import ray
 
+        get = get or ray.get
         try:
             with atomic_dir(self.checkpoint_dir(step)) as tmp:
-                ray.get(policy.save.remote(str(tmp)))
+                get(policy.save.remote(str(tmp)))
                 state = {"step": step, "stream": stream.state_before(untrained_prompts)}
                 (tmp / "driver.json").write_text(json.dumps(state))
                 if anchors is not None:
@@ -175,34 +214,28 @@ class Recorder:
             cause = getattr(e, "cause", None) or e  # what the policy actor's save raised
             latest = self.latest_checkpoint()
             kept = f"{latest.name} is intact and resumable" if latest is not None else "there is no earlier checkpoint"
-            why = self._why(cause, latest)
+            lost = policy.diagnose(e) if isinstance(e, ray.exceptions.RayTaskError) and hasattr(policy, "diagnose") else None
+            why = str(lost) if lost is not None else failure_words(cause, latest, self.ckpt_root)
             raise RunError(f"{self.checkpoint_dir(step)}: writing the checkpoint failed ({why}); {kept}") from None
-        self.prune(keep)
+        self.prune(keep, self.checkpoint_dir(step))
 
-    def _why(self, cause: BaseException, latest: Path | None) -> str:
-        """A failed checkpoint write in words. torch.save reports a full disk as an "iostream error",
-        so the free space is compared with what the last checkpoint took."""
-        if isinstance(cause, OSError) and cause.strerror:
-            return cause.strerror
-        free = shutil.disk_usage(self.ckpt_root).free
-        need = sum(f.stat().st_size for f in latest.rglob("*") if f.is_file()) if latest is not None else 0
-        if free < need:
-            return f"No space left on device: a checkpoint takes {need / 2**20:.0f} MiB, {free / 2**20:.0f} MiB are free"
-        first = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
-        return f"{type(cause).__name__}: {first}; {free / 2**20:.0f} MiB free"
-
-    def resume_state(self, policy: Any) -> dict[str, Any]:
+    def resume_state(self, policy: Any, get: Callable[[Any], Any] | None = None) -> dict[str, Any]:
         """Load the latest complete checkpoint into ``policy``, drop log lines of later steps;
-        returns its driver state (step, stream, and the previous-anchor store when one was saved)."""
+        returns its driver state (step, stream, and the previous-anchor store when one was saved).
+        ``get`` waits for the policy's load (``ray.get``)."""
         import ray
 
         ckpt = self.latest_checkpoint()
         if ckpt is None:
             raise RunError(f"{self.path}: no complete checkpoint to resume from")
-        state = json.loads((ckpt / "driver.json").read_text())
-        if (ckpt / "anchors.json").exists():
-            state["anchors"] = json.loads((ckpt / "anchors.json").read_text())
-        ray.get(policy.load.remote(str(ckpt)))
+        state = driver_state(ckpt)
+        try:
+            (get or ray.get)(policy.load.remote(str(ckpt)))
+        except ray.exceptions.RayTaskError as e:  # a checkpoint that does not fit the model, or a rank that failed
+            lost = policy.diagnose(e) if hasattr(policy, "diagnose") else None
+            cause = getattr(e, "cause", None) or e
+            text = str(lost) if lost is not None else f"{type(cause).__name__}: {str(cause).strip()[:300]}"
+            raise RunError(f"{ckpt}: cannot load the checkpoint ({text.splitlines()[0] if text else ''})") from None
         self.truncate_after(state["step"])
         print(f"resuming {self.path} from {ckpt.name}", flush=True)
         return state
@@ -270,6 +303,7 @@ def step_metrics(
         vals = [x.reward for x in res if x is not None and x.reward is not None]
         m[f"reward/{name}"] = sum(vals) / len(vals) if vals else float("nan")
         m[f"parse_failures/{name}"] = sum(x.parse_failures for x in res if x is not None)
+        m[f"one_order_failed/{name}"] = sum(x.one_order_failed for x in res if x is not None)  # swapped pairs masked
         m[f"judge_truncated/{name}"] = sum(x.truncated for x in res if x is not None)  # responses cut to fit its context
         m[f"judge_timeouts/{name}"] = work.judge_timeouts.get(name, 0)  # calls past their deadline (re-issued, then masked)
         m.update(work.judge_cost.get(name, JudgeCost()).metrics(name))  # calls, retries, tokens, seconds (grm.judges.cost)
@@ -350,8 +384,9 @@ COST_WORDS = (
 
 
 def console_line(m: dict[str, Any], steps: int) -> str:
+    """A finished step in one line of plain text (the live display sets ``step n/N`` in bold)."""
     return (
-        f"[bold]step {m['step']}/{steps}[/] reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} "
+        f"step {m['step']}/{steps} reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} "
         f"masked {m['masked']} kl {m.get('kl', 0.0):.4f} len {m['response_len_mean']:.1f} | "
         f"rollout {m['seconds_rollout']:.1f}s judging {m['seconds_judging']:.1f}s ref {m['seconds_reference']:.1f}s "
         f"train {m['seconds_training']:.1f}s sync {m['seconds_sync']:.2f}s step {m['seconds_step']:.1f}s "

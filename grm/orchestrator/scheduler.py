@@ -16,8 +16,10 @@ A call's deadline is the judge spec's ``limits.deadline_s`` if set, else the pip
 (``grm.judges.limits``); its clock starts when the call is issued, not when it is queued.
 
 Interrupts (Ctrl-C, SIGTERM) only set a flag; it is honoured while a step is still gathering its
-rollouts and judgments (``Interrupted``), never once its training has been submitted, so a
-checkpoint always matches the logged steps.
+rollouts and judgments (``Interrupted``, within a second), never once its training has been
+submitted, so a checkpoint always matches the logged steps. ``abandon`` then cancels the rollouts
+queued ahead and the judge calls; a rollout the policy is running ends at its next token (the hf
+engine checks Ray's cancel flag), so the checkpoint waits at most for a batch pass or a training.
 """
 
 from __future__ import annotations
@@ -102,6 +104,26 @@ class Scheduler:
         """The step in flight is trained and logged: its prompts are spent."""
         self.in_flight = None
 
+    def request_stop(self) -> None:
+        """A stop signal: the step in flight is abandoned at the next point that allows it (see the
+        module's docstring)."""
+        self.stop_requested = True
+
+    def abandon(self) -> None:
+        """Cancel the untrained steps' rollout chunks still queued on the policy, and every judge
+        call, so a checkpoint's save waits only for the call the policy is running. Their prompts
+        stay counted in ``untrained_prompts`` (the checkpoint gives them back). Batch passes are left
+        to finish: with ZeRO-3 they are collective, and cancelling rank 0's alone (the one ref a
+        group hands out) would leave the other ranks waiting for it."""
+        works = [*self.queue, *([self.in_flight] if self.in_flight is not None else [])]
+        refs = [r for w in works for c, r in enumerate(w.chunks) if c not in w.landed]
+        refs += list(self.running)
+        for ref in refs:
+            self.ray.cancel(ref)
+        self.running.clear()
+        for q in self.waiting.values():
+            q.clear()
+
     def untrained_prompts(self) -> int:
         """Prompts taken from the stream whose step has not been trained (queued or in flight)."""
         works = list(self.queue) + ([self.in_flight] if self.in_flight is not None else [])
@@ -140,7 +162,8 @@ class Scheduler:
                 raise Interrupted()
             if early and work.prepared is None and len(work.landed) == len(work.chunks):
                 self.prepare(work, rollouts_of([g for c in sorted(work.landed) for g in work.landed[c]]))
-            self._advance({ref: (work, c) for c, ref in enumerate(work.chunks) if c not in work.landed})
+            # short waits: a stop signal is honoured within a second (it only sets a flag)
+            self._advance({ref: (work, c) for c, ref in enumerate(work.chunks) if c not in work.landed}, timeout=1.0)
             if self.watch is not None:
                 self.watch.check()
         if prepare and work.prepared is None:
@@ -173,6 +196,8 @@ class Scheduler:
         """(batch with reference log-probs and values, seconds of those passes). The last point where
         a stop is honoured before the step trains: a step whose rollouts and judgments all landed
         within one wait would otherwise train (and, as the last step, end the run) after the signal."""
+        if self.stop_requested:  # before waiting: nothing of it will be trained
+            raise Interrupted()
         get = self.watch.get if self.watch is not None else self.ray.get
         batch, secs = get(work.prepared)
         if work.reference is not None:

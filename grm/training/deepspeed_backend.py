@@ -8,35 +8,26 @@ Every rank gets the whole batch and trains on its token-balanced shard; each mic
 is its share of the whole batch's loss (``LossFn``). DeepSpeed divides gradients by the
 accumulation steps and averages them over ranks, so the trainer backpropagates share x ranks
 without the 1/gas scaling: the update is the whole batch's gradient, as with one rank.
+
+Each call with collectives runs ``failing_together`` (``grm.training.distributed``): a rank that
+fails there tears the process group down, so the other ranks stop waiting for it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from grm.base import atomic_dir, check_complete, free_port
+from grm.base import atomic_dir, check_complete
 from grm.training.batch import TrainBatch
 from grm.training.core import Forward, LossFn, accumulate, lr_lambda, policy_forward, rng_state, set_rng_state, step_metrics
-
-
-def init_distributed(port: int | None = None) -> None:
-    """Start torch.distributed for a single process if no launcher did (gloo on CPU)."""
-    import deepspeed
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(port or free_port()))
-    deepspeed.init_distributed(dist_backend="gloo" if not torch.cuda.is_available() else "nccl")
+from grm.training.distributed import COLLECTIVE_TIMEOUT_S, failing_together, init_distributed
 
 
 class DeepSpeedTrainer:
@@ -57,13 +48,15 @@ class DeepSpeedTrainer:
         forward: Forward = policy_forward,
         entropy: bool = False,
         extra_config: dict[str, Any] | None = None,
+        collective_timeout_s: float = COLLECTIVE_TIMEOUT_S,
     ) -> None:
+        """``collective_timeout_s``: how long a rank waits for the others in one collective."""
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
         import torch.distributed as dist
 
-        init_distributed()
+        init_distributed(timeout_s=collective_timeout_s)
         world = dist.get_world_size()
         if global_batch_size % (micro_batch_size * world):
             raise ValueError(
@@ -89,9 +82,10 @@ class DeepSpeedTrainer:
         module.train()
         optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup_steps, total_steps, schedule))  # type: ignore[arg-type]
-        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config
-        )
+        with self._together("initialize"):  # broadcasts the weights from rank 0
+            self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+                model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config
+            )
         self.zero_stage = zero_stage
         self.step_count = 0
 
@@ -99,33 +93,40 @@ class DeepSpeedTrainer:
     def module(self) -> torch.nn.Module:
         return self.engine.module
 
+    @contextmanager
+    def _together(self, call: str) -> Iterator[None]:
+        with failing_together(self.rank, self.world, call):
+            yield
+
     @torch.no_grad()
     def logprobs(self, batch: TrainBatch) -> Tensor:
         """Outputs for the whole batch given to this rank (not sharded: every rank may ask), on the CPU."""
-        self.engine.eval()
-        out = batch.map_micro_batches(self.micro_batch_size, lambda mb: self.forward(self.engine, mb, False)[0])
-        self.engine.train()
+        with self._together("logprobs"):  # ZeRO-3 gathers each layer's weights
+            self.engine.eval()
+            out = batch.map_micro_batches(self.micro_batch_size, lambda mb: self.forward(self.engine, mb, False)[0])
+            self.engine.train()
         return out
 
     def step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over the global ``batch`` (every rank passes the same one); returns
         the global metrics on every rank."""
-        if len(batch) != self.global_batch_size:
-            raise ValueError(f"batch of {len(batch)} sequences; this trainer was built for {self.global_batch_size}")
-        micro = batch.with_totals().shard(self.rank, self.world).micro_batches(self.micro_batch_size)
+        with self._together("step"):
+            if len(batch) != self.global_batch_size:
+                raise ValueError(f"batch of {len(batch)} sequences; this trainer was built for {self.global_batch_size}")
+            micro = batch.with_totals().shard(self.rank, self.world).micro_batches(self.micro_batch_size)
 
-        def backward(loss: Tensor) -> None:
-            self.engine.backward(loss * self.world, scale_wrt_gas=False)
-            self.engine.step()  # steps the optimizer at the accumulation boundary only
+            def backward(loss: Tensor) -> None:
+                self.engine.backward(loss * self.world, scale_wrt_gas=False)
+                self.engine.step()  # steps the optimizer at the accumulation boundary only
 
-        loss, rows, tokens = accumulate(self.engine, micro, self.forward, loss_fn, self.entropy, backward)
-        self.step_count += 1
-        grad_norm = self.engine.get_global_grad_norm()
-        return {
-            **step_metrics(loss, rows, self._all_reduce if self.world > 1 else None, tokens),
-            "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
-            "lr": self.scheduler.get_last_lr()[0],
-        }
+            loss, rows, tokens = accumulate(self.engine, micro, self.forward, loss_fn, self.entropy, backward)
+            self.step_count += 1
+            grad_norm = self.engine.get_global_grad_norm()
+            return {
+                **step_metrics(loss, rows, self._all_reduce if self.world > 1 else None, tokens),
+                "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
+                "lr": self.scheduler.get_last_lr()[0],
+            }
 
     def _all_reduce(self, t: Tensor) -> Tensor:
         """Sum over ranks (on the engine's device: NCCL reduces accelerator tensors only)."""
@@ -141,7 +142,7 @@ class DeepSpeedTrainer:
             import deepspeed
 
             params = list(self.engine.module.parameters())
-            with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            with self._together("state_dict"), deepspeed.zero.GatheredParameters(params, modifier_rank=None):
                 return {k: v.detach().clone().cpu() for k, v in self.engine.module.state_dict().items()}
         return {k: v.detach().clone().cpu() for k, v in self.engine.module.state_dict().items()}
 
@@ -149,15 +150,19 @@ class DeepSpeedTrainer:
         import torch.distributed as dist
 
         path = Path(path)
-        with atomic_dir(path, is_writer=self.rank == 0) as tmp:
+        with self._together("save"):
+            with atomic_dir(path, is_writer=self.rank == 0) as tmp:
+                dist.barrier()
+                self.engine.save_checkpoint(str(tmp), tag="state", client_state={"step": self.step_count, "rng": rng_state()})
+                dist.barrier()
             dist.barrier()
-            self.engine.save_checkpoint(str(tmp), tag="state", client_state={"step": self.step_count, "rng": rng_state()})
-            dist.barrier()
-        dist.barrier()
 
     def load(self, path: str | Path) -> None:
-        path = check_complete(path)
-        _, client = self.engine.load_checkpoint(str(path), tag="state", load_optimizer_states=True, load_lr_scheduler_states=True)
+        with self._together("load"):
+            path = check_complete(path)
+            _, client = self.engine.load_checkpoint(
+                str(path), tag="state", load_optimizer_states=True, load_lr_scheduler_states=True
+            )
         self.step_count = client["step"]
         set_rng_state(client["rng"])
 

@@ -4,13 +4,14 @@ and a step's samples grouped by prompt, filtered, sorted and diffed against the 
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
-from grm.view.index import LineIndex, RowLog
+from grm.view.folder import SMALL_FILE_LIMIT, Folder
+from grm.view.index import MAX_ROW_BYTES, LineIndex, RowLog, bad_row, parse_row
+from grm.view.rows import SampleRow, check
 
 SAMPLE_SORTS = ("reward", "advantage", "length", "masked")
 SAMPLE_FILTERS = ("all", "masked", "unmasked", "positive", "negative", "truncated")
@@ -112,15 +113,23 @@ def _keep(row: dict[str, Any], filt: str) -> bool:
     }[filt]
 
 
+def _group_key(row: dict[str, Any]) -> str:
+    for k in ("group", "prompt_id"):
+        if row.get(k) is not None:
+            return str(row[k])
+    return ""
+
+
 def step_groups(
     rows: list[dict[str, Any]], *, sort: str = "reward", desc: bool = True, filt: str = "all"
 ) -> list[dict[str, Any]]:
-    """A step's sample rows as groups (one per prompt): each row gains ``length``, ``masked_reasons``,
-    ``best`` and ``diff`` (against the group's highest-reward response); groups keep only rows that
-    pass ``filt`` and are ordered by their first row under ``sort``."""
+    """A step's (checked) sample rows as groups (one per prompt): each row gains ``length``,
+    ``masked_reasons`` and ``best`` (the group's highest reward); groups keep only rows that pass
+    ``filt`` and are ordered by their first row under ``sort``. ``add_diffs`` then diffs the groups
+    a page shows against their best response."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault(str(r.get("group", r.get("prompt_id", ""))), []).append(r)
+        groups.setdefault(_group_key(r), []).append(r)
     out = []
     for key, members in groups.items():
         for r in members:
@@ -130,14 +139,47 @@ def step_groups(
         best = max(rewarded, key=lambda r: r["reward"]) if rewarded else None
         for r in members:
             r["best"] = r is best
-            r["diff"] = None if best is None or r is best else word_diff(best.get("response") or "", r.get("response") or "")
         kept = [r for r in members if _keep(r, filt)]
         if not kept:
             continue
         kept.sort(key=lambda r: _key(r, sort), reverse=desc)
-        out.append({"group": key, "prompt": members[0].get("prompt"), "size": len(members), "rows": kept})
+        best_text = None if best is None else best.get("response") or ""
+        out.append({"group": key, "prompt": members[0].get("prompt"), "size": len(members), "rows": kept, "_best": best_text})
     out.sort(key=lambda g: _key(g["rows"][0], sort), reverse=desc)
     return out
+
+
+MAX_DIFF_WORDS = 2000
+DIFF_BUDGET = 50_000_000
+"""Word pairs (len(best) x len(response)) one page may diff. SequenceMatcher is quadratic on
+repetitive text: 3000 x 3000 words of a ten-word vocabulary take 0.26 s, so a page of long crafted
+responses is cut at about 1.5 s of diffing; a page of 320 real 300-word responses needs 3e7."""
+
+
+def add_diffs(groups: list[dict[str, Any]]) -> None:
+    """Each row's ``diff`` against its group's best response (None for the best, or when the texts
+    are too long to diff within the page's budget: ``diff_skipped`` then says so)."""
+    budget = DIFF_BUDGET
+    for g in groups:
+        best = g.pop("_best", None)
+        best_words = None if best is None else len(best.split())
+        for r in g["rows"]:
+            r["diff"] = None
+            if best is None or r["best"]:
+                continue
+            text = r.get("response") or ""
+            words = len(text.split())
+            cost = max(1, words) * max(1, best_words or 0)
+            if max(words, best_words or 0) > MAX_DIFF_WORDS or cost > budget:
+                r["diff_skipped"] = "too long to diff here"
+                continue
+            budget -= cost
+            r["diff"] = word_diff(best, text)
+
+
+MAX_STEP_BYTES = 256 * 2**20
+"""Bytes of samples.jsonl one step's page reads at most (a step of 8192 real rows is ~15 MB)."""
+SHOWN_BAD_ROWS = 50
 
 
 class RunDir:
@@ -145,23 +187,51 @@ class RunDir:
 
     kind = "run"
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.metrics_log = RowLog(path / "metrics.jsonl")
-        self.samples = LineIndex(path / "samples.jsonl")
+    def __init__(self, folder: Folder | Path) -> None:
+        self.folder = folder if isinstance(folder, Folder) else Folder(folder)
+        self.path = self.folder.path
+        self.metrics_log = RowLog(self.folder, "metrics.jsonl", keep=_metric_row)
+        self.samples = LineIndex(self.folder, "samples.jsonl")
+        self._gate_problem: str | None = None
 
     def metrics(self) -> dict[str, Any]:
-        rows = [flatten_numeric(r) for r in self.metrics_log.refresh()]
-        return {"rows": rows, "groups": group_keys(rows), "gate": self.gate()}
+        rows = self.metrics_log.refresh()
+        good = [r for r in rows if "_error" not in r]
+        bad = [r["_error"] for r in rows if "_error" in r]
+        return {
+            "rows": good,
+            "groups": group_keys(good),
+            "gate": self.gate(),
+            "bad_rows": bad[:SHOWN_BAD_ROWS],
+            "bad_rows_total": len(bad),
+        }
 
     def gate(self) -> list[dict[str, Any]]:
         """The judge gates this run passed or failed (``gate.json``, written before the policy
-        loads), one entry per judge; empty when the run has none or the file is unreadable."""
+        loads), one entry per judge; empty when the run has none or the file is unreadable (then
+        ``problems`` says why)."""
+        self._gate_problem = None
         try:
-            data = json.loads((self.path / "gate.json").read_text())
-        except (OSError, ValueError):
+            data = parse_row(self.folder.read("gate.json", SMALL_FILE_LIMIT), "gate.json")
+        except FileNotFoundError:
             return []
-        return [g for g in data.values() if isinstance(g, dict)] if isinstance(data, dict) else []
+        except OSError as e:
+            self._gate_problem = str(e)
+            return []
+        if "_error" in data:
+            self._gate_problem = data["_error"]
+            return []
+        return [g for g in data.values() if isinstance(g, dict)]
+
+    def problems(self) -> list[str]:
+        """What the page cannot show from this directory, one line each."""
+        self.gate()
+        out = [p for p in (self.samples.problem, self.metrics_log.problem, self._gate_problem) if p]
+        if self.samples.unstepped:
+            out.append(
+                f"samples.jsonl: {self.samples.unstepped} lines have no integer step (not JSON, or no 'step') and are not shown"
+            )
+        return out
 
     def steps(self) -> list[int]:
         self.samples.refresh()
@@ -171,13 +241,50 @@ class RunDir:
         self, step: int, *, sort: str = "reward", desc: bool = True, filt: str = "all", page: int = 0, per_page: int = 20
     ) -> dict[str, Any]:
         self.samples.refresh()
-        rows = self.samples.read(self.samples.by_step.get(step, []))
+        numbers = self.samples.by_step.get(step, [])
+        starts, ends = self.samples.starts, self.samples.ends  # kept whole if another request resets the index
+        taken, size = [], 0
+        for n in numbers:
+            row_bytes = ends[n] - starts[n]
+            size += row_bytes if row_bytes <= MAX_ROW_BYTES else 0  # an over-long row is never read
+            if size > MAX_STEP_BYTES:
+                break
+            taken.append(n)
+        rows, bad = [], []
+        for n, row in zip(taken, self.samples.rows(taken), strict=True):
+            row = check(SampleRow, row, self.samples.where(n))
+            (bad if "_error" in row else rows).append(row)
         groups = step_groups(rows, sort=sort, desc=desc, filt=filt)
+        shown = groups[page * per_page : (page + 1) * per_page]
+        add_diffs(shown)
+        note = ""
+        if len(taken) < len(numbers):
+            note = f"step {step} has {len(numbers)} rows; the first {len(taken)} ({MAX_STEP_BYTES // 2**20} MiB) are shown"
         return {
             "step": step,
             "rows": len(rows),
             "groups_total": len(groups),
             "page": page,
             "per_page": per_page,
-            "groups": groups[page * per_page : (page + 1) * per_page],
+            "groups": shown,
+            "bad_rows": [r["_error"] for r in bad[:SHOWN_BAD_ROWS]],
+            "bad_rows_total": len(bad),
+            "note": note,
         }
+
+
+MAX_METRIC_KEYS = 10_000
+
+
+def _metric_row(row: dict[str, Any], n: int) -> dict[str, Any]:
+    if "_error" in row:
+        return row
+    step = row.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return bad_row(f"metrics.jsonl line {n + 1}", f"'step' must be an integer, not {type(step).__name__}")
+    flat = flatten_numeric(row)
+    if len(flat) > MAX_METRIC_KEYS:
+        return bad_row(
+            f"metrics.jsonl line {n + 1}", f"{len(flat)} numeric keys, more than the {MAX_METRIC_KEYS} a chart set may have"
+        )
+    return flat

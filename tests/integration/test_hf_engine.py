@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from grm.engines.base import GenerationAborted, SamplingParams
 from grm.engines.base import GenerationRequest as Req
-from grm.engines.base import SamplingParams
 from grm.engines.kvcache import _common_prefix, prefill
 
 pytestmark = pytest.mark.slow
@@ -122,6 +122,18 @@ def test_stop_when_ends_a_row_once_it_holds(smollm2_fp32):
     before = smollm2_fp32.tokenizer.decode(stopped.token_ids[:-1], skip_special_tokens=True)
     assert "7" not in before[:-2]  # it held first after the last token
     assert other.finish_reason == "length" or "7" in other.text[:-2]
+
+
+def test_abort_ends_the_call_before_the_next_token(smollm2_fp32):
+    """``abort`` (a stopping run cancels the rollout in flight): checked before every token, the call
+    raises after the tokens drawn so far; the engine then generates as before."""
+    asked = []
+    sp = SamplingParams(temperature=0, max_new_tokens=16, abort=lambda: asked.append(1) or len(asked) > 3)
+    with pytest.raises(GenerationAborted):
+        smollm2_fp32.generate([_chat("Count to twenty.")], sp)
+    assert len(asked) == 4  # three tokens, then the abort
+    out = smollm2_fp32.generate([_chat("Count to twenty.")], SamplingParams(temperature=0, max_new_tokens=4))[0]
+    assert len(out.token_ids) == 4
 
 
 def test_sampling_reproducible_under_seed(smollm2_fp32):

@@ -1,15 +1,29 @@
 """openai engine against a local HTTP server of our own that injects 429/5xx/4xx and checks the
 request bodies (the real llama.cpp server tests are in tests/serving)."""
 
+import html
 import json
+import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote, quote_plus
 
 import pytest
 
 from grm.engines.base import EngineError, SamplingParams
 from grm.engines.base import GenerationRequest as Req
 from grm.engines.openai_api import OpenAIEngine
+from tests.unit.http_servers import (
+    Answer,
+    LocalServer,
+    cut_short,
+    endless_body,
+    not_http,
+    silence,
+    trickle_body,
+    trickle_headers,
+)
 
 
 class Tok:
@@ -166,7 +180,8 @@ def test_spec_needs_url_or_launch_and_key_comes_from_env(monkeypatch):
         build_engine(spec.engine, "m")
     monkeypatch.setenv("GRM_TEST_KEY", "k")
     eng = build_engine(spec.engine, "m")
-    assert eng._headers["Authorization"] == "Bearer k" and "GRM_TEST_KEY" in spec.model_dump_json()
+    assert eng._http.credentials.header_for("http://x/v1/chat/completions") == "Bearer k"
+    assert "GRM_TEST_KEY" in spec.model_dump_json() and "k'" not in repr(eng._http)
 
 
 def test_judge_cost_carries_the_servers_usage(server, tmp_path):
@@ -193,3 +208,209 @@ def test_judge_cost_carries_the_servers_usage(server, tmp_path):
     assert cost.usage == {"requests": 6, "retries": 2, "prompt_tokens": 42, "completion_tokens": 18}
     m = cost.metrics("remote")
     assert m["judge_cost/remote/usage_prompt_tokens"] == 42 and m["judge_cost/remote/usage_retries"] == 2
+
+
+# ------------------------------------------------------------------ trust boundary (issue #39)
+# Real servers on two ports: ``a`` is the configured one, ``b`` another origin that must never
+# hear from the engine. The key holds the characters encodings change, so each spelling differs.
+KEY = 'sk-live/Te+st&k"y<1>=%9Z-0123456789'
+
+
+def spellings(secret):
+    """The key as a server may echo it, and the pieces a cut message could keep of it."""
+    js = json.dumps(secret)[1:-1]
+    return {secret, quote(secret, safe=""), quote_plus(secret), js, js.replace("/", "\\/"), html.escape(secret)} | {
+        secret[:10],
+        secret[-10:],
+    }
+
+
+def assert_clean(message, url, secret=KEY):
+    for s in spellings(secret):
+        assert s not in message, (s, message)
+    assert url in message and "\n" not in message and "\x1b" not in message and len(message) < 1200, message
+
+
+def completion(text="ok"):
+    body = {"choices": [{"text": text, "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+    return Answer(200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+
+@pytest.fixture
+def two():
+    a, b = LocalServer(), LocalServer(lambda arrival: completion("from b"))
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _remote(server, **kw):
+    kw = {"tokenizer": Tok(), "backoff_s": 0.0, "max_retries": 0, "api_key": KEY, **kw}
+    return OpenAIEngine(server.url + "/v1", "m", **kw)
+
+
+def _fails(eng, *args):
+    with pytest.raises(EngineError) as e:
+        if args:
+            eng.score_continuations(*args)
+        else:
+            eng.generate([Req(text="x")], SamplingParams(max_new_tokens=2))
+    return str(e.value)
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("where", ["absolute", "scheme-relative", "by name", "with userinfo"])
+def test_a_redirect_to_another_origin_is_never_followed_and_the_key_never_arrives_there(two, code, where):
+    a, b = two
+    target = {
+        "absolute": f"{b.url}/v1/completions",
+        "scheme-relative": f"//127.0.0.1:{b.port}/v1/completions",
+        "by name": f"http://localhost:{b.port}/v1/completions",
+        "with userinfo": f"http://alice:s3cret-pw@127.0.0.1:{b.port}/v1/completions",
+    }[where]
+    a.answer = lambda arrival: Answer(code, b"moved", {"Location": target})
+    message = _fails(_remote(a))
+    assert "another origin" in message and f":{b.port}" in message and "s3cret-pw" not in message
+    assert_clean(message, a.url)
+    assert b.arrivals == [] and len(a.arrivals) == 1  # b never contacted: no key, no prompt
+    assert a.arrivals[0].headers["Authorization"] == f"Bearer {KEY}"
+
+
+def test_a_same_origin_chain_that_leaves_the_origin_is_refused_at_the_hop_that_leaves(two):
+    a, b = two
+    hops = {"/v1/completions": (307, "/v1/hop1"), "/v1/hop1": (308, f"{a.url}/v1/hop2"), "/v1/hop2": (307, b.url + "/x")}
+    a.answer = lambda arrival: Answer(hops[arrival.path][0], b"", {"Location": hops[arrival.path][1]})
+    message = _fails(_remote(a))
+    assert "another origin" in message and b.arrivals == []
+    assert [x.path for x in a.arrivals] == ["/v1/completions", "/v1/hop1", "/v1/hop2"]
+    # 307/308 within the origin replay the same POST: method, body and key unchanged
+    assert {(x.method, x.body, x.headers["Authorization"]) for x in a.arrivals} == {("POST", a.arrivals[0].body, f"Bearer {KEY}")}
+
+
+def test_a_same_origin_307_is_followed_and_a_302_is_reported_not_turned_into_a_get(two):
+    a, _ = two
+    a.answer = lambda arrival: (
+        completion() if arrival.path == "/v2/completions" else Answer(307, b"", {"Location": "/v2/completions"})
+    )
+    assert _remote(a).generate([Req(text="x")], SamplingParams(max_new_tokens=2))[0].text == "ok"
+    assert [x.path for x in a.arrivals] == ["/v1/completions", "/v2/completions"]
+    a.arrivals.clear()
+    a.answer = lambda arrival: Answer(302, b"", {"Location": "/v2/completions"})
+    message = _fails(_remote(a))
+    assert "turn the POST into a GET" in message and "/v2/completions" in message and len(a.arrivals) == 1
+
+
+def test_a_redirect_loop_ends(two):
+    a, _ = two
+    a.answer = lambda arrival: Answer(307, b"", {"Location": arrival.path})
+    assert "more than 5 redirects" in _fails(_remote(a)) and len(a.arrivals) == 6
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 422, 500, 503])
+def test_an_error_body_that_echoes_the_key_shows_it_nowhere(two, code):
+    a, _ = two
+    echo = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}", "header": f"Bearer {KEY}"}})
+    body = (
+        f"{echo}\n\x1b[31mred\x1b[0m ?key={quote(KEY, safe='')}&k={quote_plus(KEY)} {html.escape(KEY)} "
+        + json.dumps(KEY).replace("/", "\\/")
+        + "\u202e"
+        + "pad " * 300_000
+    )
+    a.answer = lambda arrival: Answer(code, body.encode())
+    message = _fails(_remote(a, max_retries=1))
+    assert f"HTTP {code}" in message and "Incorrect API key provided: [redacted]" in message
+    assert_clean(message, a.url)
+    assert "\\u202e" in message or "\u202e" not in message  # a bidi override shown escaped, never raw
+
+
+def test_a_key_straddling_the_cut_of_a_shown_body_leaves_no_prefix(two):
+    a, _ = two
+    for pad in range(280, 320, 3):
+        a.answer = lambda arrival, pad=pad: Answer(400, ("x" * pad + KEY + "y" * 50).encode())
+        assert_clean(_fails(_remote(a)), a.url)
+
+
+def test_user_and_password_in_the_url_are_http_basic_for_that_server_and_shown_nowhere(two):
+    import base64
+
+    a, b = two
+    a.answer = lambda arrival: Answer(403, f"denied {arrival.headers.get('Authorization')} pa55:word".encode())
+    eng = _remote(a, api_key=None)
+    eng = OpenAIEngine(f"http://alice:pa55:word@127.0.0.1:{a.port}/v1", "m", tokenizer=Tok(), max_retries=0)
+    message = _fails(eng)
+    token = base64.b64encode(b"alice:pa55:word").decode()
+    assert a.arrivals[0].headers["Authorization"] == f"Basic {token}"
+    assert_clean(message, a.url, secret="pa55:word") and token not in message
+    assert "pa55" not in repr(eng) + eng.base_url and eng.base_url == a.url + "/v1"
+    with pytest.raises(EngineError, match="give one of them"):
+        OpenAIEngine(f"http://alice:pw@127.0.0.1:{a.port}/v1", "m", endpoint="chat", api_key=KEY)
+
+
+def test_the_key_goes_only_to_its_own_origin_whatever_url_a_caller_passes(two):
+    a, b = two
+    eng = _remote(a)
+    eng._http.post_json(b.url + "/v1/completions", {"x": 1})
+    assert b.arrivals and "Authorization" not in b.arrivals[0].headers
+    for text in (repr(eng), repr(eng._http), repr(eng._http.credentials)):
+        assert KEY not in text and "Bearer" not in text
+
+
+def _deep(arrival):
+    return Answer(200, b"[" * 100_000 + b"]" * 100_000)
+
+
+BAD_REPLIES = {
+    "html": (lambda a: Answer(200, b"<html><body>\x1b[2JHello</body></html>"), "not JSON"),
+    "not UTF-8": (lambda a: Answer(200, b'{"choices": [{"text": "\xff\xfe"}]}'), r"not JSON \(not UTF-8\)"),
+    "nested too deeply": (_deep, r"nested too deeply"),
+    "no content": (lambda a: Answer(204, b""), "not JSON"),
+    "a list": (lambda a: Answer(200, b"[1, 2]"), "unexpected reply: the reply: Input should be a valid dictionary"),
+    "no choices": (lambda a: Answer(200, b"{}"), "choices: Field required"),
+    "empty choices": (lambda a: Answer(200, b'{"choices": []}'), "choices: List should have at least 1 item"),
+    "text a number": (lambda a: Answer(200, b'{"choices": [{"text": 5}]}'), r"choices\.0\.text: Input should be a valid string"),
+    "choice a string": (lambda a: Answer(200, json.dumps({"choices": [f"key {KEY}"]}).encode()), r"choices\.0: .*\[redacted\]"),
+    "usage a word": (
+        lambda a: Answer(200, b'{"choices": [{"text": "a"}], "usage": {"prompt_tokens": "many"}}'),
+        r"usage\.prompt_tokens",
+    ),
+    "negative usage": (
+        lambda a: Answer(200, b'{"choices": [{"text": "a"}], "usage": {"completion_tokens": -3}}'),
+        r"usage\.completion_tokens",
+    ),
+    "logprobs a string": (
+        lambda a: Answer(200, b'{"choices": [{"text": "a", "logprobs": {"token_logprobs": "x"}}]}'),
+        r"choices\.0\.logprobs\.completions\.token_logprobs",
+    ),
+    "infinite logprob": (
+        lambda a: Answer(200, b'{"choices": [{"text": "a", "logprobs": {"token_logprobs": [Infinity]}}]}'),
+        "without a log-prob",
+    ),
+    "too large": (lambda a: Answer(200, b" " * (2 << 20)), r"larger than 1048576 bytes"),
+    "endless": (lambda a: endless_body, r"larger than 1048576 bytes"),
+    "trickled body": (lambda a: trickle_body, r"no complete reply within 1 s"),
+    "trickled headers": (lambda a: trickle_headers, r"no complete reply within 1 s"),
+    "silence": (lambda a: silence, r"no complete reply within 1 s"),
+    "not HTTP": (lambda a: not_http, "not valid HTTP"),
+    "cut short": (lambda a: cut_short, "closed after 10 bytes"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_REPLIES))
+def test_a_bad_reply_of_any_kind_is_one_clear_error_naming_the_server_within_the_deadline(two, kind):
+    a, _ = two
+    a.answer, expected = BAD_REPLIES[kind]
+    eng = _remote(a, timeout_s=1.0, max_reply_bytes=1 << 20)
+    t0 = time.monotonic()
+    message = _fails(eng)
+    assert time.monotonic() - t0 < 4.0, "the deadline did not hold"
+    assert re.search(expected, message), message
+    assert_clean(message, a.url)
+
+
+def test_score_continuations_refuses_bad_top_logprobs_with_one_error(two):
+    a, _ = two
+    bad = {"choices": [{"text": "A", "logprobs": {"top_logprobs": [{"A": "high"}]}}]}
+    a.answer = lambda arrival: Answer(200, json.dumps(bad).encode())
+    message = _fails(_remote(a), [Req(text="q")], [["A"]])
+    assert "top_logprobs.0.A" in message
+    assert_clean(message, a.url)

@@ -1,18 +1,20 @@
 """SGLang engine: request bodies and response parsing against SGLang's documented /generate and
 weight-update shapes (no server: SGLang needs CUDA). The live test is marked gpu."""
 
+import json
 import os
+import re
 import sys
+import time
 
 import pytest
 
 from grm.engines.base import EngineError, SamplingParams
 from grm.engines.base import GenerationRequest as Req
-from grm.engines.sglang import (
-    SGLangEngine,
+from grm.engines.sglang import SGLangEngine, launch_command
+from grm.engines.sglang_api import (
     continuation_payload,
     generate_payload,
-    launch_command,
     parse_continuation,
     parse_generation,
     post_control,
@@ -325,3 +327,112 @@ def test_weight_sync_dirs_of_dead_processes_are_swept(tmp_path):
     assert not dead.exists()
     assert live.exists() and other.exists() and fresh.is_dir()
     assert fresh.name.startswith(f"{SYNC_PREFIX}{os.getpid()}-")
+
+
+# ------------------------------------------------------------------ trust boundary (issue #39)
+def _row(ids, lps=None, **meta):
+    lps = [[-0.5, t, None] for t in ids] if lps is None else lps
+    return {
+        "text": "t",
+        "output_ids": ids,
+        "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": lps, **meta},
+    }
+
+
+@pytest.fixture
+def servers():
+    from tests.unit.http_servers import Answer, LocalServer
+
+    a, b = LocalServer(), LocalServer(lambda arrival: Answer(200, json.dumps([_row([1])]).encode()))
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _generate(eng):
+    return eng.generate([Req(text="a")], SamplingParams(max_new_tokens=1))
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_generate_and_control_calls_never_follow_a_redirect_to_another_origin(servers, code):
+    from tests.unit.http_servers import Answer
+
+    a, b = servers
+    a.answer = lambda arrival: Answer(code, b"", {"Location": f"{b.url}{arrival.path}"})
+    eng = SGLangEngine([f"http://grm:pa55word@127.0.0.1:{a.port}"], "m", Tok(), max_retries=0)
+    for call in (lambda: _generate(eng), lambda: eng.update_weights_from_disk("/w", 1)):
+        with pytest.raises(EngineError, match="another origin") as e:
+            call()
+        assert "pa55word" not in str(e.value) and a.url in str(e.value)
+    assert b.arrivals == [] and a.arrivals[0].headers["Authorization"].startswith("Basic ")
+    assert "pa55word" not in repr(eng) and eng.urls == [a.url]
+
+
+BAD_ROWS = {
+    "not a list of rows": ({"error": "x"}, r"/generate returned 1 rows for 2|unexpected /generate reply"),
+    "a row a string": (["oops", "oops"], r"request 0: the reply: Input should be a valid dictionary"),
+    "logprob null": ([_row([1], [[None, 1, None]])] * 2, "without a log-prob"),
+    "logprob NaN": ([_row([1], [["NaN", 1, None]])] * 2, "without a log-prob"),
+    "ids and logprobs differ": ([_row([1, 2], [[-0.1, 1, None]])] * 2, "2 token ids but 1 log-probs"),
+    "token id a word": ([_row([1], [[-0.1, "one", None]])] * 2, r"output_token_logprobs\.0"),
+    "ids not a list": ([{"output_ids": 5}] * 2, r"output_ids: Input should be a valid list"),
+    "meta a list": ([{"output_ids": [], "meta_info": []}] * 2, r"meta_info: Input should be"),
+    "abort with an escape": (
+        [_row([1], finish_reason={"type": "abort", "message": "\x1b[2Jgone\nnow"})] * 2,
+        r'aborted request 0: "\\u001b\[2Jgone\\nnow"',  # JSON-escaped: no raw escape or newline
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_ROWS))
+def test_a_bad_generate_reply_is_one_error_naming_the_server(servers, kind):
+    from tests.unit.http_servers import Answer
+
+    a, _ = servers
+    rows, expected = BAD_ROWS[kind]
+    a.answer = lambda arrival: Answer(200, json.dumps(rows).encode())
+    eng = SGLangEngine([a.url], "m", Tok(), max_retries=0)
+    with pytest.raises(EngineError) as e:
+        eng.generate([Req(text="a")], SamplingParams(n=2, max_new_tokens=1))
+    message = str(e.value)
+    assert re.search(expected, message) and a.url in message and "\n" not in message and "\x1b" not in message, message
+
+
+def test_odd_weight_versions_are_not_compared_and_never_crash():
+    for served in ("²", "9" * 5000, "-1", "v3", 3.5, True):
+        item = _row([1], weight_version=served)
+        try:
+            g = parse_generation(item, version=0, request_index=0, sample_index=0)
+        except EngineError as e:  # a wrong type is a clear error; a word that is not a number is ignored
+            assert "weight_version" in str(e)
+        else:
+            assert g.token_ids == [1]
+
+
+def test_continuation_scoring_needs_a_number_for_every_candidate_token():
+    rows = [[None, 1, None], [-0.5, 2, None], [None, 3, None], [-0.25, 4, None]]
+    with pytest.raises(EngineError, match="1 usable input log-probs for a 2-token"):  # used to borrow the prompt's -0.5
+        parse_continuation({"meta_info": {"input_token_logprobs": rows}}, 2)
+    assert parse_continuation({"meta_info": {"input_token_logprobs": rows[:2]}}, 1) == -0.5
+    for bad in ([], "x", {"meta_info": {"input_token_logprobs": [["a", 1]]}}):
+        with pytest.raises(EngineError):
+            parse_continuation(bad, 1)
+
+
+def test_control_replies_are_shown_bounded_and_plain_and_slow_servers_time_out(servers):
+    from tests.unit.http_servers import Answer, trickle_body
+
+    a, _ = servers
+    noisy = ("\x1b[31mno\x1b[0m\r\nway " * 100_000).encode() + b"\xff\xfe"
+    a.answer = lambda arrival: Answer(400, noisy)
+    out = post_control(a.url + "/flush_cache", {}, 5)
+    assert out["success"] is False and out["message"].startswith("HTTP 400: \\x1b[31mno\\x1b[0m way")
+    assert len(out["message"]) < 400 and "\x1b" not in out["message"]
+    a.answer = lambda arrival: trickle_body
+    eng = SGLangEngine([a.url], "m", Tok(), timeout_s=1.0, max_retries=0)
+    t0 = time.monotonic()
+    with pytest.raises(EngineError, match="no complete reply within 1 s"):
+        _generate(eng)
+    with pytest.raises(EngineError, match="no complete reply within 1 s"):
+        post_control(a.url + "/flush_cache", {}, 1.0)
+    assert time.monotonic() - t0 < 6.0

@@ -54,6 +54,13 @@ async function api(path) {
   return body;
 }
 
+// What the server could not read from a directory (links, FIFOs, bad rows): listed, never hidden.
+function badData(body, lines, total, what) {
+  if (!lines || !lines.length) return;
+  const more = total > lines.length ? ` (the first ${lines.length} of ${total})` : "";
+  body.appendChild(el("div", { class: "note bad-data" }, el("b", {}, what + more), el("ul", {}, lines.map((t) => el("li", {}, t)))));
+}
+
 function pill(text, kind) { return el("span", { class: "pill" + (kind ? " " + kind : "") }, text); }
 function stat(k, v, ci) { return el("div", { class: "stat" }, el("div", { class: "k" }, k), el("div", { class: "v" }, v), ci ? el("div", { class: "ci" }, ci) : null); }
 function select(options, value, onchange, labels) {
@@ -197,6 +204,8 @@ function chartsFor(runs) {
 async function renderRun(body, d) {
   const [info, metrics] = await Promise.all([api(`/api/d/${d.id}/info`), api(`/api/d/${d.id}/metrics`)]);
   body.appendChild(el("div", { class: "path" }, info.path));
+  badData(body, info.problems, 0, "not shown from this directory");
+  badData(body, metrics.bad_rows, metrics.bad_rows_total, `${metrics.bad_rows_total} bad rows in metrics.jsonl, not plotted`);
   const last = metrics.rows[metrics.rows.length - 1];
   if (state.params.only === "samples") {  // #d=N&only=samples: the sample browser alone
     await renderSamples(body, d, info.steps);
@@ -246,6 +255,8 @@ async function renderSamples(body, d, steps) {
       el("button", { type: "button", disabled: page <= 0, onclick: () => go({ page: page - 1 }) }, "‹ prev"),
       `page ${page + 1} / ${pages}`,
       el("button", { type: "button", disabled: page + 1 >= pages, onclick: () => go({ page: page + 1 }) }, "next ›"))));
+  if (data.note) body.appendChild(el("div", { class: "note" }, data.note));
+  badData(body, data.bad_rows, data.bad_rows_total, `${data.bad_rows_total} bad rows in step ${step}`);
   for (const g of data.groups) body.appendChild(groupCard(g, diffs));
 }
 
@@ -274,6 +285,8 @@ function responseCard(r, diffs) {
     const pre = el("pre", {});
     for (const [op, text] of r.diff) pre.appendChild(op === "equal" ? document.createTextNode(text) : el(op === "insert" ? "ins" : "del", {}, text));
     card.appendChild(el("details", { open: diffs }, el("summary", { class: "label" }, "diff against the group's best"), pre));
+  } else if (r.diff_skipped) {
+    card.appendChild(el("div", { class: "muted" }, "diff against the group's best: " + r.diff_skipped));
   }
   for (const [name, j] of Object.entries(r.judges || {})) card.appendChild(judgeBlock(name, j));
   return card;
@@ -300,7 +313,7 @@ function renderFiles(body, d, files) {
   const list = el("div", { class: "files" });
   for (const f of files) {
     if (f.text) list.appendChild(el("a", { onclick: async () => out.replaceChildren(el("pre", { style: "max-height:600px" }, await api(`/api/d/${d.id}/file?name=${encodeURIComponent(f.name)}`))) }, f.name));
-    else list.appendChild(el("span", { class: "muted", style: "margin-right:14px;font-size:12.5px" }, f.name + (f.entries ? ` (${f.entries.join(", ")})` : "")));
+    else list.appendChild(el("span", { class: "muted", style: "margin-right:14px;font-size:12.5px" }, f.name + (f.entries ? ` (${f.entries.join(", ")})` : "") + (f.note ? ` (${f.note})` : "")));
   }
   body.appendChild(list);
   body.appendChild(out);
@@ -345,6 +358,8 @@ function confusionTable(title, c) {
 async function renderEval(body, d) {
   const info = await api(`/api/d/${d.id}/info`);
   body.appendChild(el("div", { class: "path" }, info.path, info.data ? " · data " + info.data : "", " · " + info.results_file));
+  badData(body, info.problems, 0, "not shown from this directory");
+  badData(body, info.bad_rows, info.bad_rows_total, `${info.bad_rows_total} bad rows in ${info.results_file}, left out of the counts and pairs`);
   const judges = Object.keys(info.judges);
   const judge = judges.includes(state.params.judge) ? state.params.judge : judges[0];
   const m = info.metrics || {};
@@ -408,6 +423,7 @@ function verdictPill(v, label) {
 }
 
 function pairCard(x, heading) {
+  if (x.error) return el("div", { class: "group" }, heading ? el("b", {}, heading) : null, el("div", { class: "err" }, "bad row: " + x.error));
   const card = el("div", { class: "group", "data-item": x.item_id });
   card.appendChild(el("div", { class: "pairs-meta" },
     heading ? el("b", {}, heading) : null,
@@ -425,6 +441,7 @@ function pairCard(x, heading) {
       el("div", { class: "label" }, `response ${i + 1}` + (String(x.label) === String(i + 1) ? " · preferred by the label" : "") + (x.longer === String(i + 1) ? " · longer" : "")),
       el("pre", {}, r))));
     card.appendChild(resp);
+    if (x.reference !== null && x.reference !== undefined) card.appendChild(el("div", {}, el("div", { class: "label" }, "reference"), el("pre", {}, x.reference)));
   }
   const pres = el("div", { class: "cols2" });
   for (const pr of x.presentations) {

@@ -72,8 +72,10 @@ def test_sigterm_mid_step_then_resume_matches_uninterrupted(tmp_path, straight):
     time.sleep(1.0)  # step 2 is under way
     p.send_signal(signal.SIGTERM)
     log, _ = p.communicate(timeout=600)
-    assert p.returncode == 130, log[-4000:]
+    assert p.returncode == 128 + signal.SIGTERM, log[-4000:]
     assert "writing a checkpoint at step 1" in log and "SIGTERM received" not in log, log[-3000:]
+    last = log.strip().splitlines()[-1]
+    assert last == f"error: stopped by SIGTERM after 1 trained step(s): continue from step-1 with --resume {out}", last
     assert (out / "checkpoints" / "step-1" / "COMPLETE").exists()
     r = grm_run(out, *COMMON, "checkpoint.every=0", resume=out)
     assert "resuming" in r.stdout + r.stderr

@@ -48,6 +48,7 @@ def test_async_run_writes_every_artifact(tmp_path):
         "checkpoint.every=1",
         "reference.pool=judge",
         "algorithm.length_control={method: penalty, coef: 0.01}",
+        "algorithm.tis_cap=1.0",  # a cap every stale token's ratio may reach: it binds on step 2
     )
     assert f"run directory: {out}" in r.stdout
     for f in ("config.resolved.yaml", "metrics.jsonl", "samples.jsonl", "placement.json", "report.md", "curves.png"):
@@ -57,6 +58,11 @@ def test_async_run_writes_every_artifact(tmp_path):
     ms = metrics(out)
     assert [m["step"] for m in ms] == [1, 2]
     assert ms[1]["staleness_max"] == 1  # step 2 was generated before step 1 trained
+    # truncated importance sampling, read from the run's metrics: off for step 1 (on-policy: weight
+    # 1, nothing capped); on for step 2's stale samples, where the ratios min(exp(trainer - rollout),
+    # 1.0) differ from 1 and the cap cuts some of them (tokens the trained policy made likelier)
+    assert ms[0]["staleness_max"] == 0 and ms[0]["tis_weight_mean"] == 1.0 and ms[0]["tis_capped_frac"] == 0.0
+    assert ms[1]["tis_weight_mean"] < 1.0 and 0.0 < ms[1]["tis_capped_frac"] < 1.0
     for key in (
         "reward_mean",
         "kl",

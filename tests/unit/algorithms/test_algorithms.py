@@ -193,8 +193,14 @@ def test_ppo_tis_cap():
     # weights min(3, 2) = 2 and 0.5 on per-token losses -1, -1 -> mean -1.25
     close(loss, -1.25)
     assert met["tis_weight_mean"] == pytest.approx(1.25)
-    # without the cap argument TIS is off
-    close(ppo_policy_loss(lp, old, T([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour)[0], -1.0)
+    assert met["tis_capped_frac"] == pytest.approx(0.5)  # the first token's 3 was cut to 2
+    # a masked token does not count: only the second (0.5, under the cap) remains
+    met = ppo_policy_loss(lp, old, T([1.0]), T([[0.0, 1.0]]), behaviour_logprobs=behaviour, tis_cap=2.0)[1]
+    assert met["tis_weight_mean"] == pytest.approx(0.5) and met["tis_capped_frac"] == 0.0
+    # without the cap argument TIS is off: weight 1, nothing capped
+    loss, met = ppo_policy_loss(lp, old, T([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour)
+    close(loss, -1.0)
+    assert met["tis_weight_mean"] == 1.0 and met["tis_capped_frac"] == 0.0
 
 
 def test_ppo_gradient_flows_only_through_logprobs():

@@ -55,10 +55,10 @@ def test_pipeline_prompts_carry_their_checklist_and_a_bad_row_is_named(tmp_path)
     ]
     assert load_prompts(DataSpec(prompts=str(path)))[0].metadata == {}  # no checklist_field: none read
     missing = jsonl(tmp_path, [*good, {"prompt": "c"}], "missing.jsonl")
-    with pytest.raises(DataError, match=r"missing.jsonl row 2: column 'checklist' is missing"):
+    with pytest.raises(DataError, match=r"missing.jsonl:3: column 'checklist' is missing"):
         load_prompts(DataSpec(prompts=str(missing), checklist_field="checklist"))
     bad = jsonl(tmp_path, [{"prompt": "c", "checks": {"q": 1}}], "bad.jsonl")
-    with pytest.raises(DataError, match=r"bad.jsonl row 0: column 'checks': expected a non-empty list"):
+    with pytest.raises(DataError, match=r"bad.jsonl:1: column 'checks': expected a non-empty list"):
         load_prompts(DataSpec(prompts=str(bad), checklist_field="checks"))
 
 
@@ -113,7 +113,7 @@ def test_grm_run_refuses_a_data_checklist_longer_than_the_judges_max_items_namin
     judge = load_judge("builtin:checklist-data-logprob")
     short = load_judge("builtin:checklist-data-logprob", overrides=["checklist.max_items=2"])
     prompts = load_prompts(data)
-    with pytest.raises(DataError, match=r"p.jsonl row 1: column 'checklist': 3 questions, more than judge .*max_items is 2\)"):
+    with pytest.raises(DataError, match=r"p.jsonl:2: column 'checklist': 3 questions, more than judge .*max_items is 2\)"):
         check_checklists(prompts, data, [short])
     check_checklists(prompts, data, [judge])  # the shipped judge asks up to 6
     check_checklists(

@@ -101,7 +101,7 @@ def test_pipeline_prompts_carry_constraints_and_a_malformed_row_is_named(tmp_pat
     rows = [{"prompt": "a", "constraints": [{"type": "lowercase"}]}, {"prompt": "b", "constraints": [{"type": "max_words"}]}]
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(DataError, match=r"p.jsonl row 1: column 'constraints' item 0: 'max_words' needs 'n'"):
+    with pytest.raises(DataError, match=r"p.jsonl:2: column 'constraints' item 0: 'max_words' needs 'n'"):
         load_prompts(DataSpec(prompts=str(path), constraints_field="constraints"))
     (first,) = load_prompts(DataSpec(prompts=str(path), constraints_field="constraints", limit=1))
     assert first.metadata == {"constraints": [{"type": "lowercase"}]}

@@ -39,11 +39,11 @@ def test_llmbar_format_autodetected(tmp_path):
 @pytest.mark.parametrize(
     "bad,needle",
     [
-        ({"input": "q", "output_1": "a", "label": 1}, "row 1: missing column 'output_2'"),
-        ({"input": "q", "output_1": "a", "output_2": "b", "label": 3}, "row 1: label must be 1/2 or A/B, found 3"),
+        ({"input": "q", "output_1": "a", "label": 1}, ":2: missing column 'output_2'"),
+        ({"input": "q", "output_1": "a", "output_2": "b", "label": 3}, ":2: label must be 1/2 or A/B, found 3"),
         (
             {"input": "q", "output_1": 5, "output_2": "b", "label": 1},
-            "row 1: column 'output_1' (response_a) must be a string, found int",
+            ":2: column 'output_1' (response_a) must be a string, found int",
         ),
     ],
 )

@@ -68,3 +68,12 @@ def test_through_a_pipe_the_table_is_plain_text_one_line_per_row():
     at = lines[1].index("picks longer")
     assert lines[3].index("0.750", at) == at  # cells start under their header
     assert out == plain_table(rows(), "Evaluation report (out)") + "\n\n"  # a blank line before what follows
+
+
+def test_judge_names_and_the_title_print_as_text_on_a_terminal_and_in_a_pipe():
+    hostile = [{"judge": "[bold]j[/] :x: \x1b[31mred", "n": "[/]"}]
+    for con in (Console(force_terminal=True, width=200, file=io.StringIO()), Console(width=200, file=io.StringIO())):
+        print_table(con, hostile, "report ([red]out[/] \x1b]0;t\x07)")  # a plain rich console: markup on by default
+        out = con.file.getvalue()
+        assert "[bold]j[/] :x: \\x1b[31mred" in out and "[/]" in out and "report ([red]out[/] \\x1b]0;t\\x07)" in out
+        assert "❌" not in out and "\x1b[31m" not in out and "\x1b]" not in out

@@ -6,6 +6,12 @@ possibly broken YAML text or bytes, and ``--set`` overrides on top. The command 
 exit non-zero with a message naming the file, never a traceback. ``grm run`` is only driven up to
 its validation: the driver module is replaced by a stub, so a YAML that validates never reaches
 Ray or torch.
+
+A spec that validates holds numbers where numbers go (never a boolean, never past 64 bits) and
+finite floats. Three more classes (issue #39): names and ``builtin:`` references that try to
+become paths elsewhere (a name that validates makes one directory inside ``runs/``, a builtin that
+resolves lies inside the library, and ``grm validate`` and ``grm run`` agree), and YAML whose
+aliases or nesting would make loading superlinear (the values composed never pass ``MAX_NODES``).
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from __future__ import annotations
 import copy
 import math
 import sys
+import time
 import types
 import typing
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +32,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from grm.config import MODELS, detect_kind, load
+from grm.config import MODELS, ConfigError, detect_kind, load
+from grm.config import yaml_reader as reader
+from grm.config.base import MAX_INT
+from grm.config.names import RUNS, run_dir
+from grm.config.paths import KINDS, builtin_dir, resolve_path
 from tests.unit.fuzz.support import assert_clean_failure, budget, count, fresh, run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -278,6 +290,39 @@ def finite_everywhere(x: Any) -> list[str]:
     return [""] if isinstance(x, float) and not math.isfinite(x) else []
 
 
+def _scalars(ann: Any) -> set[Any]:
+    if ann in (int, float, bool):
+        return {ann}
+    return set().union(*(_scalars(a) for a in typing.get_args(ann)))
+
+
+def _bools_or_huge(x: Any) -> list[str]:
+    if isinstance(x, bool) or (isinstance(x, int) and abs(x) > MAX_INT):
+        return [""]
+    if isinstance(x, dict):
+        return [f"{k}.{p}".rstrip(".") for k, v in x.items() for p in _bools_or_huge(v)]
+    if isinstance(x, (list, tuple)):
+        return [f"{i}.{p}".rstrip(".") for i, v in enumerate(x) for p in _bools_or_huge(v)]
+    return []
+
+
+def mistyped_everywhere(x: Any) -> list[str]:
+    """Paths of a validated spec where a number field holds a boolean or an integer past 64 bits."""
+    out = []
+    if isinstance(x, BaseModel):
+        for name, f in type(x).model_fields.items():
+            value = getattr(x, name)
+            kinds = _scalars(f.annotation)
+            if kinds & {int, float} and bool not in kinds:
+                out += [f"{name}.{p}".rstrip(".") for p in _bools_or_huge(value)]
+            out += [f"{name}.{p}".rstrip(".") for p in mistyped_everywhere(value)]
+    elif isinstance(x, (list, tuple)):
+        out += [f"{i}.{p}" for i, v in enumerate(x) for p in mistyped_everywhere(v)]
+    elif isinstance(x, dict):
+        out += [f"{k}.{p}" for k, v in x.items() for p in mistyped_everywhere(v)]
+    return out
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("yaml-fuzz")
@@ -312,6 +357,7 @@ def check_validate(f: Path, sets: list[str]) -> None:
         assert res.out.startswith("ok:"), res.out
         spec = load(f, sets)
         assert finite_everywhere(spec) == [], f"validated with non-finite numbers at {finite_everywhere(spec)}"
+        assert mistyped_everywhere(spec) == [], f"validated with booleans or huge integers at {mistyped_everywhere(spec)}"
         return
     assert_clean_failure(res, f, or_names="override '")
 
@@ -350,3 +396,153 @@ def test_run_mutated_pipeline_stops_at_validation(folder, stub_driver, data):
     except _Validated:
         return
     assert_clean_failure(res, f, or_names="override '")
+
+
+# ----------------------------------------------------------------------------- names and builtin: references
+
+HOSTILE = ["../../x", "..", ".", "/etc/passwd", "a/b", "a\\b", "a\x00b", "%2e%2e%2f", "..%2F..%2Fetc", "~", "~root/x",
+           "file:///etc/passwd", " x", "x ", ".hidden", "-x", "x" * 101, "é", "ｎａｍｅ", "\u202e", "a\nb",
+           "ok-name_1.2"]  # fmt: skip
+REF_KEYS = ("spec", "template", "meta_judge", "prompts", "data")
+"""Keys whose value names a file or a builtin (a policy or judge ``spec``, a template, a data set)."""
+
+hostile_text = st.one_of(
+    st.sampled_from(HOSTILE),
+    st.lists(st.sampled_from(["..", ".", "/", "\\", "%2F", "%2e", "\x00", "judges", "policy", "prompts", "format",
+                              "smollm2-135m-instruct", "pointwise-score", "quickstart", ".yaml", ".j2", "~", " "]),
+             min_size=1, max_size=5).map("".join),
+    st.text(max_size=16),
+)  # fmt: skip
+
+
+def ref_paths(doc: Any) -> list[tuple]:
+    return [p for p in key_paths(doc) if p and p[-1] in REF_KEYS and isinstance(_get(doc, p), str)]
+
+
+def _library() -> list[Path]:
+    return [builtin_dir(k).resolve() for k in KINDS]
+
+
+def _check_names_and_refs(f: Path, doc: dict) -> None:
+    """A validated name makes one directory inside runs/; a validated builtin: reference resolves
+    inside the library."""
+    spec = load(f)
+    d = run_dir(spec.name, None, "20250101-000000")
+    assert d.parent == RUNS and d.name.startswith(spec.name), d
+    for path in ref_paths(doc):
+        value = _get(doc, path)
+        if not isinstance(value, str) or path[-1] in ("prompts", "data"):
+            continue  # a data set: a builtin generator's name, or a file or directory
+        kind = {"template": "prompts", "meta_judge": "judges"}.get(path[-1], "judges" if "judges" in path else "policy")
+        found = resolve_path(value, f.parent, kind).resolve()
+        assert found.is_file(), f"{value!r} validated but is {found}, not a file"
+        if value.startswith("builtin:"):
+            assert any(found.is_relative_to(lib) for lib in _library()), f"{value!r} resolved to {found}"
+
+
+@settings(max_examples=budget(120))
+@given(data=st.data())
+def test_names_and_builtin_references_stay_where_they_belong(folder, stub_driver, data):
+    name = data.draw(st.sampled_from(sorted(DOCS)), label="shipped")
+    doc = copy.deepcopy(DOCS[name])
+    targets = [("name",)] + ref_paths(doc)
+    target = data.draw(st.sampled_from(targets), label="target")
+    text = data.draw(hostile_text, label="text")
+    value = text if target == ("name",) else data.draw(st.sampled_from(["builtin:", "", "./", "../"]), label="prefix") + text
+    _put(doc, target, value)
+    f = fresh(folder, ".yaml")
+    f.write_text(yaml.safe_dump(doc, allow_unicode=True, sort_keys=False))
+    count("yaml names/refs")
+    res = run_cli("validate", str(f))
+    if res.code == 0:
+        _check_names_and_refs(f, doc)
+    else:
+        assert_clean_failure(res, f)
+    if name in PIPELINES:  # grm run refuses exactly what grm validate refuses
+        try:
+            ran = run_cli("run", str(f))
+        except _Validated:
+            assert res.code == 0, f"grm run accepted what grm validate refused:\n{res.err}"
+            return
+        assert res.code != 0, f"grm run refused what grm validate accepted:\n{ran.err}"
+        assert_clean_failure(ran, f)
+
+
+# ----------------------------------------------------------------------------- aliases and nesting
+
+
+@contextmanager
+def composed():
+    """The values PyYAML composes while the block runs (``compose_node`` calls)."""
+    calls = [0]
+    original = reader._UniqueKeyLoader.compose_node
+
+    def counting(self: Any, parent: Any, index: Any) -> Any:
+        calls[0] += 1
+        return original(self, parent, index)
+
+    reader._UniqueKeyLoader.compose_node = counting  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        reader._UniqueKeyLoader.compose_node = original  # type: ignore[method-assign]
+
+
+@st.composite
+def yaml_structure(draw: st.DrawFn) -> str:
+    """One flow-style YAML value built to cost: aliases of aliases (sequences or merge keys), a
+    recursive alias, nesting deep in flow or block style, or a mix; may be tiny or far past a limit."""
+    kind = draw(st.sampled_from(["bomb", "merge-bomb", "recursive", "deep-flow", "deep-map", "deep-alias", "wide"]))
+    fan, levels = draw(st.integers(1, 12)), draw(st.integers(1, 9))
+    if kind == "bomb":
+        parts = [f"&b0 [{', '.join(['x'] * fan)}]"]
+        parts += [f"&b{i} [{', '.join([f'*b{i - 1}'] * fan)}]" for i in range(1, levels)]
+        return "[" + ", ".join(parts) + "]"
+    if kind == "merge-bomb":
+        parts = ["&m0 {" + ", ".join(f"k{j}: 1" for j in range(fan)) + "}"]
+        parts += [f"&m{i} {{" + ", ".join(f"k{j}: *m{i - 1}" for j in range(fan)) + "}" for i in range(1, levels)]
+        parts.append(f"{{<<: [{', '.join([f'*m{levels - 1}'] * fan)}]}}")
+        return "[" + ", ".join(parts) + "]"
+    if kind == "recursive":
+        return draw(st.sampled_from(["&r [*r]", "&r {a: *r}", "&r [1, [2, {b: *r}]]", "&r {x: 1, <<: *r}", "&r {? *r : 1}"]))
+    depth = draw(st.sampled_from([1, 10, 62, 63, 64, 65, 200, 5000]))
+    if kind == "deep-flow":
+        return "[" * depth + "1" + "]" * depth
+    if kind == "deep-map":
+        return "{a: " * depth + "1" + "}" * depth
+    if kind == "deep-alias":  # each alias nests the one before a few levels deeper
+        step = draw(st.integers(1, 8))
+        parts = ["&d0 1"] + [f"&d{i} " + "[" * step + f"*d{i - 1}" + "]" * step for i in range(1, levels)]
+        return "[" + ", ".join(parts) + "]"
+    return "[" + ", ".join(["1"] * draw(st.sampled_from([10, 5000, 12000]))) + "]"
+
+
+@settings(max_examples=budget(80))
+@given(data=st.data())
+def test_aliases_and_nesting_load_in_bounded_work(folder, data):
+    name = data.draw(st.sampled_from(sorted(DOCS)), label="shipped")
+    value = data.draw(yaml_structure(), label="structure")
+    text = yaml.safe_dump(DOCS[name], allow_unicode=True, sort_keys=False)
+    where = data.draw(st.sampled_from(["new key", "existing key", "override"]), label="where")
+    sets = []
+    if where == "override":
+        sets = [f"{data.draw(st.sampled_from(['name', 'x', 'train.backend.deepspeed_config']), label='key')}={value}"]
+    elif where == "new key":
+        text += f"extra: {value}\n"
+    else:
+        lines = text.splitlines(keepends=True)
+        i = data.draw(st.sampled_from([i for i, line in enumerate(lines) if ": " in line and not line.startswith(" ")]))
+        lines[i] = lines[i].split(": ", 1)[0] + f": {value}\n"
+        text = "".join(lines)
+    f = fresh(folder, ".yaml")
+    f.write_text(text)
+    count("yaml aliases/nesting")
+    t0 = time.perf_counter()
+    with composed() as calls:
+        try:
+            load(f, sets)
+        except ConfigError as e:
+            msg = str(e)
+            assert "Traceback" not in msg and (msg.startswith(f"{f}") or msg.startswith("override '")), msg
+    assert calls[0] <= (reader.MAX_NODES + 1) * (1 + len(sets)), calls[0]
+    assert time.perf_counter() - t0 < 10, "hang"

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grm.base import JsonlError, append_jsonl, read_jsonl
 from grm.config.pipeline import DataSpec
 from grm.data.items import FIELDS, default_map, parse_map, to_items
 from grm.data.prompts import load_prompts
@@ -282,3 +283,115 @@ def test_judge_sample_files(folder, judge, content):
     res = run_cli("judge", "render", judge, "--sample", str(path), "model=fuzz-model")  # no tokenizer to load
     if res.code != 0:
         assert_clean_failure(res, path)
+
+
+# --------------------------------------------------------------------------- JSON lines, byte by byte
+# The property of issue #39 for every JSON-lines reader (run and eval files through
+# ``grm.base.read_jsonl``, data files through ``load_rows``): a valid file reads back exactly, line
+# separators other than "\n" inside strings included; a damaged line raises the reader's GrmError
+# naming the file and its 1-based line; only a run file's torn last line is dropped (and cut when
+# repairing); nothing else escapes.
+
+LINE_BREAKERS = ["\u2028", "\u2029", "\u0085", "\r", "\n", "\x00", "\ufeff", "\x0b", "\x1c", "\x1e"]
+json_text = st.text(st.one_of(st.characters(codec="utf-8"), st.sampled_from(LINE_BREAKERS)), max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | json_text,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(json_text, kids, max_size=3),
+    max_leaves=8,
+)
+objects = st.dictionaries(json_text, json_values, max_size=4)
+
+
+def encoded(row: dict[str, Any]) -> bytes:
+    return json.dumps(row, ensure_ascii=False).encode()  # what append_jsonl writes: separators stay raw
+
+
+def not_an_object_line(b: bytes) -> bool:
+    """Bytes that cannot be a JSON object line: not blank, no line end, not opening with "{"."""
+    core = b.strip().removeprefix(b"\xef\xbb\xbf").strip()
+    return b"\n" not in b and bool(core) and not core.startswith(b"{")
+
+
+@st.composite
+def damaged_lines(draw: st.DrawFn) -> bytes:
+    """One line that is no JSON object: a cut-short object, a bad byte or NUL put into one, a JSON
+    value of another type, or arbitrary bytes."""
+    whole = encoded(draw(objects))
+    kind = draw(st.sampled_from(["cut", "byte", "value", "binary"]))
+    if kind == "cut":
+        return whole[: draw(st.integers(1, len(whole) - 1))]
+    if kind == "byte":
+        at = draw(st.integers(0, len(whole)))
+        return whole[:at] + draw(st.sampled_from([b"\xff", b"\xfe", b"\xc0\x80", b"\xed\xa0\x80", b"\x00"])) + whole[at:]
+    if kind == "value":
+        return json.dumps(draw(json_values.filter(lambda v: not isinstance(v, dict))), ensure_ascii=False).encode()
+    return draw(st.binary(min_size=1, max_size=40).filter(not_an_object_line))
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """(line end, file start): LF or CRLF, with or without a UTF-8 byte order mark."""
+    return draw(st.sampled_from([b"\n", b"\r\n"])), draw(st.sampled_from([b"", b"\xef\xbb\xbf"]))
+
+
+@settings(max_examples=budget(150))
+@given(rows=st.lists(objects, max_size=6), layout=layouts(), blank=st.sampled_from([None, 0, 1, 3]), final=st.booleans())
+def test_valid_jsonl_reads_back_exactly(folder, rows, layout, blank, final):
+    count("jsonl valid")
+    path = fresh(folder, ".jsonl")
+    append_jsonl(path, rows)  # the writer's own bytes first
+    assert read_jsonl(path) == rows
+    eol, start = layout
+    lines = [encoded(r) for r in rows]
+    if blank is not None:
+        lines.insert(min(blank, len(lines)), b"  \t")
+    path.write_bytes(start + eol.join(lines) + eol)
+    assert read_jsonl(path, repair=False) == rows
+    if rows:  # a data file: its last line may lack a line end
+        path.write_bytes(start + eol.join(lines) + (eol if final else b""))
+        got = load_rows(str(path))
+        assert got == rows
+        assert [r.line for r in got] == [n for n, ln in enumerate(lines, 1) if ln != b"  \t"]
+
+
+@settings(max_examples=budget(200))
+@given(
+    rows=st.lists(objects, min_size=1, max_size=6),
+    at=st.integers(0, 6),
+    bad=damaged_lines(),
+    layout=layouts(),
+    torn=st.booleans(),
+)
+def test_a_damaged_jsonl_line_is_named_by_its_file_line(folder, rows, at, bad, layout, torn):
+    count("jsonl damaged")
+    eol, start = layout
+    lines = [encoded(r) for r in rows]
+    at = min(at, len(lines))
+    lines.insert(at, bad)
+    content = start + eol.join(lines) + eol + (encoded(rows[0])[:-1] if torn else b"")
+    path = fresh(folder, ".jsonl")
+    path.write_bytes(content)
+    with pytest.raises(JsonlError) as e:
+        read_jsonl(path)
+    assert str(e.value).startswith(f"{path}:{at + 1}: ") and "\n" not in str(e.value), str(e.value)
+    assert path.read_bytes() == content  # a damaged file is left as found, torn tail included
+    with pytest.raises(DataError) as e:
+        load_rows(str(path))
+    assert str(e.value).startswith(f"{path}:{at + 1}: "), str(e.value)
+
+
+@settings(max_examples=budget(100))
+@given(rows=st.lists(objects, max_size=5), tail=objects, cut=st.integers(1, 10**6), layout=layouts())
+def test_only_a_torn_last_line_is_dropped_and_only_a_run_file_forgives_it(folder, rows, tail, cut, layout):
+    count("jsonl torn")
+    eol, start = layout
+    whole = encoded(tail)
+    good = start + b"".join(encoded(r) + eol for r in rows)
+    path = fresh(folder, ".jsonl")
+    path.write_bytes(good + whole[: 1 + cut % (len(whole) - 1)])
+    assert read_jsonl(path, repair=False) == rows  # a reader (grm view, grm rescore) cuts nothing
+    assert read_jsonl(path) == rows and path.read_bytes() == (good if rows else b"")  # the writer cuts the torn line
+    path.write_bytes(good + whole[: 1 + cut % (len(whole) - 1)])
+    with pytest.raises(DataError) as e:  # a data file has no writer to have been killed: the line is bad
+        load_rows(str(path))
+    assert str(e.value).startswith(f"{path}:{len(rows) + 1}: "), str(e.value)

@@ -30,7 +30,7 @@ POLICY = "name: x\nmodel: m\n"
         (POLICY + "0x1F: 1\n", ":3: 31: Keys should be strings"),  # a YAML 1.1 int key: was int('0x1F')
         (POLICY + "1:30: 1\n", ":3: 90: Keys should be strings"),
         (POLICY + "? [a]\n: 1\n", ":3: invalid YAML: found unhashable key"),  # was TypeError
-        (POLICY + "x: " + "[" * 3000 + "]" * 3000 + "\n", ": invalid YAML: nested too deeply"),  # was RecursionError
+        (POLICY + "x: " + "[" * 3000 + "]" * 3000 + "\n", ":3: nested more than 64 levels deep"),  # was RecursionError
         (POLICY + "seed: !!int x\n", ":3: invalid YAML: cannot read 'x' as int"),  # was ValueError
         (POLICY + "d: 2001-13-45\n", ":3: invalid YAML: cannot read '2001-13-45' as timestamp"),
         (POLICY + "d: !!bool maybe\n", ":3: invalid YAML: cannot read 'maybe' as bool"),  # was KeyError
@@ -61,7 +61,7 @@ def test_yaml_alias_bomb_is_refused_fast(tmp_path):
     res = run_cli("validate", str(f))
     assert time.perf_counter() - t0 < 10
     assert_clean_failure(res, f)
-    assert "more than 50000 values" in res.err
+    assert f"{f}:7: more than 10000 values once its aliases are expanded" in res.err  # a4 holds 9**5
 
 
 def test_yaml_merge_keys_work(tmp_path):
@@ -111,7 +111,7 @@ def _judge(tmp_path: Path, template: str, sample: dict, **spec: object) -> tuple
     "expr,needle",
     [
         ("{{ 1/0 }}", ":2: template error while rendering: ZeroDivisionError"),
-        ("{{ range(100001)|list }}", ":2: template error while rendering: OverflowError"),
+        ("{{ range(100001)|list }}", ":2: template stopped: range() of 100,001 items"),
         ("{{ -100|letter }}", ":2: template error while rendering: ValueError"),
         ("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "RecursionError"),
         ("{{ prompt|truncate(-1) }}", ":2: template error while rendering: AssertionError"),
@@ -149,7 +149,7 @@ def test_data_rows(tmp_path):
     bad.write_bytes(
         b'{"prompt": "a", "response": "b"}\n{"prompt": "\xff", "response": "b"}\n'
     )  # was pyarrow's UnicodeDecodeError
-    with pytest.raises(DataError, match=f"{bad}: line 2: not valid UTF-8"):
+    with pytest.raises(DataError, match=f"{bad}:2: not valid UTF-8"):
         load_rows(str(bad))
     mixed = tmp_path / "mixed.jsonl"  # one column, two types: datasets refused the file without naming a row
     mixed.write_text('{"prompt": "q", "response": "r", "label": 1}\n{"prompt": "q2", "response": "r", "label": "x"}\n')
@@ -159,7 +159,7 @@ def test_data_rows(tmp_path):
     rows = load_rows(str(csv))
     assert rows[0] == {"prompt": "12", "response": "NA", "reference": "42", "human_score": "3"}
     assert rows[1]["prompt"] is None and rows[1]["reference"] is None
-    with pytest.raises(DataError, match=f"{csv} row 1: missing column 'prompt'"):
+    with pytest.raises(DataError, match=f"{csv}:3: missing column 'prompt'"):
         to_items(rows, default_map(str(csv), set(rows[0])), str(csv))
     nan = [{"prompt": "q", "response": "r", "human_score": float("nan")}]
     with pytest.raises(DataError, match="row 0: human_score must be a finite number"):

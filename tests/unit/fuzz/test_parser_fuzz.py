@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from grm.config import load_judge
-from grm.config.judge import JudgeSpec
+from grm.config.judge import JudgeSpec, RuleSpec
 from grm.config.parsers import BoxedParser, JsonParser, RegexParser, TargetParser, VerdictParser
 from grm.judges import Sample, build_judge
 from grm.judges.cli import read_samples
@@ -314,3 +316,82 @@ def test_logprob_judges_mask_and_count(name, texts, data):
     samples = read_samples(str(ROOT / "judges" / "fixtures" / f"{name}.json"))
     for s, res in zip(samples, judge.score_batch(samples), strict=True):
         check_result(res, spec, len(s.responses or []))
+
+
+# ------------------------------------------------------------------ user regexes (issue #39)
+
+ATOMS = ["a", "b", "1", ".", r"\d", r"\w", r"\s", r"\S", "[ab]", "[^a]", r"\.", "(?:a|aa)", "(?:a|b)", "x", " ", r"\b", "^", "$",
+         "(?:a|aa)+", "(?:a|ab|b)+", "(?:a|a?)+"]  # fmt: skip
+QUANTIFIERS = ["", "", "*", "+", "?", "{2}", "{1,3}", "{2,}", "*?", "+?", "++", "*+", "{0,40}", "**"]
+regex_bodies = st.recursive(
+    st.sampled_from(ATOMS),
+    lambda inner: st.one_of(
+        st.builds(lambda a, q: "(?:" + a + ")" + q, inner, st.sampled_from(QUANTIFIERS)),
+        st.builds(lambda a, q: "(?>" + a + ")" + q, inner, st.sampled_from(QUANTIFIERS)),
+        st.builds(lambda a, q: a + q, inner, st.sampled_from(QUANTIFIERS)),
+        st.builds(lambda a, b: a + b, inner, inner),
+        st.builds(lambda a, b: "(?:" + a + "|" + b + ")", inner, inner),
+    ),
+    max_leaves=8,
+)
+patterns = st.builds(lambda head, body, tail: head + body + tail, st.sampled_from([r"(\d+)", r"Score: (\d)", r"(\d)"]),
+                     regex_bodies, st.sampled_from(["", "$", "!", r"\Z"]))  # fmt: skip
+"""Random regexes with a numeric group 1: nested repeats of every kind, alternations that overlap,
+possessive and atomic parts, and broken ones (``a**``)."""
+
+texts = st.one_of(
+    outputs,
+    st.builds(
+        lambda d, c, n, end: d + c * n + end,
+        st.sampled_from(["1", "Score: 7", ""]),
+        st.sampled_from(["a", "ab", " ", "a ", "1", "x"]),
+        st.integers(0, 3000),
+        st.sampled_from(["", "!", "\n", "b"]),
+    ),  # fmt: skip
+)
+"""Judge outputs, and the long runs that make a backtracking pattern try every split."""
+
+TIMEOUT_S = 0.05
+
+
+def refused_cleanly(pattern: str, make: Any) -> bool:
+    """Build a spec with ``pattern``; a refusal must say why (never a traceback, never a hang)."""
+    try:
+        make(pattern)
+    except ValidationError as e:
+        assert e.errors()[0]["msg"].strip(), e
+        return True
+    return False
+
+
+@settings(max_examples=budget(400))
+@given(pattern=patterns, text=texts)
+@example(pattern=r"(\d)(?:a|aa)+$", text="1" + "a" * 60 + "!")  # exponential, yet not a nested repeat
+@example(pattern=r"(\d)((?:a|aa)+)+$", text="1" + "a" * 60 + "!")
+def test_any_user_regex_parses_or_fails_in_bounded_time(pattern, text):
+    count("regexes")
+    if refused_cleanly(pattern, lambda p: RegexParser(pattern=p, range=(0, 10))):
+        count("regexes refused at load")
+        return
+    spec = RegexParser(pattern=pattern, range=(0, 10))
+    t0 = time.perf_counter()
+    got = build_parser(spec, regex_timeout_s=TIMEOUT_S)(text)
+    assert time.perf_counter() - t0 < 2, f"{pattern!r} took {time.perf_counter() - t0:.1f} s"
+    check_parse(got, spec, None, text)
+    if got.error and "timed out" in got.error:
+        count("regexes timed out (a counted failure)")
+
+
+@settings(max_examples=budget(200))
+@given(pattern=patterns, text=texts)
+def test_any_rule_regex_scores_or_masks_in_bounded_time(pattern, text):
+    count("regexes")
+    if refused_cleanly(pattern, lambda p: RuleSpec(type="regex-format", pattern=p)):
+        return
+    spec = JudgeSpec(
+        name="f", mode="rule", rule={"type": "regex-format", "pattern": pattern}, limits={"regex_timeout_s": TIMEOUT_S}
+    )
+    t0 = time.perf_counter()
+    [res] = build_judge(spec).score_batch([Sample(prompt="p", response=text)])
+    assert time.perf_counter() - t0 < 2
+    assert res.score in (0.0, 1.0) or (res.masked and res.parse_failures == 1 and "regex timed out" in res.error), res

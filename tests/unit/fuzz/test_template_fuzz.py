@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grm.judges.cli import read_samples
+from grm.judges.errors import JudgeError
 from grm.judges.runtime import load
+from grm.judges.sandbox import RenderLimits
+from grm.judges.templates import TemplateLimitError, parse_template
 from tests.unit.fuzz.support import assert_clean_failure, budget, count, fresh, run_cli
 
 VARIABLES = ["prompt", "response", "responses", "responses[0]", "responses[1]", "responses[7]", "reference", "principles",
@@ -129,3 +134,91 @@ def test_lint_and_render_any_template(folder, source, mode, extra):
         before = copy.deepcopy(sample_obj)
         judge_obj.render(sample_obj)
         assert sample_obj == before, "rendering changed the sample"
+
+
+# ------------------------------------------------------------------ unbounded work (issue #39)
+
+NUMBERS = ["0", "2", "3", "40", "1000", "100000", "10**6", "10**9", "10**18", "-1"]
+TEXTS = ["'x'", "prompt", "response", "responses[0]", "(prompt * 1000)", "'\\t\\n'", "''", "[prompt]", "(range(10)|list)"]
+OPS = [
+    "{s} * {n}", "{n} * {s}", "{s} ~ {s}", "{s} + {s}", "{n} ** {n}", "{n} * {n}", "{s}|center({n})", "{s}|indent({n})",
+    "{s}|wordwrap({n})", "{s}|truncate({n})", "{s}|batch({n})|list", "{s}|slice({n})|list", "{s}|join({s})",
+    "{s}|replace('', {s})", "'%0{n}d' % 1", "'%s%s' % ({s}, {s})", "'{{:>{n}}}'.format(1)", "'{{0}}{{0}}'.format({s})",
+    "{s}|format({n})", "{s}.center({n})", "{s}.expandtabs({n})", "range({n})|list|tojson(indent={n})", "[{s}] * {n}",
+    "({s}, {s}) * {n}", "{s}|string|length", "{s}|list|sum(start=[])", "range({n})",
+]  # fmt: skip
+
+
+@st.composite
+def expressions(draw: st.DrawFn) -> str:
+    return draw(st.sampled_from(OPS)).format(s=draw(st.sampled_from(TEXTS)), n=draw(st.sampled_from(NUMBERS)))
+
+
+def _loop(n: str, body: str) -> str:
+    return "{% for i in range(" + n + ") %}" + body + "{% endfor %}"
+
+
+def _macro(body: str, n: str) -> str:
+    return "{% macro m(k) %}{% if k > 0 %}" + body + "{{ m(k - 1) }}{{ m(k - 1) }}{% endif %}{% endmacro %}{{ m(" + n + ") }}"
+
+
+def _doubling(n: str, op: str) -> str:
+    grow = {"~": "ns.s ~ ns.s", "+": "ns.s + ns.s", "list": "[ns.s, ns.s]"}[op]
+    return "{% set ns = namespace(s='x') %}" + _loop(n, "{% set ns.s = " + grow + " %}") + "{{ ns.s|length }}"
+
+
+runaway = st.recursive(
+    st.one_of(expressions().map(lambda e: "{{ " + e + " }}"), st.sampled_from(["x", "{{ prompt }}", "{{ response }}"])),
+    lambda inner: st.one_of(
+        st.builds(_loop, st.sampled_from(NUMBERS), inner),
+        inner.map(lambda b: "{% for c in response %}" + b + "{% endfor %}"),
+        inner.map(lambda b: "{% set x %}" + b + "{% endset %}{{ x|length }}"),
+        inner.map(lambda b: "{% filter upper %}" + b + "{% endfilter %}"),
+        st.builds(_macro, inner, st.sampled_from(["3", "20", "40"])),
+        st.builds(_doubling, st.sampled_from(["3", "40", "1000"]), st.sampled_from(["~", "+", "list"])),
+        st.lists(inner, min_size=2, max_size=3).map("".join),
+    ),
+    max_leaves=6,
+)
+"""Templates built to run away: loops nested over huge ranges and over the response's characters,
+operators and filters that multiply, macros that call themselves twice, doubling in a namespace."""
+
+SMALL = RenderLimits(max_chars=50_000, max_steps=20_000, timeout_s=2.0)
+RUNAWAY_SAMPLE = {"prompt": "What is 2+2?", "response": "Four, because 2+2=4. " * 50, "responses": ["4", "5"]}
+
+
+@settings(max_examples=budget(300))
+@given(body=runaway)
+def test_any_template_renders_within_its_limits_or_stops_naming_the_file(body):
+    count("templates")
+    t0 = time.perf_counter()
+    try:
+        t = parse_template("{# expects: prompt, response, responses #}" + body, "runaway.j2")
+        out = t.render(limits=SMALL, **RUNAWAY_SAMPLE)
+    except JudgeError as e:
+        assert str(e).startswith("runaway.j2"), e
+        out = None
+        if isinstance(e, TemplateLimitError):
+            count("templates stopped by a limit")
+    seconds = time.perf_counter() - t0
+    assert seconds < SMALL.timeout_s + 3, f"{seconds:.1f} s"
+    assert out is None or len(out) <= SMALL.max_chars
+
+
+@settings(max_examples=budget(40))
+@given(body=runaway, mode=st.sampled_from(sorted(MODES)))
+def test_lint_and_render_stop_a_runaway_template_cleanly(folder, body, mode):
+    count("templates")
+    limits = {"template_max_chars": SMALL.max_chars, "template_max_steps": SMALL.max_steps, "template_timeout_s": SMALL.timeout_s}
+    judge, template, sample = write_judge(folder, "{# expects: prompt, response, responses #}" + body, mode, {"limits": limits})
+    with patch("grm.judges.lint.DEFAULT_LIMITS", SMALL):  # a template alone: no spec to take limits from
+        for argv, stream in (
+            (["judge", "lint", str(judge)], "out"),
+            (["judge", "lint", str(template)], "out"),
+            (["judge", "render", str(judge), "--sample", str(sample)], "err"),
+        ):
+            t0 = time.perf_counter()
+            res = run_cli(*argv)
+            assert time.perf_counter() - t0 < 3 * (SMALL.timeout_s + 3), argv
+            if res.code != 0:
+                assert_clean_failure(res, judge, template, sample, stream=stream)

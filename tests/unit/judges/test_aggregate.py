@@ -38,8 +38,11 @@ CASES = [
     (1.0, -1.0, "verdict", "mask", None, False),
     (1.0, 0.0, "verdict", "tie", "tie", False),
     (1.0, 0.0, "verdict", "mask", None, False),
-    (1.0, None, "verdict", "mask", "1", None),  # one order failed: the other alone
-    (None, -1.0, "verdict", "tie", "2", None),
+    # one order failed: masked, never the other order alone (a position-biased reading)
+    (1.0, None, "verdict", "mask", None, None),
+    (None, -1.0, "verdict", "tie", None, None),
+    (2.5, None, "margin", "tie", None, None),
+    (None, 0.3, "margin", "mask", None, None),
     (None, None, "verdict", "tie", None, None),
     (1.0, 1.0, "margin", "tie", "1", True),
     (1.0, -1.0, "margin", "tie", "tie", False),

@@ -322,3 +322,32 @@ def test_prompts_are_kept_only_when_a_batch_may_prefill_them_again(tmp_path, ret
     judge = build_judge(pointwise(tmp_path, on_failure={"retries": retries}), tmp_path, eng)
     assert judge.score(Sample(prompt="q", response="r")).score == 5.0
     assert Caching.blocks == int(kept)
+
+
+def test_a_swapped_pair_with_one_failed_order_is_masked_and_counted_never_read_from_the_other_order(tmp_path):
+    (tmp_path / "p.j2").write_text(
+        "{# expects: prompt, responses #}{{ prompt }}\nA: {{ responses[0] }}\nB: {{ responses[1] }}\n[[A]] or [[B]]"
+    )
+    spec = JudgeSpec(
+        name="pair",
+        mode="pairwise",
+        model="m",
+        template="p.j2",
+        parser={"type": "verdict"},
+        position={"swap": True, "combine": "margin"},
+        on_failure={"retries": 1},
+    )
+
+    # the swapped order (response 2 shown first) never yields a verdict, even when retried
+    def reply(p, j, c):
+        return "[[A]]" if re.search(r"A: (.*)", p).group(1) == "first" else "no verdict"
+
+    eng = ScriptedEngine(reply)
+    r = build_judge(spec, tmp_path, eng).score(Sample(prompt="q", responses=["first", "second"]))
+    assert eng.calls == [(2, 1), (1, 1)]  # both orders, then one retry of the failed one
+    assert r.view_margins == [1.0, None]
+    assert r.masked and r.verdict is None and r.margin is None and r.reward is None
+    assert r.one_order_failed == 1 and r.parse_failures == 2
+    # both orders failing is masked too, but is not a one-order failure
+    r = build_judge(spec, tmp_path, ScriptedEngine(lambda p, j, c: "nothing")).score(Sample(prompt="q", responses=["x", "y"]))
+    assert r.masked and r.one_order_failed == 0

@@ -150,3 +150,17 @@ def test_live_mode_starts_and_stops_a_panel_and_keeps_step_lines():
     con.print(d.render())
     text = con.export_text()
     assert "writing the checkpoint and report" in text and "samples" not in text and "step 2: reward" in text
+
+
+def test_names_from_the_yaml_enter_the_panel_and_the_step_line_as_text():
+    con = Console(force_terminal=True, width=200, record=True, file=io.StringIO())  # markup on by default
+    d = RunDisplay("[bold]run[/] :x:", 2, 16, {"[red]j[/]": 2, "k\x1b[2J": 0}, live=False, console=con)
+    d.begin(0)
+    d.judged(0, "[red]j[/]", 1, 8)
+    d.judged(1, "[red]j[/]", 0, 4)  # the next step's line names it too
+    con.print(d.render())
+    d.done({**metrics(1), "masked_by_judge": {}})
+    text = con.export_text()
+    assert "grm run [bold]run[/] :x:" in text and "judge [red]j[/]" in text and "judge k\\x1b[2J" in text
+    assert "judged: [red]j[/] 4" in text and "step 1/2 reward 0.500" in text
+    assert "❌" not in text and "\x1b[2J" not in con.file.getvalue()

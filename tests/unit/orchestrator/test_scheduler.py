@@ -105,6 +105,28 @@ def test_stop_request_interrupts_a_step_still_collecting():
     assert sched.untrained_prompts() == 3  # the step in flight is given back
 
 
+def test_abandon_cancels_the_rollouts_queued_ahead_and_every_judge_call_but_keeps_their_prompts_counted():
+    """An async stop after step 0's rollouts landed: step 1's rollout chunks (queued on the policy
+    behind step 0's batch pass) and step 0's judge calls in flight are cancelled, so the policy's
+    checkpoint does not wait for them, and the calls waiting for a slot are dropped; the batch pass
+    is left alone (collective under ZeRO-3)."""
+    cfg = config(schedule={"mode": "async", "max_staleness": 1, "stream_prompts": 1}, train={"steps": 3})
+    actor = fake_actor_judge(ready=False)
+    sched, _, ray = make(cfg, [JudgeHandle("model", 1.0, True, actor=actor)])
+    work = sched.take(0)
+    sched.watch = type("W", (), {"check": lambda self: setattr(sched, "stop_requested", work.prepared is not None)})()
+    with pytest.raises(Interrupted):
+        sched.collect(work)
+    ahead = sched.queue[0].chunks
+    judging = list(sched.running)  # one call in flight (the judge's cap), two waiting for a slot
+    assert len(ahead) == 3 and len(judging) == 1 and len(sched.waiting["model"]) == 2 and ray.cancelled == []
+    sched.abandon()
+    assert set(map(id, ray.cancelled)) == set(map(id, ahead + judging))
+    assert work.prepared not in ray.cancelled
+    assert sched.running == {} and all(not q for q in sched.waiting.values())
+    assert sched.untrained_prompts() == 6  # steps 0 and 1 are given back by the checkpoint
+
+
 def test_judge_timeout_is_reissued_once_then_masked():
     cfg = config(faults={"judge_timeout_s": 1e-9})
     actor = fake_actor_judge(ready=False)

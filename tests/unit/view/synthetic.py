@@ -101,6 +101,12 @@ def write_eval(path: Path, verdicts: list | None = None, judge: str = "pairwise"
         {"id": "i2", "prompt": "Capital of France?", "a": "Paris is the capital.", "b": "Lyon", "label": 1},
     ]
     (path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # what grm eval records beside its results (the viewer reads only this, never data.jsonl)
+    items = [
+        {"v": 1, "id": r["id"], "kind": "pair", "prompt": r["prompt"], "responses": [r["a"], r["b"]], "label": r["label"]}
+        for r in rows
+    ]
+    (path / "items.jsonl").write_text("".join(json.dumps(x) + "\n" for x in items))
     verdicts = verdicts or [("1", ["1", "1"]), ("1", ["2", "1"]), (None, [None, "1"])]
     lines = [
         eval_line(r["id"], r["label"], v, orders, [len(r["a"]), len(r["b"])], judge)

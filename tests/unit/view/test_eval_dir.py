@@ -29,10 +29,13 @@ def test_pair_page_has_texts_and_both_orders(tmp_path):
 
 
 def test_texts_unavailable_is_a_note(tmp_path):
+    """An eval directory written before grm eval recorded items.jsonl shows its judgments without
+    texts and says why; the data path its config names (here still readable) is never opened."""
     path = write_eval(tmp_path / "ev")
-    (path / "data.jsonl").unlink()
+    (path / "items.jsonl").unlink()
     page = EvalDir(path).pair_page("pairwise")
-    assert page["total"] == 3 and "unavailable" in page["note"] and page["pairs"][0]["prompt"] is None
+    assert page["total"] == 3 and "no items.jsonl" in page["note"] and page["pairs"][0]["prompt"] is None
+    assert "Say hi" not in str(page)
 
 
 def test_filters_on_lengths():

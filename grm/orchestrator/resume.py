@@ -1,0 +1,175 @@
+"""What ``grm run --resume`` may change in a run directory, and what it must leave alone.
+
+A run directory keeps ``config.resolved.yaml`` as its first start wrote it; each resume adds
+``config.resume-K.yaml`` (K = 1, 2, ...) with the configuration it ran under, so the record of every
+start survives. Before writing anything, a resume is checked against the first start: the fields of
+``RESUME_KEEPS`` made the checkpoints and the prompt order and must not change, so a resume that
+changes one is refused with the run directory left exactly as it was.
+
+On resume the log lines of steps after the checkpoint are cut off ``metrics.jsonl`` and
+``samples.jsonl`` in place (``cut_after``): lines are appended in step order, so what goes is a tail,
+and shortening a file needs no free space (a full disk is a common reason to resume).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grm.base import atomic_write_text, regular_file
+from grm.orchestrator.errors import RunError
+
+CONFIG = "config.resolved.yaml"
+"""The first start's resolved pipeline, never rewritten."""
+
+RESUME_KEEPS = (
+    "seed",  # the prompt order and every rollout's sampling seed
+    "data",  # the prompt stream a checkpoint's position points into
+    "policy.spec",  # the model the checkpoint's weights belong to
+    "policy.overrides",
+    "algorithm.type",  # PPO's checkpoints carry a critic
+    "algorithm.epochs",  # optimizer steps per batch: the policy version counts batches by them
+    "algorithm.mini_batches",
+    "train.backend.type",  # the checkpoint's layout: torch files or DeepSpeed ZeRO shards
+    "train.backend.ranks",  # one ZeRO shard per rank
+    "train.backend.zero_stage",
+    "train.backend.dtype",
+)
+"""Dotted fields a resume must keep as the first start recorded them (a mapping: every field in it)."""
+
+_RESUME_RECORD = re.compile(r"config\.resume-(\d+)\.yaml")
+
+
+def _leaves(prefix: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_leaves(f"{prefix}.{k}", v))
+        return out
+    return {prefix: value}
+
+
+def _at(data: Any, dotted: str) -> tuple[bool, Any]:
+    for key in dotted.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return False, None
+        data = data[key]
+    return True, data
+
+
+def recorded_config(run_dir: Path) -> dict[str, Any]:
+    """The first start's configuration, or RunError naming the file when it cannot be read."""
+    path = run_dir / CONFIG
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        raise RunError(f"{path}: cannot read the run's recorded configuration ({why})") from None
+    if not isinstance(data, dict):
+        raise RunError(f"{path}: not a run's recorded configuration (a YAML mapping)")
+    return data
+
+
+def _same(key: str, was: Any, now: Any) -> bool:
+    """Whether a recorded field equals its value now; a file path that an older grm recorded as
+    written (relative) is compared from the working directory, as grm resolves it now."""
+    if key in ("policy.spec", "data.prompts") and isinstance(was, str) and isinstance(now, str):
+        if not was.startswith("builtin:") and not Path(was).is_absolute():
+            return str(Path(was).resolve()) == now
+    return was == now
+
+
+def check_resumable(run_dir: Path, now: dict[str, Any]) -> None:
+    """RunError naming every field of ``RESUME_KEEPS`` that ``now`` (the resume's resolved config,
+    as JSON data) changes from the first start; reads only. A field the first start did not record
+    (a run from an older grm, or one added since) is not compared."""
+    first = recorded_config(run_dir)
+    changed = []
+    for dotted in RESUME_KEEPS:
+        had, old = _at(first, dotted)
+        if not had:
+            continue
+        new_leaves = _leaves(dotted, _at(now, dotted)[1])
+        for key, was in sorted(_leaves(dotted, old).items()):
+            if not _same(key, was, new_leaves.get(key)):
+                changed.append(f"{key}: recorded {was!r}, now {new_leaves.get(key)!r}")
+    if changed:
+        raise RunError(
+            f"{run_dir}: cannot resume with this pipeline: {'; '.join(changed)} ({run_dir / CONFIG}); these made the "
+            "run's checkpoints and prompt order, so a resume must keep them; start a new run (another out_dir) instead"
+        )
+
+
+def record_start(run_dir: Path, now: dict[str, Any], resumed_from: Path | None) -> Path:
+    """Write this start's configuration: ``config.resolved.yaml`` for the first start, else the next
+    ``config.resume-K.yaml`` (the earlier records stay as they are)."""
+    text = yaml.safe_dump(now, sort_keys=False, allow_unicode=True)
+    if resumed_from is None:
+        path = run_dir / CONFIG
+    else:
+        done = [int(m.group(1)) for p in run_dir.iterdir() if (m := _RESUME_RECORD.fullmatch(p.name))]
+        path = run_dir / f"config.resume-{max(done, default=0) + 1}.yaml"
+        text = f"# grm run --resume from {resumed_from.name}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n{text}"
+    try:
+        atomic_write_text(path, text)
+    except OSError as e:
+        raise RunError(f"{path}: cannot write the run's configuration ({e.strerror or e})") from None
+    return path
+
+
+# The recorder writes "step" as every row's first key: read from the line's head, a line of a
+# 150 MB samples.jsonl costs a regex, not a json.loads (grm.view.index measures the same shortcut).
+_STEP = re.compile(rb'^\{\s*"step"\s*:\s*(-?\d{1,18})(?![\d.eE])')
+
+
+def _step_of(line: bytes, path: Path, n: int) -> int:
+    m = _STEP.match(line)
+    if m:
+        return int(m.group(1))
+    try:
+        row = json.loads(line)
+    except ValueError as e:
+        raise RunError(
+            f"{path}:{n}: not a JSON line ({e}); only the last line can be cut short by a killed writer: mend or delete it"
+        ) from None
+    step = row.get("step") if isinstance(row, dict) else None
+    if type(step) is not int:
+        raise RunError(f"{path}:{n}: no integer 'step' field; not a line grm run writes")
+    return step
+
+
+def cut_after(path: Path, step: int) -> None:
+    """Cut the lines of steps after ``step``, and a torn last line, off the end of ``path`` (a
+    metrics.jsonl or samples.jsonl), in place and fsynced. RunError naming the file (and line) when
+    it cannot be read or cut, or when a line of an earlier step follows one of a later step."""
+    if not regular_file(path, RunError):  # a FIFO would block the read, a device never end it
+        return
+    try:
+        with open(path, "r+b") as fh:
+            offset, cut = 0, None
+            for n, line in enumerate(fh, 1):
+                if not line.endswith(b"\n"):  # torn: its writer was killed mid-line
+                    cut = offset if cut is None else cut
+                    break
+                if line.strip():
+                    s = _step_of(line, path, n)
+                    if s > step and cut is None:
+                        cut = offset
+                    elif s <= step and cut is not None:
+                        raise RunError(
+                            f"{path}:{n}: a line of step {s} after lines of later steps; the file is not in step "
+                            f"order, so resuming from step {step} cannot cut its later steps off the end"
+                        )
+                offset += len(line)
+            if cut is not None:
+                fh.truncate(cut)
+                fh.flush()
+                os.fsync(fh.fileno())
+    except OSError as e:
+        raise RunError(f"{path}: cannot cut the lines after step {step} ({e.strerror or e})") from None
