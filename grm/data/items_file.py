@@ -58,10 +58,11 @@ def write_items(out: Path, items: list[EvalItem]) -> None:
     path = out / ITEMS_FILE
     rows: dict[str, dict] = {}
     if path.is_file() and not path.is_symlink():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        # split on b"\n" only: U+2028/U+2029/U+0085 may stand raw inside JSON strings
+        for line in path.read_bytes().split(b"\n"):
             try:
-                row = json.loads(line)
-            except ValueError:
+                row = json.loads(line.decode("utf-8"))
+            except (ValueError, RecursionError):
                 continue  # a torn or edited line: the items of this run are written again below
             if isinstance(row, dict) and isinstance(row.get("id"), str):
                 rows[row["id"]] = row

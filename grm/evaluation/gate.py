@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError, atomic_write_text
+from grm.base import GrmError, atomic_write_text, regular_file_bytes
 from grm.config.pipeline import GateSpec
 from grm.config.resolve import LoadedJudge, LoadedPipeline
 from grm.data.items import labelled_pairs
@@ -95,7 +95,16 @@ def decide(judge: str, metrics: dict[str, Any], gate: GateSpec, eval_dir: Path, 
 def recorded(run_dir: Path) -> dict[str, dict[str, Any]]:
     """``gate.json`` of a run directory ({} when there is none)."""
     f = run_dir / GATE_FILE
-    return json.loads(f.read_text()) if f.exists() else {}
+    raw = regular_file_bytes(f)
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise GrmError(f"{f}: not a gate record grm wrote ({type(e).__name__}: {e}); delete it to run the gate again") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise GrmError(f"{f}: expected an object of per-judge gate decisions; delete it to run the gate again")
+    return data
 
 
 def _same_gate(prev: dict[str, Any], j: LoadedJudge, gate: GateSpec) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError
+from grm.base import GrmError, regular_file_bytes
 from grm.config.pipeline import CanarySpec
 from grm.config.resolve import LoadedPipeline
 from grm.data.items import EvalItem, labelled_pairs
@@ -186,18 +186,40 @@ def describe(loaded: LoadedPipeline) -> list[str]:
     return lines
 
 
+def gate_rows(path: Path) -> list[dict[str, Any]]:
+    """The per-judge decisions of a run's ``gate.json`` ([] when there is none); GrmError naming the
+    file when it is not what the gate writes (the report must not die on an edited file)."""
+    raw = regular_file_bytes(path)
+    if raw is None:
+        return []
+    try:
+        rows = list(json.loads(raw).values())
+        for r in rows:
+            ci = r.get("ci95")
+            _ = (r["judge"], r["passed"], r["pairs"], r["eval_dir"], float(r["min_accuracy"]))
+            _ = r["accuracy"] is None or float(r["accuracy"])
+            _ = not ci or (float(ci[0]), float(ci[1]))
+    except (ValueError, RecursionError, AttributeError, KeyError, TypeError, IndexError) as e:
+        raise GrmError(f"{path}: not a gate record grm wrote ({type(e).__name__}: {e})") from None
+    return rows
+
+
 def report_lines(run_dir: Path, logged: list[dict[str, Any]]) -> list[str]:
     """report.md's judge-gate and canary section (none when the run has neither)."""
     lines: list[str] = []
     gate = run_dir / "gate.json"
-    if gate.exists():
+    try:
+        rows = gate_rows(gate)
+    except GrmError as e:
+        rows, lines = [], [f"(judge gate record not shown: {e})", ""]
+    if rows:
         lines += [
             "## Judge gate",
             "",
             "| judge | passed | accuracy | 95% CI | bar | pairs | eval dir |",
             "|---|---|---|---|---|---|---|",
         ]
-        for r in json.loads(gate.read_text()).values():
+        for r in rows:
             ci = f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}" if r.get("ci95") else ""
             acc = "" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
             lines.append(

@@ -79,3 +79,21 @@ def test_data_without_labelled_pairs_is_named_before_any_judging(tmp_path):
     (tmp_path / "singles.jsonl").write_text('{"prompt": "p", "response": "r"}\n')
     with pytest.raises(DataError, match=r"judge 'numeric-answer' gate: .*singles.jsonl has no labelled pairs"):
         G.run_gates(loaded(tmp_path, "numeric-answer", "{data: singles.jsonl, min_accuracy: 0.5}"), tmp_path / "run")
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"j": {"judge": "j"}}', '{"j": 3}', "[" * 100_000])
+def test_a_damaged_gate_record_is_named_by_the_gate_and_the_report_never_dies_on_it(tmp_path, text):
+    from grm.base import GrmError
+    from grm.evaluation.gate import recorded
+    from grm.orchestrator.canary import gate_rows, report_lines
+
+    (tmp_path / "gate.json").write_text(text)
+    if text.startswith('{"j": {'):  # an object of objects is the gate's shape: its fields are checked by the report
+        assert recorded(tmp_path) == {"j": {"judge": "j"}}
+    else:
+        with pytest.raises(GrmError, match="gate.json"):
+            recorded(tmp_path)
+    with pytest.raises(GrmError, match="gate.json"):
+        gate_rows(tmp_path / "gate.json")
+    lines = report_lines(tmp_path, [])
+    assert lines[0].startswith("(judge gate record not shown:") and "gate.json" in lines[0]

@@ -50,3 +50,14 @@ def test_eval_records_items_and_the_viewer_shows_them_not_the_data_source(tmp_pa
     run(EvalConfig(judges=[str(tmp_path / "fmt.yaml")], data=str(data), out=out, limit=1))
     assert [json.loads(x)["id"] for x in (out / ITEMS_FILE).read_text().splitlines()] == ["q1", "q2", "q3"]
     assert all(p["prompt"] for p in EvalDir(out).pair_page("fmt")["pairs"])
+
+
+def test_items_kept_on_a_resume_survive_line_separators_inside_their_text(tmp_path):
+    from grm.data.items import EvalItem
+    from grm.data.items_file import write_items
+
+    odd = "line\u2028separator\u2029paragraph\x85next"
+    write_items(tmp_path, [EvalItem(id="a", kind="pair", prompt=odd, responses=[odd, "x"], label=1)])
+    write_items(tmp_path, [EvalItem(id="b", kind="pair", prompt="p", responses=["y", "z"], label=2)])  # a smaller --limit
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / ITEMS_FILE).read_bytes().decode().split("\n")[:-1])}
+    assert sorted(rows) == ["a", "b"] and rows["a"]["prompt"] == odd and rows["a"]["responses"][0] == odd
