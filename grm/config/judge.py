@@ -188,6 +188,14 @@ class GuardSpec(Strict):
     max_response_chars: int = Field(32_000, ge=1, le=1 << 26)
     """Characters a response keeps when the engine cannot count tokens (no local tokenizer, e.g. a
     server's chat endpoint) or knows no context window and ``max_response_tokens`` is unset."""
+    neutralise: bool = False
+    """Take text aimed at the judge out of every judged response before the judge reads it: lines
+    opening with a judge's or chat role's label (``Critique:``, ``Score:``, ``Verdict:``, ``Better
+    output:``, ``Assistant:``) with their paragraph, ``[[X]]`` verdict tokens, sentences addressed to a
+    grader or asking for marks, and sentences declaring the response itself correct or best
+    (``grm.judges.neutralise``). Counted per item in ``JudgeResult.judge_directed`` and per step in
+    ``judge_directed/JUDGE``: the reward neither rises nor falls with such text, and the count shows
+    a policy that tries it."""
     fence: bool = False
     """Wrap every judged response in tags carrying a per-item nonce (tag-like text inside the response
     is escaped, so it cannot close them) and tell the judge, before its instructions, that text

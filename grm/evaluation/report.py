@@ -37,6 +37,7 @@ def judge_metrics(lines: list[dict[str, Any]], length_control: LengthControl | N
     out["parse_failure_rate"] = sum(r["parse_failures"] for r in lines) / samples if samples else 0.0
     out["truncated"] = sum(r.get("truncated", 0) for r in lines)  # responses cut to fit the judge (absent before)
     out["one_order_failed"] = sum(r.get("one_order_failed", 0) for r in lines)  # swapped pairs masked (absent before)
+    out["judge_directed"] = sum(r.get("judge_directed", 0) for r in lines)  # text aimed at the judge, removed
     out["masked_rate"] = M.rate(lines, lambda r: r["masked"])
     out["tokens"] = sum(r["tokens"] for r in lines)
     secs = sum(r["seconds"] for r in lines)

@@ -89,6 +89,7 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any], cost: JudgeCost 
         "seconds": sum(r.seconds for r in results),
         "parse_failures": sum(r.parse_failures for r in results),
         "one_order_failed": sum(r.one_order_failed for r in results),
+        "judge_directed": sum(r.judge_directed for r in results),
         "truncated": sum(r.truncated for r in results),
         "samples_total": sum(len(r.samples) for r in results),
         "results": [r.to_dict() for r in results],

@@ -89,6 +89,8 @@ def hash_spec(spec: JudgeSpec) -> str:
     exclude.update({k: True for k, default in LATER_FIELDS.items() if getattr(spec, k) == default})
     for name, part in _later_sampling(spec).items():
         exclude.setdefault(name, part)
+    if "guard" not in exclude and not spec.guard.neutralise:
+        exclude["guard"] = {"neutralise"}  # added after fencing: a fenced spec keeps its hash
     return hashlib.sha256(spec.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
 

@@ -302,6 +302,7 @@ class ChecklistJudge:
             samples=records,
             parse_failures=sum(1 for rec in records if rec.error is not None),
             truncated=max((r.truncated for r in readings), default=0),
+            judge_directed=max((r.judge_directed for r in readings), default=0),
             tokens=sum(rec.tokens for rec in records),
             provenance=self.provenance(),
             error=error,

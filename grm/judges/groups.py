@@ -129,6 +129,7 @@ def group_results(
             first = outs[i]
             first.parse_failures += res.parse_failures
             first.one_order_failed += res.one_order_failed
+            first.judge_directed += res.judge_directed
             first.truncated += res.truncated
             first.tokens += res.tokens
             first.seconds += res.seconds

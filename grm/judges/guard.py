@@ -33,6 +33,7 @@ from typing import Any
 
 from grm.config.judge import GuardSpec, JudgeSpec
 from grm.engines.base import GenerationRequest, render_prompt
+from grm.judges.neutralise import neutralise
 from grm.judges.types import Sample
 
 MARKER = "\n[... {n} {unit} truncated ...]\n"
@@ -143,6 +144,8 @@ class Guarded:
     """Responses cut to fit."""
     note: str
     """Text before the template's output (the fence note, or empty)."""
+    judge_directed: int = 0
+    """Spans of text aimed at the judge taken out of the responses (``guard.neutralise``)."""
 
 
 PromptTokens = Callable[[Sample, str], int]
@@ -155,13 +158,19 @@ class InputGuard:
     def __init__(self, spec: JudgeSpec) -> None:
         self.guard = spec.guard
         self.reserve = spec.sampling.max_new_tokens + RESERVE_TOKENS
+        self.boxed = spec.parser.type == "boxed"
 
     def apply(self, sample: Sample, key: str, lengths: Lengths, prompt_tokens: PromptTokens) -> Guarded:
-        """``sample`` cut to fit and, with ``fence``, fenced. ``key`` names the item;
+        """``sample`` with, under ``neutralise``, the text aimed at its judge taken out, cut to fit
+        and, with ``fence``, fenced. ``key`` names the item;
         ``prompt_tokens`` measures the rest of the prompt (called only when counting tokens with a
         known context window)."""
         single = sample.responses is None
         texts = [sample.response or ""] if single else list(sample.responses or [])
+        directed = 0
+        if self.guard.neutralise:
+            done = [neutralise(t, boxed=self.boxed) for t in texts]
+            texts, directed = [d.text for d in done], sum(d.removed for d in done)
         nonce, note = "", ""
         if self.guard.fence:
             texts = [escape(t) for t in texts]
@@ -173,12 +182,12 @@ class InputGuard:
         for k, cap in enumerate(self._caps(sizes, sample, nonce, note, lengths, prompt_tokens)):
             texts[k], removed = lengths.cut(texts[k], offsets[k], cap)
             truncated += removed > 0
-        if not self.guard.fence and not truncated:
+        if not self.guard.fence and not truncated and not directed:
             return Guarded(sample, 0, "")
         if self.guard.fence:
             texts = [fence(t, nonce) for t in texts]
         shown = dataclasses.replace(sample, response=texts[0]) if single else dataclasses.replace(sample, responses=texts)
-        return Guarded(shown, truncated, note)
+        return Guarded(shown, truncated, note, directed)
 
     def _caps(
         self, sizes: list[int], sample: Sample, nonce: str, note: str, lengths: Lengths, prompt_tokens: PromptTokens

@@ -38,7 +38,7 @@ def as_list(group: Sequence[Sample]) -> Sample:
 
 def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
     """Per-response results from one listwise result: copies carrying response k's score and reward.
-    The group's counters (parse failures, truncated responses) stay on the first copy only, so a
+    The group's counters (parse failures, truncated responses, text aimed at the judge) stay on the first copy only, so a
     step's sums over responses count each judged group once."""
     if result is None:
         return [None] * size
@@ -48,7 +48,7 @@ def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
         one.score = result.scores[k] if result.scores else None
         one.reward = result.rewards[k] if result.rewards else None
         if k:
-            one.parse_failures = one.truncated = 0
+            one.parse_failures = one.truncated = one.judge_directed = 0
         out.append(one)
     return out
 

@@ -157,7 +157,17 @@ class CritiqueSampler:
             shown = self.guard.apply(s, key, lengths, prompt_tokens)
             for v, (order, n) in enumerate(mode.orders(s, key)):
                 user = shown.note + self.template.render(limits=self.render_limits, **self._variables(shown.sample, order, p))
-                out.append(View(item=i, view=v, order=order, n=n, request=self._request(user), truncated=shown.truncated))
+                out.append(
+                    View(
+                        item=i,
+                        view=v,
+                        order=order,
+                        n=n,
+                        request=self._request(user),
+                        truncated=shown.truncated,
+                        judge_directed=shown.judge_directed,
+                    )
+                )
         return out
 
     def render(self, sample: Sample, mode: Mode) -> list[dict[str, Any]]:
@@ -230,6 +240,7 @@ class CritiqueSampler:
             res.samples = recs
             res.parse_failures = sum(1 for r in recs if r.error is not None)
             res.truncated = max((v.truncated for v in by_item[i]), default=0)
+            res.judge_directed = max((v.judge_directed for v in by_item[i]), default=0)
             res.tokens = tokens[i]
             res.provenance = self.provenance()
             results.append(res)

@@ -138,6 +138,10 @@ class JudgeResult:
     one_order_failed: int = 0
     """(pairwise with swap) Comparisons masked because one presentation order failed (after its
     retries) while the other parsed: the surviving order alone is a position-biased reading."""
+    judge_directed: int = 0
+    """Spans of text aimed at the judge (role lines, verdict tokens, sentences to the grader or
+    declaring the response correct) taken out of this item's responses before the judge read them
+    (``guard.neutralise``)."""
     truncated: int = 0
     """Judged responses of this item cut to fit the judge's context (``guard``); the judge saw a
     marker where their middle was."""

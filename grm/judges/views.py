@@ -26,6 +26,8 @@ class View:
     """None for a view rebuilt from stored records: rescoring sends nothing."""
     records: list[SampleRecord] = field(default_factory=list)
     truncated: int = 0
+    judge_directed: int = 0
+    """Spans aimed at the judge taken out of the item's responses (``guard.neutralise``)."""
     """The item's responses cut to fit the judge's context (the same in every view of the item)."""
 
 

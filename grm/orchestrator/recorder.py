@@ -304,6 +304,7 @@ def step_metrics(
         m[f"reward/{name}"] = sum(vals) / len(vals) if vals else float("nan")
         m[f"parse_failures/{name}"] = sum(x.parse_failures for x in res if x is not None)
         m[f"one_order_failed/{name}"] = sum(x.one_order_failed for x in res if x is not None)  # swapped pairs masked
+        m[f"judge_directed/{name}"] = sum(x.judge_directed for x in res if x is not None)  # text aimed at it, removed
         m[f"judge_truncated/{name}"] = sum(x.truncated for x in res if x is not None)  # responses cut to fit its context
         m[f"judge_timeouts/{name}"] = work.judge_timeouts.get(name, 0)  # calls past their deadline (re-issued, then masked)
         m.update(work.judge_cost.get(name, JudgeCost()).metrics(name))  # calls, retries, tokens, seconds (grm.judges.cost)
