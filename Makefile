@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) -e '.[train,dev]'
 	touch $@
 
-# ruff (lint + format check) and the import-layering contract of ARCHITECTURE.md (pyproject.toml,
+# ruff (lint + format check) and the import-layering contract of docs/architecture.md (pyproject.toml,
 # [tool.importlinter]). All three run, so one pass reports every kind of failure.
 lint: setup
 	@rc=0; \

@@ -27,6 +27,9 @@ class AggregateSpec(Strict):
     """How the n samples of an item vote. Failed samples are skipped; all failed -> None."""
 
     type: Literal["mean", "median", "sum", "majority", "meta"] = "mean"
+    """How the parsed scores of an item's n critiques combine: ``mean``, ``median``, ``sum``,
+    ``majority`` (pairwise only: the sign most margins have; a split vote is a tie) or ``meta`` (a
+    meta judge rates each critique and the mean of the ``top_k`` best-rated counts)."""
     meta_judge: str | None = None
     """(meta) judge spec that scores each critique (pointwise over the critique text)."""
     top_k: int = Field(1, ge=1, le=1024)
@@ -207,7 +210,9 @@ class NormalizeSpec(Strict):
     """Map raw scores from [low, high] onto [0, 1] for rewards (clipped)."""
 
     low: float
+    """Aggregated score (the parser's unit) that maps to reward 0; lower scores give 0 too."""
     high: float
+    """Aggregated score that maps to reward 1 (above ``low``); higher scores give 1 too."""
 
     @model_validator(mode="after")
     def _order(self) -> NormalizeSpec:
@@ -284,6 +289,7 @@ class ExampleOutput(Strict):
     """An example judge output and the parse it must produce (checked by ``grm judge lint``)."""
 
     output: str
+    """A judge reply as the model would write it (after the prefill), fed to the parser."""
     expect: float | str | list[float] | None
     """Expected parse: a number, a verdict ('A'/'B'/'tie'), a list (boxed), or null (must fail)."""
 
@@ -294,6 +300,7 @@ class JudgeSpec(Strict):
     name: SafeName
     """Name used in rewards, metrics, reports and directories (a gate's): letters, digits, '.', '_', '-'."""
     description: str = ""
+    """One line for people reading the spec; grm shows it nowhere, but it is part of the spec hash."""
     mode: Literal["pointwise", "pairwise", "listwise", "checklist", "rule"] = "pointwise"
     """pointwise: score each response; pairwise: A vs B; listwise: several responses at once;
     checklist: yes/no questions about each response, read as P(yes) (see ``checklist``);
@@ -317,10 +324,15 @@ class JudgeSpec(Strict):
     checklist: ChecklistSpec | None = None
     """(mode: checklist) where each prompt's yes/no questions come from."""
     sampling: JudgeSampling = JudgeSampling()
+    """How critiques are sampled: n per item, temperature, token budget, stops, seed."""
     parser: ParserSpec = RegexParser()
+    """How one critique becomes a score or verdict (``type`` picks the parser; default regex)."""
     aggregate: AggregateSpec = AggregateSpec()
+    """How an item's n parsed critiques vote into one score."""
     position: PositionSpec = PositionSpec()
+    """Position-bias control: swapped orders (pairwise), shuffled lists (listwise)."""
     on_failure: FailureSpec = FailureSpec()
+    """Retries of critiques that do not parse before the item is masked."""
     groups: GroupSpec = GroupSpec()
     """(pairwise) How ``grm run`` turns comparisons inside a prompt's group into rewards."""
     limits: JudgeLimits = JudgeLimits()

@@ -32,11 +32,13 @@ class RegexParser(Strict):
     """A number captured by a regular expression (the last match by default)."""
 
     type: Literal["regex"] = "regex"
+    """Selects this parser (the default when ``parser.type`` is absent)."""
     pattern: str = r"Score:\s*(-?\d+(?:\.\d+)?)"
     """Python regex; ``group`` selects the captured number. A pattern shaped to backtrack
     exponentially (``(a+)+``) is refused; a match past ``limits.regex_timeout_s`` is a failed parse
     (``grm.config.user_regex``)."""
     group: int = Field(1, ge=0, le=1000)
+    """Index of the capture group holding the number (0: the whole match); at most the pattern's groups."""
     range: Range | None = None
     """Inclusive [low, high]; a number outside is a parse failure."""
     take: Literal["last", "first", "only"] = "last"
@@ -60,24 +62,34 @@ class BoxedParser(Strict):
     r"""Numbers inside the last ``\boxed{...}``, comma separated (listwise: one per response)."""
 
     type: Literal["boxed"] = "boxed"
+    """Selects this parser."""
     range: Range | None = None
+    """Inclusive [low, high] of every boxed number; one outside fails the parse."""
 
 
 class JsonParser(Strict):
     """A number at ``field`` (dotted path) of the last JSON object in the output."""
 
     type: Literal["json"] = "json"
+    """Selects this parser."""
     field: str = "score"
+    """Dotted path to the score in the last JSON object (``a.b``; a digit indexes a list): a number,
+    or a list of numbers (listwise)."""
     range: Range | None = None
+    """Inclusive [low, high] of every number read; one outside fails the parse."""
 
 
 class VerdictParser(Strict):
     """Pairwise verdict tokens; the last one present wins."""
 
     type: Literal["verdict"] = "verdict"
+    """Selects this parser (pairwise only)."""
     a: str = "[[A]]"
+    """Exact text that means "the first response shown is better"."""
     b: str = "[[B]]"
+    """Exact text that means "the second response shown is better"."""
     tie: str | None = "[[C]]"
+    """Exact text that means a tie; None: the judge cannot tie."""
 
 
 class LogprobParser(Strict):
@@ -87,6 +99,7 @@ class LogprobParser(Strict):
     log-probs) fails the reading: masked and counted, never a guessed value."""
 
     type: Literal["logprob"] = "logprob"
+    """Selects this parser (pointwise, pairwise, checklist; not listwise)."""
     prefix: str = "\nScore: "
     """Text appended after the (possibly empty) critique before reading candidate probabilities."""
     candidates: list[str] | None = None
@@ -116,8 +129,12 @@ class TargetParser(Strict):
     """Escape hatch: ``target: "package.module:function"``, called as ``fn(text, **options)``."""
 
     type: Literal["target"] = "target"
+    """Selects a user's parser function."""
     target: str
+    """``package.module:function`` importable where the judge runs; it returns a number, a list of
+    numbers, a verdict word, a ``ParsedScore`` or None (a failed parse)."""
     options: dict[str, Any] = {}
+    """Keyword arguments passed to the function with each critique's text."""
 
     @field_validator("target")
     @classmethod

@@ -150,12 +150,17 @@ class _AlgorithmCommon(Strict):
     prompts_per_step: int = Field(8, ge=1, le=65536)
     """Prompts per training step (global); the batch is prompts_per_step x group_size sequences."""
     kl: KLSpec = KLSpec()
+    """KL penalty against the frozen reference (``kl.coef`` 0, the default: off, no reference needed)."""
     clip_low: float = Field(0.2, ge=0)
+    """Lower PPO ratio clip (dimensionless): a token's ratio is clipped below at 1 - clip_low."""
     clip_high: float = Field(0.2, ge=0)
     """PPO ratio clip range [1 - clip_low, 1 + clip_high] (clip-higher: clip_high > clip_low)."""
     dual_clip: float | None = Field(None, gt=1)
     """Dual-clip PPO: the loss of a negative-advantage token is capped at -A x dual_clip (> 1); None: off."""
     loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    """How per-token losses of one optimizer step become one number: ``token-mean`` (every response
+    token weighs the same, DAPO), ``seq-mean-token-mean`` (mean per sequence, then over sequences,
+    GRPO) or ``seq-mean-token-sum`` (sum per sequence, mean over sequences, Dr. GRPO)."""
     dynamic_filtering: bool = False
     """Drop groups whose rewards have no variance and refill from the next prompts (DAPO)."""
     tis_cap: float | None = Field(2.0, gt=0)
@@ -190,6 +195,7 @@ class GRPOSpec(_AlgorithmCommon):
     """GRPO: advantage = (reward - group mean) / group std."""
 
     type: Literal["grpo"] = "grpo"
+    """Selects GRPO (the default when ``algorithm.type`` is absent)."""
 
     @model_validator(mode="after")
     def _groups(self) -> GRPOSpec:
@@ -201,6 +207,7 @@ class DrGRPOSpec(_AlgorithmCommon):
     """Dr. GRPO: advantage = reward - group mean (no division by the std)."""
 
     type: Literal["dr_grpo"] = "dr_grpo"
+    """Selects Dr. GRPO."""
 
     @model_validator(mode="after")
     def _groups(self) -> DrGRPOSpec:
@@ -212,6 +219,7 @@ class RLOOSpec(_AlgorithmCommon):
     """REINFORCE leave-one-out: advantage = reward - mean of the group's other rewards."""
 
     type: Literal["rloo"] = "rloo"
+    """Selects RLOO."""
 
     @model_validator(mode="after")
     def _groups(self) -> RLOOSpec:
@@ -223,6 +231,7 @@ class ReinforcePPSpec(_AlgorithmCommon):
     """REINFORCE++(-baseline): group mean subtracted, then whitened over the batch."""
 
     type: Literal["reinforce_pp"] = "reinforce_pp"
+    """Selects REINFORCE++."""
 
 
 class PPOSpec(_AlgorithmCommon):
@@ -230,6 +239,7 @@ class PPOSpec(_AlgorithmCommon):
     policy's actor) and GAE over response tokens."""
 
     type: Literal["ppo"] = "ppo"
+    """Selects PPO (adds a critic to the policy's actor)."""
     gamma: float = Field(1.0, ge=0, le=1)
     """Discount for GAE."""
     lam: float = Field(0.95, ge=0, le=1)
@@ -255,7 +265,9 @@ class RolloutSpec(Strict):
     max_new_tokens: int = Field(64, ge=1, le=MAX_TOKENS)
     """Tokens per response at most."""
     temperature: Temperature = 1.0
+    """Sampling temperature of the policy's rollouts; 0 is greedy (every sample of a group alike)."""
     top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass of the policy's rollouts, in (0, 1]; 1 keeps every token."""
     greedy_anchor: bool = False
     """Also sample one greedy response per prompt, never trained on, for pairwise judges that
     compare a group with it (``groups.anchor: greedy``); turned on when such a judge is used."""
@@ -263,9 +275,13 @@ class RolloutSpec(Strict):
 
 class BackendSpec(Strict):
     type: Literal["deepspeed", "torch"] = "deepspeed"
+    """The policy's trainer: ``deepspeed`` (ZeRO data parallel over ``ranks``) or ``torch`` (plain
+    AdamW in one process, for tiny runs)."""
     zero_stage: Literal[0, 1, 2, 3] = 2
     """(deepspeed) ZeRO stage."""
     dtype: Literal["bf16", "fp32"] = "bf16"
+    """(deepspeed) Training precision: ``bf16`` turns on DeepSpeed's bf16 mode, ``fp32`` keeps full
+    precision. The torch backend always trains in fp32."""
     ranks: int = Field(1, ge=1, le=4096)
     """Data-parallel trainer ranks (processes) in the training pool."""
     deepspeed_config: dict | None = None
@@ -282,17 +298,20 @@ class TrainSpec(Strict):
     lr: float = Field(1e-6, gt=0, le=1)
     """Peak learning rate."""
     warmup_steps: int = Field(0, ge=0, le=10**7)
+    """Training steps (batches, not optimizer steps) over which the LR rises linearly to ``lr``; 0: none."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """LR after warmup: constant, or linear/cosine decay to 0 over ``steps``."""
     micro_batch_size: int = Field(4, ge=1, le=65536)
     """Sequences per forward/backward on one rank; gradients accumulate to the global batch."""
     max_grad_norm: float = Field(1.0, gt=0)
+    """Gradients are clipped to this global L2 norm before each optimizer step (policy and critic)."""
     share_prompts: bool = True
     """Run each distinct prompt of a micro-batch once in the training, old-log-prob and reference
     passes, the group's samples going on from its keys/values (a GRPO group of n samples shares its
     prompt). The same numbers as a full forward per sample up to float rounding, and fewer FLOPs by
     (n-1)/n of the prompt tokens; false runs every row whole."""
     backend: BackendSpec = BackendSpec()
+    """The policy's trainer: backend type, ranks, precision, ZeRO stage."""
 
 
 class ScheduleSpec(Strict):
@@ -358,17 +377,27 @@ class PipelineSpec(Strict):
     seed: int = Field(0, ge=0, lt=2**63)
     """Seed of the run (torch in every actor, prompt shuffling); torch takes at most 64 bits."""
     pools: dict[str, PoolSpec]
+    """Named resource pools (each one Ray placement group); roles name the pool they run on."""
     policy: PolicyRole
+    """The trained policy: its spec and its pool (trainer, rollout engine, colocated reference)."""
     reference: RoleSpec | None = None
     """Frozen reference model placement (needed when kl.coef > 0)."""
     judges: list[JudgeRole] = Field(min_length=1)
+    """The judges whose weighted, normalised scores make the reward (at least one)."""
     data: DataSpec
+    """The prompt set the rollouts draw from."""
     algorithm: AlgorithmSpec = GRPOSpec()
+    """RL algorithm and the global batch sizes (``type`` picks the variant; default grpo)."""
     rollout: RolloutSpec = RolloutSpec()
+    """How the policy samples its responses during the run."""
     train: TrainSpec = TrainSpec()
+    """Steps, optimizer and trainer backend."""
     schedule: ScheduleSpec = ScheduleSpec()
+    """Sync or async steps, rollout chunking and thread sharing between phases."""
     checkpoint: CheckpointSpec = CheckpointSpec()
+    """How often checkpoints are written and how many are kept."""
     faults: FaultSpec = FaultSpec()
+    """Judge deadlines, judge restarts and the masked share that stops the run."""
     out_dir: Annotated[str | None, AfterValidator(check_out_dir)] = None
     """Run directory; default runs/NAME-TIMESTAMP under the current directory
     (``grm.config.names.run_dir``)."""

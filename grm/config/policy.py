@@ -14,6 +14,7 @@ class HFEngineSpec(Strict):
     """Hugging Face transformers backend (CPU default)."""
 
     type: Literal["hf"] = "hf"
+    """Selects the in-process transformers engine (the default when ``engine.type`` is absent)."""
     dtype: Literal["bf16", "fp32", "auto"] = "fp32"
     """Weights and activations dtype. CPUs differ: without AVX-512 BF16 fp32 matmuls measured ~1.9x
     the bf16 rate, with it a 1.5B prefill ran ~4x faster in bf16. ``auto`` times both once per
@@ -30,6 +31,7 @@ class OpenAIEngineSpec(Strict):
     """A frozen model behind an OpenAI-compatible server (llama.cpp, vLLM, SGLang, a hosted API)."""
 
     type: Literal["openai"]
+    """Selects an OpenAI-compatible HTTP server (frozen models only: judges, not a policy)."""
     base_url: str | None = None
     """Server root ending in ``/v1``. May contain ``{port}``; defaults to
     ``http://127.0.0.1:{port}/v1`` when ``launch`` is given."""
@@ -70,6 +72,7 @@ class SGLangEngineSpec(Strict):
     """SGLang servers on a GPU pool, driven over SGLang's native HTTP API."""
 
     type: Literal["sglang"]
+    """Selects SGLang servers on a GPU pool (a policy's weights are pushed to them after each step)."""
     urls: list[str] = []
     """Running servers to use (``http://host:port``, the server root: SGLang's native API, not
     ``/v1``); empty: launch one per replica. Each must hold the policy's initial weights and stay
@@ -80,6 +83,7 @@ class SGLangEngineSpec(Strict):
     tp: int = Field(1, ge=1, le=1024)
     """Tensor-parallel GPUs per launched server."""
     dtype: Literal["bfloat16", "float16", "auto"] = "bfloat16"
+    """``--dtype`` of each launched server (weights and activations); unused with ``urls``."""
     mem_fraction_static: float = Field(0.8, gt=0, le=1)
     """GPU memory share SGLang reserves for weights and KV cache."""
     extra_args: list[str] = []
@@ -87,7 +91,11 @@ class SGLangEngineSpec(Strict):
     concurrency: int = Field(64, ge=1, le=65536)
     """Requests in flight per server."""
     timeout_s: Seconds = Field(600.0, gt=0)
+    """Seconds one HTTP request to a server may take (generation and weight-update calls alike);
+    a timed-out generation request is retried."""
     launch_timeout_s: Seconds = Field(900.0, gt=0)
+    """Seconds a launched server has to answer ``/health``; past them the engine fails to start
+    (``EngineError`` naming the command)."""
 
     @field_validator("urls")
     @classmethod

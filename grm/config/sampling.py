@@ -15,7 +15,9 @@ class JudgeSampling(Strict):
     temperature: Temperature = 0.7
     """Sampling temperature; 0 is greedy (then n > 1 repeats the same critique)."""
     top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass of each critique token, in (0, 1]; 1 keeps every token."""
     top_k: int = Field(0, ge=0, le=MAX_TOKENS)
+    """Only the k most likely tokens are sampled from; 0 disables it."""
     max_new_tokens: int = Field(256, ge=1, le=MAX_TOKENS)
     """Tokens per critique at most."""
     stop: list[str] = []
