@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from grm.config.pipeline import LengthControlSpec
+from grm.config.algorithm import LengthControlSpec
 from grm.orchestrator.types import Group, Rollout
 
 FLAT = 1e-9

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from grm.config.pipeline import GRPOSpec, LengthControlSpec
+from grm.config.algorithm import GRPOSpec, LengthControlSpec
 from grm.judges.types import JudgeResult
 from grm.orchestrator.recorder import sample_rows, step_metrics
 from grm.orchestrator.rewards import (
