@@ -42,33 +42,49 @@ def run_pipeline(
     recorder = Recorder.create(loaded.spec, resume)
     if gates is not None:
         gates(loaded, recorder.path)
-    driver: Driver | None = None
-    received: list[int] = []
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        if driver is None or len(received) > 1:
-            raise KeyboardInterrupt()
-        driver.scheduler.request_stop()
-        print(f"\nstop requested ({signal.Signals(signum).name}): checkpointing after the step in flight", flush=True)
-
+    stop = StopSignals()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    key = None
     try:
         for s in handlers:
-            signal.signal(s, on_signal)
-        driver = Driver(loaded, recorder, address, live_wanted(no_live))
+            signal.signal(s, stop)
+        driver = stop.driver = Driver(loaded, recorder, address, live_wanted(no_live))
+        key = driver.roles.cores_key
         if resume:
             driver.resume()
         return driver.run()
     except (Interrupted, KeyboardInterrupt):
-        raise RunStopped(stopped(recorder, received), received[0] if received else signal.SIGINT) from None
+        signum = stop.received[0] if stop.received else signal.SIGINT
+        raise RunStopped(stopped(recorder, stop.received), signum) from None
     finally:
-        # a signal from here on has its usual effect; a head left behind ends with this process
-        for s, h in handlers.items():
-            signal.signal(s, h)
-        if driver is not None:  # the run's core ledger on this node (a remote node keeps its 512 bytes)
-            cores.remove(driver.roles.cores_key)
-        stop_ray(address)
+        stop.driver = None  # a signal now cuts the clean-up short: Ray's head ends once this process does
+        try:
+            if key is not None:  # the run's core ledger on this node (a remote node keeps its 512 bytes)
+                cores.remove(key)
+            stop_ray(address)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for s, h in handlers.items():
+                signal.signal(s, h)
+
+
+class StopSignals:
+    """The run's SIGINT/SIGTERM handler. The first signal asks the driver to stop after the step in
+    flight; a second one, or one during set-up or clean-up (nothing to save then), interrupts at once
+    (``KeyboardInterrupt``). Python runs the handler between bytecodes, and a Ray wait looks for
+    signals once a second: two signals within that second are one."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.driver: Driver | None = None
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        self.received.append(signum)
+        if self.driver is None or len(self.received) > 1:
+            raise KeyboardInterrupt()
+        self.driver.scheduler.request_stop()
+        print(f"\nstop requested ({signal.Signals(signum).name}): checkpointing after the step in flight", flush=True)
 
 
 def stopped(recorder: Recorder, received: list[int]) -> str:
