@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grm.base import append_jsonl, atomic_write_text, read_jsonl, writer_lock
+from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.prompts import Prompt, load_prompts
 from grm.evaluation.policy_source import PolicySource, resolve_policy
 from grm.evaluation.runner import EvalError, load_judges, outcome
@@ -105,8 +106,11 @@ def check_resume(out: Path, ident: dict[str, Any], record: dict[str, Any], force
     import yaml
 
     path = out / "config.resolved.yaml"
-    if path.exists():
-        prev = yaml.safe_load(path.read_text()) or {}
+    if path.exists() and not force:
+        try:  # within a config's bounds (an alias bomb would expand in the comparison)
+            prev = load_yaml(path).data
+        except ConfigError as e:
+            raise EvalError(f"{e}; --force writes it anew") from None
         old = {k: prev.get(k) for k in ident}
         differ = [k for k in ident if old[k] != ident[k]]
         if differ and not force:

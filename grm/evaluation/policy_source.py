@@ -71,13 +71,16 @@ def _from_spec(ref: str, base_dir: Path, overrides: list[str], where: str) -> Po
 
 
 def _from_run(run_dir: Path, checkpoint: Path, ref: str) -> PolicySource:
-    import yaml
+    from grm.config import ConfigError, load_yaml
 
     rec = run_dir / "config.resolved.yaml"
     if not rec.is_file():
         raise PolicySourceError(f"{checkpoint}: no {rec} beside it, so the policy's base model is unknown")
-    role = (yaml.safe_load(rec.read_text()) or {}).get("policy") or {}
-    if "spec" not in role:
+    try:
+        role = load_yaml(rec).data.get("policy")
+    except ConfigError as e:
+        raise PolicySourceError(f"cannot read the run's recorded configuration: {e}") from None
+    if not isinstance(role, dict) or "spec" not in role:
         raise PolicySourceError(f"{rec}: no policy.spec (not a grm run directory?)")
     # config.resolved.yaml records the spec path absolute (older runs: as written, tried from the run dir)
     src = _from_spec(str(role["spec"]), run_dir, list(role.get("overrides") or []), f"{rec}: policy.spec")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from grm.base import read_jsonl_numbered, rewrite_jsonl, writer_lock
 from grm.config import JudgeSpec, load_judge
 from grm.evaluation.length_control import LengthControl
@@ -38,7 +40,15 @@ def _recorded_judges(rec_path: Path) -> dict[str, Judge]:
                 f"{rec_path}: judge '{j['name']}' has no recorded spec; rescore re-reads judge evaluations "
                 "(grm eval JUDGES --data), not policy evaluations"
             )
-        spec = JudgeSpec.model_validate(j["spec"], context={"base_dir": Path(j["base_dir"])})
+        try:
+            spec = JudgeSpec.model_validate(j["spec"], context={"base_dir": Path(j["base_dir"])})
+        except ValidationError as e:  # a spec an older grm recorded, or one edited by hand
+            err = e.errors(include_url=False)[0]
+            field = ".".join(str(x) for x in err["loc"]) or "spec"
+            raise EvalError(
+                f"{rec_path}: judge '{j['name']}': its recorded spec no longer validates ({field}: {err['msg']}); "
+                "evaluate again into another --out"
+            ) from None
         judges[j["name"]] = build_judge(spec, j["base_dir"])
     return judges
 

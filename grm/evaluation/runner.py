@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from grm.base import GrmError, append_jsonl, atomic_write_text, read_jsonl, writer_lock
 from grm.config.judge import JudgeSpec
+from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.items_file import write_items
 from grm.data.sources import load_rows
@@ -120,17 +121,13 @@ def config_record(cfg: EvalConfig, judges: list[Judge], mapping: dict[str, str])
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    """An eval directory's ``config.resolved.yaml``, or ``EvalError`` naming the file (and line)."""
-    import yaml
-
+    """An eval directory's ``config.resolved.yaml``, or ``EvalError`` naming the file (and line).
+    Read within a config's bounds (``load_yaml``): the directory may come from anyone, and an alias
+    bomb in its record would make validating the recorded specs walk billions of values."""
     try:
-        record = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise EvalError(f"{path}{line}: not valid YAML ({e.problem or e.context}); grm eval --force writes it anew") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise EvalError(f"{path}: cannot read it ({e})") from None
+        record = load_yaml(path).data
+    except ConfigError as e:
+        raise EvalError(f"{e}; grm eval --force writes it anew") from None
     judges = record.get("judges") if isinstance(record, dict) else None
     if not isinstance(judges, list) or not all(
         isinstance(j, dict) and isinstance(j.get("name"), str) and isinstance(j.get("spec_sha256"), str) for j in judges

@@ -204,12 +204,19 @@ def filter_size(name: str, value: Any, args: tuple[Any, ...], kw: dict[str, Any]
     return 0
 
 
+def _as_text(x: Any) -> Any:
+    """bytes (``prompt.encode()``) as text of one character per byte: sized like the str it mirrors."""
+    return x.decode("latin-1") if isinstance(x, (bytes, bytearray)) else x
+
+
 def method_size(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cap: int) -> int:
-    """Characters a multiplying ``str`` method may produce (``s.center(10**9)``, ``'{:>999999}'.format``)."""
+    """Characters a multiplying ``str`` (or ``bytes``) method may produce (``s.center(10**9)``,
+    ``'{:>999999}'.format``)."""
     wrapped = getattr(method, "__wrapped__", method)  # the sandbox's own wrapper of str.format
-    owner = getattr(wrapped, "__self__", None)
+    owner = _as_text(getattr(wrapped, "__self__", None))
     if not isinstance(owner, str):
         return 0
+    args = tuple(_as_text(a) for a in args)
     name = getattr(wrapped, "__name__", "")
     first = args[0] if args else None
     if name in ("center", "ljust", "rjust", "zfill"):
@@ -230,6 +237,7 @@ def method_size(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cap:
 
 
 def binop_size(op: str, a: Any, b: Any, cap: int) -> int:
+    a, b = _as_text(a), _as_text(b)
     if op == "*":
         for seq, n in ((a, b), (b, a)):
             if isinstance(seq, (str, list, tuple)) and isinstance(n, int):

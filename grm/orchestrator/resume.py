@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from grm.base import atomic_write_text, regular_file
+from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.orchestrator.errors import RunError
 
 CONFIG = "config.resolved.yaml"
@@ -66,14 +67,10 @@ def _at(data: Any, dotted: str) -> tuple[bool, Any]:
 def recorded_config(run_dir: Path) -> dict[str, Any]:
     """The first start's configuration, or RunError naming the file when it cannot be read."""
     path = run_dir / CONFIG
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
-        raise RunError(f"{path}: cannot read the run's recorded configuration ({why})") from None
-    if not isinstance(data, dict):
-        raise RunError(f"{path}: not a run's recorded configuration (a YAML mapping)")
-    return data
+    try:  # within a config's bounds: comparing an alias bomb's fields would walk billions of values
+        return load_yaml(path).data
+    except ConfigError as e:
+        raise RunError(f"cannot read the run's recorded configuration: {e}") from None
 
 
 def _same(key: str, was: Any, now: Any) -> bool:

@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
+import yaml
 
 from grm.base import LOCK_FILE, JsonlError, read_jsonl, writer_lock
 from grm.evaluation import report
@@ -160,13 +162,39 @@ def test_a_damaged_record_is_named_and_force_writes_it_anew(evaluated):
     record.write_text("data: x\njudges: [\n")
     res = run_cli("rescore", str(evaluated))
     assert_clean_failure(res, record)
-    assert f"{record}:3: not valid YAML" in res.err, res.err
+    assert f"{record}:3: invalid YAML" in res.err and "--force writes it anew" in res.err, res.err
     assert_clean_failure(eval_cli(evaluated.parent / "d.jsonl", evaluated), record)
     assert eval_cli(evaluated.parent / "d.jsonl", evaluated, "--force").code == 0
     assert run_cli("rescore", str(evaluated)).code == 0
     record.write_text("judges: [{name: j, spec_sha256: abc, mode: pointwise}]\n")  # a policy evaluation's record
     with pytest.raises(EvalError, match="judge 'j' has no recorded spec; rescore re-reads judge evaluations"):
         rescore(evaluated)
+
+
+def test_a_recorded_spec_that_no_longer_validates_is_named_not_a_traceback(evaluated):
+    # an older grm (or a hand edit) recorded a judge spec today's rules refuse: a name with a space
+    record = evaluated / "config.resolved.yaml"
+    rec = yaml.safe_load(record.read_text())
+    rec["judges"][0]["spec"]["name"] = "p w"
+    record.write_text(yaml.safe_dump(rec))
+    res = run_cli("rescore", str(evaluated))
+    assert_clean_failure(res, record)
+    assert "judge 'pw': its recorded spec no longer validates (name:" in res.err, res.err
+
+
+def test_an_alias_bomb_in_the_record_is_refused_at_once_not_expanded(evaluated):
+    # 10^8 values once expanded, where validating a target parser's options walks every one
+    record = evaluated / "config.resolved.yaml"
+    bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    bomb += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    spec = "{name: pw, mode: pointwise, parser: {type: target, target: 'json:loads', options: {k: *a8}}}"
+    bomb.append(f"judges: [{{name: pw, spec_sha256: abc, base_dir: ., spec: {spec}}}]")
+    record.write_text("\n".join(bomb) + "\n")
+    t0 = time.perf_counter()
+    res = run_cli("rescore", str(evaluated))
+    assert time.perf_counter() - t0 < 10, "expanded the aliases"
+    assert_clean_failure(res, record)
+    assert "once its aliases are expanded" in res.err, res.err
 
 
 def test_a_runs_metrics_log_names_a_damaged_line(tmp_path):

@@ -143,6 +143,18 @@ def test_resuming_with_other_sampling_or_policy_is_refused_unless_forced(tmp_pat
     assert len(engines.made) == n  # forced: the recorded responses are reused as they are
 
 
+@pytest.mark.parametrize("damaged", ["policy: [\n", "- a list\n- not a mapping\n", "\xff"])
+def test_a_damaged_record_is_named_on_resume_and_force_writes_it_anew(tmp_path, engines, damaged):
+    out = tmp_path / "ev"
+    run_policy_eval(cfg(out, limit=2))
+    record = out / "config.resolved.yaml"
+    record.write_bytes(damaged.encode("latin-1"))
+    with pytest.raises(EvalError, match=re.escape(str(record)) + r":\d+: .*--force writes it anew"):
+        run_policy_eval(cfg(out, limit=2))
+    run_policy_eval(cfg(out, limit=2, force=True))
+    assert "policy" in record.read_text()
+
+
 def test_against_gives_win_rate_with_swap_and_paired_differences(tmp_path, engines, monkeypatch):
     (tmp_path / "p.j2").write_text("{# expects: prompt, responses #}A: {{ responses[0] }}\nB: {{ responses[1] }}")
     # a judge that prefers the response printing the right answer, whichever position it is shown in
@@ -213,6 +225,10 @@ def test_policy_sources_resolve_runs_checkpoints_specs_and_models(tmp_path):
     spec = policy_source.resolve_policy(str(tmp_path / "terse.yaml"))
     assert spec.system_prompt == "Be terse." and spec.checkpoint is None
     assert policy_source.resolve_policy("smollm2-135m-instruct").identity()["checkpoint"] is None
+    for damaged in ("policy: [\n", "- a list\n", "policy: just text\n"):
+        (run / "config.resolved.yaml").write_text(damaged)
+        with pytest.raises(policy_source.PolicySourceError, match=re.escape(str(run / "config.resolved.yaml"))):
+            policy_source.resolve_policy(str(run))
 
 
 def test_checkpoint_weights_of_either_trainer_load_into_the_base_model(tmp_path):

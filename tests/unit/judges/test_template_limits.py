@@ -67,6 +67,14 @@ BOMBS = {
     "rjust": ("{{ prompt.rjust(10**10) }}", "rjust() would build"),
     "tojson indent": ("{{ range(1000)|list|tojson(indent=100000) }}", "|tojson would build"),
     "sum of lists": ("{{ ([[1]] * 10000)|sum(start=[]) }}", "|sum would build"),
+    # bytes (str.encode is allowed) multiply like str: sized before they run, not 10 GB built first
+    "bytes times 10^9": ("{{ prompt.encode() * 10**9 }}", "'*' would build"),
+    "bytes center": ("{{ prompt.encode().center(10**10) }}", "center() would build"),
+    "bytes printf width": ("{{ '%0999999999d'.encode() % 1 }}", "'%' would build"),
+    "bytes replace of the empty string": (
+        "{{ (prompt * 10000).encode().replace(''.encode(), (prompt * 10000).encode()) }}",
+        "replace() would build",
+    ),
 }
 
 

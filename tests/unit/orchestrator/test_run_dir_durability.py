@@ -213,8 +213,13 @@ def test_a_resume_without_a_checkpoint_or_record_is_refused_before_anything_is_w
         Recorder.create(_cfg(run), str(run))
     assert _tree(run) == before
     (run / "config.resolved.yaml").write_text("policy: [unclosed\n")
-    with pytest.raises(RunError, match="config.resolved.yaml: cannot read the run's recorded configuration"):
+    with pytest.raises(RunError, match=r"recorded configuration: .*config.resolved.yaml:\d+: invalid YAML"):
         Recorder.create(_cfg(run), str(run))
+    bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    (run / "config.resolved.yaml").write_text("\n".join([*bomb, "seed: *a8"]) + "\n")  # 10^8 values to compare
+    with pytest.raises(RunError, match=r"config.resolved.yaml:\d+: more than 10000 values once its aliases are expanded"):
+        Recorder.create(_cfg(run), str(run))
+    assert not list(run.glob("config.resume-*"))
     with pytest.raises(RunError, match="not a run directory"):
         Recorder.create(_cfg(tmp_path / "nothing"), str(tmp_path / "nothing"))
 
