@@ -32,8 +32,26 @@ def rescore(
         return _rescore(out, rec_path, judge_ref, console, length_control)
 
 
-def _recorded_judges(rec_path: Path) -> dict[str, Judge]:
-    judges: dict[str, Judge] = {}
+def names_code(spec: Any) -> str | None:
+    """What in a recorded spec would make grm run code or load another spec: a ``target`` (a
+    ``module:function`` a target parser imports and calls) or a meta judge's spec; None if nothing."""
+    if isinstance(spec, dict):
+        for k, v in spec.items():
+            if k == "target" and isinstance(v, str):
+                return f"target {v!r}"
+            if k == "meta_judge" and v is not None:
+                return f"meta_judge {v!r}"
+            found = names_code(v)
+            if found:
+                return found
+    elif isinstance(spec, list):
+        return next((f for f in map(names_code, spec) if f), None)
+    return None
+
+
+def _recorded_specs(rec_path: Path) -> dict[str, tuple[JudgeSpec, str, dict[str, Any]]]:
+    """Each recorded judge's validated spec, its base directory and the spec as recorded."""
+    specs: dict[str, tuple[JudgeSpec, str, dict[str, Any]]] = {}
     for j in read_record(rec_path)["judges"]:
         if not isinstance(j.get("spec"), dict) or not isinstance(j.get("base_dir"), str):
             raise EvalError(
@@ -49,25 +67,34 @@ def _recorded_judges(rec_path: Path) -> dict[str, Judge]:
                 f"{rec_path}: judge '{j['name']}': its recorded spec no longer validates ({field}: {err['msg']}); "
                 "evaluate again into another --out"
             ) from None
-        judges[j["name"]] = build_judge(spec, j["base_dir"])
-    return judges
+        specs[j["name"]] = (spec, j["base_dir"], j["spec"])
+    return specs
 
 
 def _rescore(
     out: Path, rec_path: Path, judge_ref: str | None, console: Any, length_control: LengthControl | None
 ) -> dict[str, Any]:
-    judges = _recorded_judges(rec_path)
+    specs = _recorded_specs(rec_path)
+    judges: dict[str, Judge] = {}
     if judge_ref:
         new_spec = load_judge(judge_ref)
         path = Path(judge_ref)
-        target = new_spec.name if new_spec.name in judges else (next(iter(judges)) if len(judges) == 1 else None)
+        target = new_spec.name if new_spec.name in specs else (next(iter(specs)) if len(specs) == 1 else None)
         if target is None:
-            raise EvalError(f"--judge names '{new_spec.name}', which is not among the recorded judges ({', '.join(judges)})")
-        if new_spec.mode != judges[target].spec.mode:
-            raise EvalError(
-                f"--judge is {new_spec.mode} but '{target}' was {judges[target].spec.mode}; the raw outputs do not fit"
-            )
+            raise EvalError(f"--judge names '{new_spec.name}', which is not among the recorded judges ({', '.join(specs)})")
+        if new_spec.mode != specs[target][0].mode:
+            raise EvalError(f"--judge is {new_spec.mode} but '{target}' was {specs[target][0].mode}; the raw outputs do not fit")
         judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
+    for name, (spec, base_dir, recorded) in specs.items():
+        if name in judges:
+            continue
+        code = names_code(recorded)  # a directory is data: it may not make grm import or load anything
+        if code:
+            raise EvalError(
+                f"{rec_path}: judge '{name}' names code to run ({code}); grm rescore runs no code an eval "
+                "directory names: rescore it with --judge SPEC, a spec you trust"
+            )
+        judges[name] = build_judge(spec, base_dir)
     results_path = out / "results.jsonl"
     # no repair: a torn last line is the killed eval's, cut by the `grm eval` that resumes it
     lines = read_jsonl_numbered(results_path, repair=False, check=check_result_line)

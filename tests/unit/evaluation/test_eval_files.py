@@ -207,3 +207,26 @@ def test_a_runs_metrics_log_names_a_damaged_line(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"loss": 2}\n')
     with pytest.raises(JsonlError, match=rf"^{tmp_path / 'metrics.jsonl'}:2: no integer 'step' field"):
         rec.metrics()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"parser": {"type": "target", "target": "os:system"}},
+        {"aggregate": {"type": "meta", "meta_judge": "pw.yaml"}},  # a spec outside the directory
+    ],
+)
+def test_rescore_runs_no_code_an_eval_directory_names_unless_judge_replaces_it(evaluated, tmp_path, hostile, monkeypatch):
+    record = evaluated / "config.resolved.yaml"
+    rec = yaml.safe_load(record.read_text())
+    rec["judges"][0]["spec"].update(hostile)
+    record.write_text(yaml.safe_dump(rec))
+    imported = []
+    monkeypatch.setattr("importlib.import_module", lambda name, *a: imported.append(name))
+    res = run_cli("rescore", str(evaluated))
+    assert_clean_failure(res, record)
+    assert "judge 'pw' names code to run" in res.err and "--judge" in res.err, res.err
+    assert imported == []
+    # a spec the user gives replaces it: rescoring goes on with nothing from the directory run
+    res = run_cli("rescore", str(evaluated), "--judge", str(tmp_path / "pw.yaml"))
+    assert res.code == 0, res.err
