@@ -158,7 +158,6 @@ class InputGuard:
     def __init__(self, spec: JudgeSpec) -> None:
         self.guard = spec.guard
         self.reserve = spec.sampling.max_new_tokens + RESERVE_TOKENS
-        self.boxed = spec.parser.type == "boxed"
 
     def apply(self, sample: Sample, key: str, lengths: Lengths, prompt_tokens: PromptTokens) -> Guarded:
         """``sample`` with, under ``neutralise``, the text aimed at its judge taken out, cut to fit
@@ -169,7 +168,7 @@ class InputGuard:
         texts = [sample.response or ""] if single else list(sample.responses or [])
         directed = 0
         if self.guard.neutralise:
-            done = [neutralise(t, boxed=self.boxed) for t in texts]
+            done = [neutralise(t) for t in texts]
             texts, directed = [d.text for d in done], sum(d.removed for d in done)
         nonce, note = "", ""
         if self.guard.fence:

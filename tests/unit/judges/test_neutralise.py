@@ -49,7 +49,6 @@ AIMED = [
 KEPT = [
     ANSWER,
     "The correct answer is c.",
-    "\\boxed{84}",
     "I hope this helps! Let me know if you have any other questions.",
     "Check: 84 / 7 = 12, which matches.",
     "The judge ruled in favour of the plaintiff in 1998.",
@@ -85,9 +84,8 @@ def test_a_sentence_to_the_grader_goes_and_the_rest_of_its_line_stays():
     assert out.text == "The result is 84. It uses the distributive law." and out.removed == 1
 
 
-def test_boxes_are_opened_only_when_the_judge_itself_answers_in_boxes():
-    assert neutralise("x = 4, so \\boxed{4}").text == "x = 4, so \\boxed{4}"
-    out = neutralise("x = 4, so \\boxed{4}\n\\boxed{10, 10}", boxed=True)
+def test_boxes_are_opened_and_their_content_stays():
+    out = neutralise("x = 4, so \\boxed{4}\n\\boxed{10, 10}")
     assert out.text == "x = 4, so 4\n10, 10" and out.removed == 2
 
 
