@@ -10,34 +10,13 @@ later is checked without being named here.
 import importlib
 import inspect
 import pkgutil
-import typing
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 import grm.config
 from grm.config import MODELS
 from grm.config.base import Strict
-
-
-def _inner_models(ann: Any) -> list[type[BaseModel]]:
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return [ann]
-    return [m for a in typing.get_args(ann) for m in _inner_models(a)]
-
-
-def reachable_models() -> list[type[BaseModel]]:
-    """Every model a pipeline, judge or policy spec can hold, at any depth (unions and
-    ``Annotated`` variants included)."""
-    seen: list[type[BaseModel]] = []
-    stack = list(MODELS.values())
-    while stack:
-        m = stack.pop()
-        if m not in seen:
-            seen.append(m)
-            stack += [x for f in m.model_fields.values() for x in _inner_models(f.annotation)]
-    return seen
+from tests.unit.config_models import reachable_models
 
 
 def fields() -> list[tuple[str, str | None]]:

@@ -15,27 +15,11 @@ import annotated_types
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from grm.config import MODELS, ConfigError, load
+from grm.config import ConfigError, load
 from grm.config.base import MAX_FLOAT, MAX_INT
+from tests.unit.config_models import reachable_models
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _models() -> list[type[BaseModel]]:
-    seen: list[type[BaseModel]] = []
-    stack = list(MODELS.values())
-    while stack:
-        m = stack.pop()
-        if m not in seen:
-            seen.append(m)
-            stack += [x for f in m.model_fields.values() for x in _inner_models(f.annotation)]
-    return seen
-
-
-def _inner_models(ann: Any) -> list[type[BaseModel]]:
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return [ann]
-    return [m for a in typing.get_args(ann) for m in _inner_models(a)]
 
 
 def _leaves(ann: Any) -> set[type]:
@@ -72,7 +56,7 @@ def _placed(ann: Any, leaf: Any) -> Any:
     return None
 
 
-FIELDS = [(m, name, f.annotation) for m in _models() for name, f in m.model_fields.items()]
+FIELDS = [(m, name, f.annotation) for m in reachable_models() for name, f in m.model_fields.items()]
 NUMBERS = [(m, n, a) for m, n, a in FIELDS if _leaves(a) & {int, float} and bool not in _leaves(a)]
 INTS = [(m, n, a) for m, n, a in NUMBERS if int in _leaves(a)]
 FLOATS = [(m, n, a) for m, n, a in NUMBERS if float in _leaves(a)]
@@ -89,7 +73,7 @@ def _errors_at(model: type[BaseModel], name: str, value: Any) -> list[str]:
 
 
 def test_the_enumeration_reaches_every_kind_of_field():
-    assert len(_models()) >= 40 and len(INTS) >= 60 and len(FLOATS) >= 40 and len(BOOLS) >= 15
+    assert len(reachable_models()) >= 40 and len(INTS) >= 60 and len(FLOATS) >= 40 and len(BOOLS) >= 15
     names = {f"{m.__name__}.{n}" for m, n, _ in NUMBERS}
     assert {
         "GRPOSpec.group_size",
