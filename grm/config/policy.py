@@ -10,6 +10,18 @@ from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, by_type
 from grm.config.names import SafeName
 
 
+def no_credentials(url: str) -> str:
+    """``url`` when it carries no ``user:password@``: a spec is written into every run's and eval's
+    ``config.resolved.yaml``, which ``grm view`` shows, so a secret in it would leak there."""
+    host = url.partition("://")[2].partition("/")[0]
+    if "@" in host:
+        raise ValueError(
+            "carries credentials (user:password@host); they would be written into config.resolved.yaml of every "
+            "run and eval: name the environment variable holding the key in api_key_env instead"
+        )
+    return url
+
+
 class HFEngineSpec(Strict):
     """Hugging Face transformers backend (CPU default)."""
 
@@ -61,6 +73,11 @@ class OpenAIEngineSpec(Strict):
     launch_timeout_s: Seconds = Field(300.0, gt=0)
     """Seconds the launched server has to answer ``/models``."""
 
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials(cls, v: str | None) -> str | None:
+        return None if v is None else no_credentials(v)
+
     @model_validator(mode="after")
     def _url_or_launch(self) -> OpenAIEngineSpec:
         if not self.base_url and not self.launch:
@@ -101,6 +118,7 @@ class SGLangEngineSpec(Strict):
     @classmethod
     def _server_roots(cls, urls: list[str]) -> list[str]:
         for u in urls:
+            no_credentials(u)
             scheme, _, rest = u.partition("://")
             host, _, path = rest.partition("/")
             if scheme not in ("http", "https") or not host or path.strip("/"):
