@@ -190,7 +190,6 @@ def test_server_urls_carry_no_credentials_into_the_recorded_config(tmp_path, url
     with pytest.raises(ConfigError, match="engine.base_url: .*carries credentials") as e:
         load(f)
     assert "secret" not in str(e.value) and "token@" not in str(e.value)  # the message never repeats the secret
-    f.write_text(
-        f"name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nengine: {{type: openai, base_url: '{url.split('@')[0].split('//')[0]}//127.0.0.1/v1'}}\n"
-    )
+    clean = url.split("//")[0] + "//127.0.0.1/v1"
+    f.write_text(f"name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nengine: {{type: openai, base_url: '{clean}'}}\n")
     assert load(f)
