@@ -177,7 +177,7 @@ def _saved(out: Path, data: Path, limit: int | None, control: LengthControl | No
     from grm.base import read_jsonl
     from grm.data.items import default_map, to_items
     from grm.data.sources import load_rows
-    from grm.evaluation.report import compute
+    from grm.evaluation.judge_metrics import compute
 
     lines = read_jsonl(out / "results.jsonl", repair=False)
     if not lines:

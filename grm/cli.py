@@ -362,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     w.add_argument("--port", type=cli_args.port, default=0, help="port (default 0: a free one; the URL is printed)")
     w.set_defaults(func=cmd_view)
+
+    from grm.envs import cli as envs_cli  # argparse only: `grm --help` stays light
+
+    envs_cli.add_parser(sub)
     return p
 
 

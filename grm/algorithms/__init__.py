@@ -1,5 +1,5 @@
 """RL math as pure tensor functions (shapes documented in each module) and the ``Algorithm`` objects
-built from them. Imports torch; imports nothing else from grm."""
+built from them. Imports torch; from grm only the loss contract (``grm.loss_fn``)."""
 
 from grm.algorithms.advantages import gae, grpo_advantages, reinforce_pp_advantages, rloo_advantages, whiten
 from grm.algorithms.algorithm import (

@@ -4,7 +4,7 @@ The orchestrator asks an ``Algorithm`` what to compute before training (``needs_
 ``needs_critic``), turns rewards into advantages with it, and hands its loss functions to an
 algorithm-blind trainer. Objects are plain frozen dataclasses built from keyword settings (the
 config layer passes its fields), so they travel to Ray actors by pickling and import nothing from
-grm.
+grm but the loss contract both sides share (``grm.loss_fn``).
 
 Shapes: ``rewards [B]`` (NaN = masked), ``group_ids [B]``, ``mask [B, T]`` (response tokens),
 ``kl [B, T]`` per-token KL estimate or None, ``values [B, T]`` critic values (PPO).
@@ -22,17 +22,7 @@ from torch import Tensor
 
 from grm.algorithms.advantages import gae, grpo_advantages, reinforce_pp_advantages, rloo_advantages, whiten
 from grm.algorithms.losses import Aggregation, aggregate_loss, kl_penalty, masked_mean, ppo_policy_loss, value_loss
-
-
-class Batch(Protocol):
-    """What a loss reads from a micro-batch (``grm.training.TrainBatch`` satisfies it). A trainer
-    also sets ``totals`` (``tokens``, ``sequences``: counts over the whole batch of the optimizer
-    step), which the losses divide by; see ``whole_batch_counts``."""
-
-    loss_mask: Tensor
-    fields: dict[str, Tensor]
-
-    def __getitem__(self, key: str) -> Tensor: ...
+from grm.loss_fn import LossBatch, LossFn
 
 
 def whole_batch_counts(mb: Any) -> dict[str, float]:
@@ -41,10 +31,6 @@ def whole_batch_counts(mb: Any) -> dict[str, float]:
     micro-batch is then normalised by its own counts)."""
     t = getattr(mb, "totals", None)
     return {} if t is None else {"tokens": float(t.tokens), "sequences": float(t.sequences)}
-
-
-LossFn = Callable[[Tensor, Any, "Tensor | None"], "tuple[Tensor, dict[str, float]]"]
-"""(outputs [b, T], micro-batch, entropy [b, T] or None) -> (scalar loss, metrics)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +70,7 @@ class PolicyLoss:
         the TIS weight (trainer vs rollout log-probs) applies. Without ``old_logprobs`` in the batch
         (one optimizer step per batch) the ratio is taken against the detached current log-probs."""
 
-        def loss(logprobs: Tensor, mb: Batch, entropy: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+        def loss(logprobs: Tensor, mb: LossBatch, entropy: Tensor | None) -> tuple[Tensor, dict[str, float]]:
             counts = whole_batch_counts(mb)
             old = mb["old_logprobs"] if "old_logprobs" in mb.fields else logprobs.detach()
             total, m = ppo_policy_loss(
@@ -217,7 +203,7 @@ class PPO(_Steps):
     def critic_loss_fn(self) -> LossFn | None:
         clip = self.value_clip
 
-        def loss(values: Tensor, mb: Batch, _: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+        def loss(values: Tensor, mb: LossBatch, _: Tensor | None) -> tuple[Tensor, dict[str, float]]:
             # ``valid [b]``: 0 for a sample whose reward was masked; its returns are not a target
             # (its tokens still count in the whole-batch token count, as in the policy loss)
             mask = mb.loss_mask * mb["valid"][:, None] if "valid" in mb.fields else mb.loss_mask

@@ -148,7 +148,8 @@ class JudgeLimits(Strict):
 
     deadline_s: Seconds | None = Field(None, gt=0)
     """Seconds one call may take, whatever its size; None derives it from the call's size (above).
-    Wins over the pipeline's ``faults.judge_timeout_s``, which wins over the derived deadline."""
+    The one deadline setting: a pipeline sets it per judge role (``overrides:
+    [limits.deadline_s=900]``)."""
     overhead_s: Seconds = Field(60.0, ge=0)
     """Seconds every derived deadline starts from (scheduling, a restarted actor, a reference pass
     queued on the judge's pool)."""

@@ -194,11 +194,21 @@ class ScheduleSpec(Strict):
 
 
 class FaultSpec(Strict):
-    judge_timeout_s: Seconds | None = Field(None, gt=0)
-    """Seconds every judge call may take, for judges whose spec sets no ``limits.deadline_s``;
-    None (default): each judge's deadline derived from its spec and the call's size (``limits`` in
-    the judge spec). A call past its deadline is re-issued once, then its items are masked. Before
-    judge limits existed this was 600 s for every judge; a pipeline that sets it keeps that behaviour."""
+    """What a run does when a role fails. A judge call's deadline is not here: it is the judge
+    spec's ``limits`` (``deadline_s``, or derived from the call's size); past it a call is
+    re-issued once, then its items are masked."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _judge_timeout_moved(cls, data: object) -> object:
+        # An old YAML fails naming where the setting went, rather than as an unknown key.
+        if isinstance(data, dict) and "judge_timeout_s" in data:
+            raise ValueError(
+                "judge_timeout_s is no longer a pipeline setting: a judge call's deadline is the judge "
+                "spec's limits.deadline_s; set it per judge role with overrides: [limits.deadline_s=SECONDS]"
+            )
+        return data
+
     judge_restarts: int = Field(3, ge=0, le=1000)
     """Times Ray restarts a dead judge actor (its in-flight calls are re-issued)."""
     max_masked_fraction: float = Field(0.5, ge=0, le=1)

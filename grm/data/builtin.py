@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-SETS: dict[str, Callable[[int], list[dict[str, Any]]]] = {}
+from grm.data.constraint_pairs import constraints_pairs
+from grm.data.constraints import constraints_heldout, constraints_train
+
+SETS: dict[str, Callable[[], list[dict[str, Any]]]] = {}
+"""``builtin:NAME`` -> a function that generates the set with its default size and seed."""
 
 
 def _question(rng: random.Random) -> tuple[str, int, str]:
@@ -71,55 +76,13 @@ def arith_prompts(n: int = 256, seed: int = 0) -> list[dict[str, Any]]:
 
 SETS["arith-pairs"] = arith_pairs
 SETS["arith-prompts"] = arith_prompts
-
-
-# The constraint sets are imported when used: grm.data.constraints needs grm.data.sources, which
-# imports this module.
-def constraints_train() -> list[dict[str, Any]]:
-    from grm.data.constraints import constraints_train
-
-    return constraints_train()
-
-
-def constraints_heldout() -> list[dict[str, Any]]:
-    from grm.data.constraints import constraints_heldout
-
-    return constraints_heldout()
-
-
-def constraints_pairs() -> list[dict[str, Any]]:
-    from grm.data.constraint_pairs import constraints_pairs
-
-    return constraints_pairs()
-
-
 SETS["constraints-train"] = constraints_train
 SETS["constraints-heldout"] = constraints_heldout
 SETS["constraints-pairs"] = constraints_pairs
-
-
-def constraints_lexical_train() -> list[dict[str, Any]]:
-    from grm.data.constraints import constraints_train
-
-    return constraints_train(lexical=True)
-
-
-def constraints_lexical_heldout() -> list[dict[str, Any]]:
-    from grm.data.constraints import constraints_heldout
-
-    return constraints_heldout(lexical=True)
-
-
-def constraints_lexical_pairs() -> list[dict[str, Any]]:
-    from grm.data.constraint_pairs import constraints_pairs
-
-    return constraints_pairs(lexical=True)
-
-
 # The same task with the constraints a small judge can read without counting (constraints.LEXICAL).
-SETS["constraints-lexical-train"] = constraints_lexical_train
-SETS["constraints-lexical-heldout"] = constraints_lexical_heldout
-SETS["constraints-lexical-pairs"] = constraints_lexical_pairs
+SETS["constraints-lexical-train"] = partial(constraints_train, lexical=True)
+SETS["constraints-lexical-heldout"] = partial(constraints_heldout, lexical=True)
+SETS["constraints-lexical-pairs"] = partial(constraints_pairs, lexical=True)
 
 DEFAULT_MAPS: dict[str, dict[str, str]] = {
     "arith-pairs": {

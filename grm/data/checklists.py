@@ -15,7 +15,7 @@ import math
 from numbers import Real
 from typing import Any
 
-from grm.data.sources import DataError
+from grm.data.errors import DataError
 
 METADATA_KEY = "checklist"
 """Where a sample's checklist travels to judges: ``Sample.metadata["checklist"]``."""

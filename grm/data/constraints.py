@@ -21,7 +21,7 @@ import random
 from typing import Any
 
 from grm.data.checklists import list_cell, short
-from grm.data.sources import DataError
+from grm.data.errors import DataError
 
 METADATA_KEY = "constraints"
 """Where a sample's constraints travel to rule verifiers: ``Sample.metadata["constraints"]``."""

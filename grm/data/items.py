@@ -12,7 +12,8 @@ from typing import Any, Literal
 from grm.data import constraints
 from grm.data.builtin import DEFAULT_MAPS
 from grm.data.checklists import METADATA_KEY, read_checklist
-from grm.data.sources import DataError, load_rows, row_where
+from grm.data.errors import DataError
+from grm.data.sources import load_rows, row_where
 
 FIELDS = ("prompt", "response", "response_a", "response_b", "label", "human_score", "reference", "id", "checklist", "constraints")
 LLMBAR_MAP = {"prompt": "input", "response_a": "output_1", "response_b": "output_2", "label": "label"}

@@ -11,7 +11,8 @@ from grm.config.judge import JudgeSpec
 from grm.config.pipeline import DataSpec, PipelineSpec
 from grm.data import constraints
 from grm.data.checklists import METADATA_KEY, check_length, read_checklist
-from grm.data.sources import DataError, load_rows, row_where
+from grm.data.errors import DataError
+from grm.data.sources import load_rows, row_where
 
 
 @dataclass

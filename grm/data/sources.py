@@ -20,14 +20,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError, parse_jsonl, regular_file, regular_file_bytes
+from grm.base import parse_jsonl, regular_file, regular_file_bytes
 from grm.data.builtin import SETS
+from grm.data.errors import DataError
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".csv")
-
-
-class DataError(GrmError):
-    """Bad data: the message names the source and, where it applies, the line (or row) and column."""
 
 
 class Row(dict):  # type: ignore[type-arg]

@@ -18,8 +18,8 @@ import torch
 from grm.engines.base import Generation, GenerationAborted, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.kvcache import PromptCache, prefill, warm
 from grm.models.device import module_device, to_cpu
-from grm.models.dtype import resolve_dtype
-from grm.models.loading import load_model, torch_dtype
+from grm.models.dtype import resolve_dtype, torch_dtype
+from grm.models.loading import load_model
 from grm.models.weights import token_logprobs
 
 

@@ -18,6 +18,7 @@ from grm.evaluation import metrics as M
 from grm.evaluation.report import _fmt, _save
 from grm.evaluation.table import print_table
 from grm.judges.base import Judge
+from grm.report_files import markdown_table, new_figure
 
 SIDE_NAMES = {"policy": "POLICY", "other": "OTHER"}
 
@@ -137,14 +138,9 @@ def _yerr(points: list[tuple[float, tuple[float, float]] | None]) -> list[list[f
 
 
 def _plots(out: Path, m: dict[str, Any], responses: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     made = []
     sides = list(m["sides"])
-    fig, ax = plt.subplots(figsize=(5, 3))
+    fig, ax = new_figure(figsize=(5, 3))
     ax.hist(
         [[r["tokens"] for (s, _), r in responses.items() if s == side] for side in sides],
         bins=20,
@@ -156,7 +152,7 @@ def _plots(out: Path, m: dict[str, Any], responses: dict[tuple[str, str], dict[s
     made.append(_save(fig, out, "lengths.png", "response lengths"))
     names = list(dict.fromkeys(name for sm in m["sides"].values() for name in sm["judges"]))
     if names:
-        fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(names) * len(sides)), 3))
+        fig, ax = new_figure(figsize=(max(4, 1.6 * len(names) * len(sides)), 3))
         width = 0.8 / len(sides)
         for k, side in enumerate(sides):
             jms = [m["sides"][side]["judges"].get(n) for n in names]
@@ -169,7 +165,7 @@ def _plots(out: Path, m: dict[str, Any], responses: dict[tuple[str, str], dict[s
         made.append(_save(fig, out, "scores.png", "mean score per judge"))
     wins = {n: d for n, d in ((m.get("comparison") or {}).get("judges") or {}).items() if d["kind"] == "win_rate"}
     if wins:
-        fig, ax = plt.subplots(figsize=(max(3, 1.5 * len(wins)), 3))
+        fig, ax = new_figure(figsize=(max(3, 1.5 * len(wins)), 3))
         rates = [d["win_rate"] for d in wins.values()]
         err = _yerr([(d["win_rate"], d["ci95"]) for d in wins.values()])
         ax.bar(list(wins), rates, yerr=err, capsize=3)
@@ -181,15 +177,11 @@ def _plots(out: Path, m: dict[str, Any], responses: dict[tuple[str, str], dict[s
 
 
 def _md_table(rows: list[dict[str, str]]) -> list[str]:
+    """report.md lines of ``rows`` (one dict per row, the same keys) and a blank line; none without rows."""
     if not rows:
         return []
     cols = list(rows[0])
-    return [
-        "| " + " | ".join(cols) + " |",
-        "|" + "---|" * len(cols),
-        *("| " + " | ".join(r[c] for c in cols) + " |" for r in rows),
-        "",
-    ]
+    return [*markdown_table(cols, ([r[c] for c in cols] for r in rows)), ""]
 
 
 def write_policy_outputs(

@@ -15,6 +15,7 @@ from grm.evaluation.runner import EvalError, both_orders, check_result_line, out
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.runtime import build_judge
+from grm.run_format import stamp
 
 
 def rescore(
@@ -124,7 +125,7 @@ def _rescore(
         if judge_ref:
             new["judge"] = line["judge"]
         new_lines.append(new)
-    rewrite_jsonl(out / "results.rescored.jsonl", new_lines)
+    rewrite_jsonl(out / "results.rescored.jsonl", [stamp("results", x) for x in new_lines])
     names = list(dict.fromkeys(ln["judge"] for ln in new_lines))
     return write_outputs(
         out,

@@ -34,6 +34,7 @@ from grm.judges.errors import JudgeError
 from grm.judges.labelled import outcome, samples_for
 from grm.judges.limits import call_limits
 from grm.judges.runtime import build_judge, load
+from grm.run_format import read_row, stamp
 
 
 class EvalError(GrmError):
@@ -155,8 +156,10 @@ class ResultLine(BaseModel):
 
 
 def check_result_line(row: dict[str, Any]) -> None:
-    """ValueError saying what is wrong when ``row`` is not a results.jsonl line (``read_jsonl``
-    adds the file and line)."""
+    """ValueError saying what is wrong when ``row`` is not a results.jsonl line of a format this grm
+    reads (``read_jsonl`` adds the file and line); an older format is brought up to date in place
+    (``grm.run_format``)."""
+    read_row("results", row)
     try:
         ResultLine.model_validate(row)
     except ValidationError as e:
@@ -274,7 +277,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
                 for it, ss, share in zip(chunk, per_item, split(cost, len(chunk)), strict=True):
                     lines.append(summarize(judge, it, res[k : k + len(ss)], share))
                     k += len(ss)
-                append_jsonl(results_path, lines)
+                append_jsonl(results_path, [stamp("results", x) for x in lines])
                 n_done += len(chunk)
                 progress.update(task, advance=len(chunk), rate=f"{n_done / (time.perf_counter() - t0):.2f}")
     wall = time.perf_counter() - t_start

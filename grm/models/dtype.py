@@ -1,4 +1,5 @@
-"""``dtype: auto``: fp32 or bf16, whichever this machine multiplies faster, measured once per machine.
+"""A config dtype name as a torch dtype (``torch_dtype``), and ``dtype: auto``: fp32 or bf16,
+whichever this machine multiplies faster, measured once per machine.
 
 CPUs differ: on one with AVX-512 BF16 (oneDNN's bf16 GEMM kernels) a 300-token prefill of
 Qwen2.5-Coder-1.5B ran ~4x faster in bf16 than in fp32 on one thread; on CPUs without it, fp32
@@ -20,6 +21,17 @@ from typing import Any
 
 SPEEDUP = 1.2
 """bf16 is chosen when its matmul rate is at least this multiple of fp32's."""
+DTYPE_NAMES = ("bf16", "fp32", "bfloat16", "float32")
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a config name (``bf16``/``fp32`` or their long forms)."""
+    import torch
+
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
+    if name not in table:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {name!r}")
+    return table[name]
 
 
 def resolve_dtype(name: str, device: Any = None) -> str:
@@ -69,8 +81,6 @@ def matmul_gflops(dtype: str, m: int = 256, k: int = 1536, n: int = 1536, repeat
     """GFLOP/s of an ``[m, k] @ [k, n]`` matmul in ``dtype`` on this process's torch threads (best
     of ``repeats`` after a warm-up): a prefill's GEMM shape for a 1.5B model."""
     import torch
-
-    from grm.models.loading import torch_dtype
 
     t = torch_dtype(dtype)
     a, b = torch.randn(m, k).to(t), torch.randn(k, n).to(t)

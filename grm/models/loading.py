@@ -5,17 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-DTYPE_NAMES = ("bf16", "fp32", "bfloat16", "float32")
-
-
-def torch_dtype(name: str) -> Any:
-    """The torch dtype of a config name (``bf16``/``fp32`` or their long forms)."""
-    import torch
-
-    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32}
-    if name not in table:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPE_NAMES)}, got {name!r}")
-    return table[name]
+from grm.models.dtype import resolve_dtype, torch_dtype
 
 
 def _quiet() -> None:
@@ -27,8 +17,6 @@ def _quiet() -> None:
 
 def load_model(model: str, dtype: str = "fp32") -> tuple[Any, Any]:
     """(causal LM in eval mode, tokenizer). ``dtype`` may be ``auto`` (see ``grm.models.dtype``)."""
-    from grm.models.dtype import resolve_dtype
-
     dtype = resolve_dtype(dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

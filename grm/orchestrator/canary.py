@@ -30,6 +30,7 @@ from grm.config.resolve import LoadedPipeline
 from grm.data.items import EvalItem, labelled_pairs
 from grm.judges.labelled import accuracy, outcome, samples_for, score_values
 from grm.judges.types import JudgeResult, Sample
+from grm.report_files import markdown_table
 
 PREFIX = "canary/"
 
@@ -213,37 +214,33 @@ def report_lines(run_dir: Path, logged: list[dict[str, Any]]) -> list[str]:
     except GrmError as e:
         rows, lines = [], [f"(judge gate record not shown: {e})", ""]
     if rows:
-        lines += [
-            "## Judge gate",
-            "",
-            "| judge | passed | accuracy | 95% CI | bar | pairs | eval dir |",
-            "|---|---|---|---|---|---|---|",
-        ]
+        cells = []
         for r in rows:
             ci = f"{r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}" if r.get("ci95") else ""
             acc = "" if r["accuracy"] is None else f"{r['accuracy']:.3f}"
-            lines.append(
-                f"| {r['judge']} | {r['passed']} | {acc} | {ci} | {r['min_accuracy']:g} | {r['pairs']} | `{r['eval_dir']}` |"
+            cells.append(
+                [f"{r['judge']}", f"{r['passed']}", acc, ci, f"{r['min_accuracy']:g}", f"{r['pairs']}", f"`{r['eval_dir']}`"]
             )
-        lines.append("")
+        header = ["judge", "passed", "accuracy", "95% CI", "bar", "pairs", "eval dir"]
+        lines += ["## Judge gate", "", *markdown_table(header, cells), ""]
     names = sorted({k.split("/")[1] for m in logged for k in m if k.startswith(PREFIX) and k.endswith("/accuracy")})
     if names:
-        lines += ["## Judge canary", "", "| step | judge | accuracy | drift | score_mean | score drift | masked |"]
-        lines.append("|---|---|---|---|---|---|---|")
-        alarms = []
+        readings, alarms = [], []
         for m in logged:
             for n in names:
                 k = f"{PREFIX}{n}/"
                 if f"{k}accuracy" not in m:
                     continue
-                lines.append(
-                    f"| {m['step']} | {n} | {m[f'{k}accuracy']:.3f} | {m[f'{k}accuracy_drift']:+.3f} | "
-                    f"{_num(m[f'{k}score_mean']):.3f} | {_num(m[f'{k}score_drift']):+.3f} | {m[f'{k}masked']} |"
+                readings.append(
+                    [f"{m['step']}", n, f"{m[f'{k}accuracy']:.3f}", f"{m[f'{k}accuracy_drift']:+.3f}"]
+                    + [f"{_num(m[f'{k}score_mean']):.3f}", f"{_num(m[f'{k}score_drift']):+.3f}", f"{m[f'{k}masked']}"]
                 )
                 if m.get(f"{k}alarm"):
                     alarms.append(
                         f"- **warning**: step {m['step']}: judge '{n}' accuracy fell {-m[f'{k}accuracy_drift']:.3f} "
                         "below its first reading, beyond its canary.max_drop"
                     )
+        header = ["step", "judge", "accuracy", "drift", "score_mean", "score drift", "masked"]
+        lines += ["## Judge canary", "", *markdown_table(header, readings)]
         lines += ["", *(alarms or ["No canary fell beyond its max_drop."]), ""]
     return lines

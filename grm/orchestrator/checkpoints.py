@@ -12,6 +12,7 @@ from typing import Any
 
 from grm.base import is_complete, settle_dir
 from grm.orchestrator.errors import RunError
+from grm.run_format import read_row
 
 CHECKPOINT = re.compile(r"\.?(step-\d+)(\..+)?")
 """A checkpoint (``step-N``), or what ``atomic_dir`` keeps beside it while writing or deleting it."""
@@ -43,8 +44,11 @@ def _read_json(path: Path) -> Any:
 
 
 def driver_state(ckpt: Path) -> dict[str, Any]:
-    """A checkpoint's ``driver.json`` (step, prompt stream) with ``anchors`` when it has ``anchors.json``."""
+    """A checkpoint's ``driver.json`` (step, prompt stream) with ``anchors`` when it has ``anchors.json``;
+    RunError naming the file when it is of a format this grm cannot read (``grm.run_format``)."""
     state = _read_json(ckpt / "driver.json")
+    if isinstance(state, dict):
+        read_row("checkpoint", state, str(ckpt / "driver.json"), RunError)
     if not isinstance(state, dict) or type(state.get("step")) is not int or not isinstance(state.get("stream"), dict):
         raise RunError(f"{ckpt / 'driver.json'}: not a checkpoint's driver state (an integer step and a stream)")
     if (ckpt / "anchors.json").exists():

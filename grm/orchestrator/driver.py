@@ -3,7 +3,7 @@
     rollout (policy pool) -> judges (their pools, each chunk as it lands) -> rewards
     -> reference log-probs (+ critic values) -> advantages -> train -> weight sync
 
-What runs when is the scheduler's; where each role runs, placement's (the policy may be a worker
+What runs when is the scheduler's; where each role runs, roles' and pools' (the policy may be a worker
 group of N ranks, the same handle); what is written, the recorder's; the math, the algorithm's."""
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
 from grm.orchestrator.live import RunDisplay
-from grm.orchestrator.placement import place_roles
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
 from grm.orchestrator.recorder import Recorder, sample_rows, step_metrics
 from grm.orchestrator.rewards import reward_groups
+from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 from grm.orchestrator.types import Group, StepWork
 

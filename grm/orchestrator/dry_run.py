@@ -14,7 +14,7 @@ from typing import Any
 
 from grm.config.resolve import LoadedPipeline, load_pipeline
 from grm.orchestrator.canary import describe as judge_checks
-from grm.orchestrator.placement import (
+from grm.orchestrator.pools import (
     PlacementError,
     Pool,
     bundles_of,

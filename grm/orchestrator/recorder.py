@@ -20,10 +20,14 @@ from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, drive
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
 from grm.orchestrator.types import Group, StepWork, rollouts_of
+from grm.report_files import markdown_table, new_figure, save_figure
+from grm.run_format import read_row, stamp
 
 
-def step_line(row: dict[str, Any]) -> None:
-    """ValueError unless ``row`` is a metrics.jsonl or samples.jsonl line (each names its step)."""
+def step_line(row: dict[str, Any], kind: str = "metrics") -> None:
+    """ValueError unless ``row`` is a metrics.jsonl (or samples.jsonl) line of a format this grm
+    reads (``grm.run_format``: brought to the current one in place) naming its step."""
+    read_row(kind, row)
     if type(row.get("step")) is not int:
         raise ValueError("no integer 'step' field; not a line grm run writes")
 
@@ -49,6 +53,8 @@ class Recorder:
             latest = rd.latest_checkpoint()
             if latest is None:
                 raise RunError(f"{path}: no complete checkpoint to resume from (checkpoints/step-N with COMPLETE)")
+            driver_state(latest)  # a checkpoint or log of a format this grm cannot read: refused before any write
+            rd.metrics()
             record_start(path, now, latest)
             return rd
         path = run_dir(cfg.name, cfg.out_dir, time.strftime("%Y%m%d-%H%M%S"))  # the name was checked when the YAML loaded
@@ -72,11 +78,12 @@ class Recorder:
 
     def log_step(self, metrics: dict[str, Any], samples: list[dict[str, Any]]) -> None:
         """samples.jsonl, then metrics.jsonl (its line is what marks the step logged), then TensorBoard."""
-        for name, rows in (("samples.jsonl", samples), ("metrics.jsonl", [metrics])):
+        for kind, rows in (("samples", samples), ("metrics", [metrics])):
+            path = self.path / f"{kind}.jsonl"
             try:
-                append_jsonl(self.path / name, rows)
+                append_jsonl(path, [stamp(kind, r) for r in rows])  # each line carries its format (grm.run_format)
             except OSError as e:
-                raise RunError(f"{self.path / name}: cannot write step {metrics['step']} ({e.strerror or e})") from None
+                raise RunError(f"{path}: cannot write step {metrics['step']} ({e.strerror or e})") from None
         try:
             tb = self.tensorboard()
             if tb is not None:
@@ -107,15 +114,10 @@ class Recorder:
 
     def write_report(self) -> Path:
         """report.md with a reward curve and phase timings (PNG) from metrics.jsonl."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         ms = self.metrics()
         steps = [m["step"] for m in ms]
         reward_keys = ["reward_mean"] + sorted(k for k in (ms[0] if ms else {}) if k.startswith("reward/"))
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+        fig, (ax1, ax2) = new_figure(nrows=1, ncols=2, figsize=(10, 3.5))
         for k in reward_keys:
             ax1.plot(steps, [m.get(k) if m.get(k) is not None else float("nan") for m in ms], marker="o", label=k)
         ax1.set_xlabel("step")
@@ -131,26 +133,13 @@ class Recorder:
         ax2.set_xlabel("step")
         ax2.set_title("seconds per phase (judging overlaps in async)")
         ax2.legend(fontsize=7)
-        fig.tight_layout()
         try:
-            fig.savefig(self.path / "curves.png", dpi=100)
+            save_figure(fig, self.path / "curves.png")
         except OSError as e:
             raise RunError(f"{self.path / 'curves.png'}: cannot write ({e.strerror or e})") from None
-        finally:
-            plt.close(fig)
         cols = ["step", "reward_mean", "kl", "entropy", "masked", "response_len_mean", "seconds_step", "judge_share"]
-        lines = [
-            f"# Run report: {self.path.name}",
-            "",
-            "![curves](curves.png)",
-            "",
-            "| " + " | ".join(cols) + " |",
-            "|" + "---|" * len(cols),
-        ]
-        for m in ms:
-            lines.append(
-                "| " + " | ".join(f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols) + " |"
-            )
+        cells = ([f"{m.get(c):.4g}" if isinstance(m.get(c), float) else str(m.get(c, "")) for c in cols] for m in ms)
+        lines = [f"# Run report: {self.path.name}", "", "![curves](curves.png)", "", *markdown_table(cols, cells)]
         lines += cost_table(ms)
         lines += ["", *report_lines(self.path, ms)]  # judge gate and canary, when the run has them
         lines += ["Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
@@ -207,7 +196,7 @@ class Recorder:
             with atomic_dir(self.checkpoint_dir(step)) as tmp:
                 get(policy.save.remote(str(tmp)))
                 state = {"step": step, "stream": stream.state_before(untrained_prompts)}
-                (tmp / "driver.json").write_text(json.dumps(state))
+                (tmp / "driver.json").write_text(json.dumps(stamp("checkpoint", state)))
                 if anchors is not None:
                     (tmp / "anchors.json").write_text(json.dumps(anchors, ensure_ascii=False))
         except (OSError, ray.exceptions.RayTaskError) as e:
@@ -365,15 +354,15 @@ def cost_table(ms: list[dict[str, Any]]) -> list[str]:
     usage = sorted({k.rsplit("/", 1)[1] for m in ms for k in m if k.startswith("judge_cost/") and "/usage_" in k})
     cols = ["judge", *fields, *usage]
     out = ["", "## Judge cost", "", "Over the run (per step in brackets). " + COST_WORDS, ""]
-    out += ["| " + " | ".join(c.replace("_", " ") for c in cols) + " |", "|" + "---|" * len(cols)]
+    rows = []
     for name in judges:
         cells = [name]
         for f in cols[1:]:
             vals = [m.get(f"judge_cost/{name}/{f}") or 0 for m in ms]
             tot = sum(vals)
             cells.append(f"{tot:.1f} ({tot / len(ms):.1f})" if f == "seconds" else f"{tot} ({tot / len(ms):.1f})")
-        out.append("| " + " | ".join(cells) + " |")
-    return out
+        rows.append(cells)
+    return out + markdown_table([c.replace("_", " ") for c in cols], rows)
 
 
 COST_WORDS = (

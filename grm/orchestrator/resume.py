@@ -25,6 +25,7 @@ import yaml
 from grm.base import atomic_write_text, regular_file
 from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.orchestrator.errors import RunError
+from grm.run_format import FORMAT_KEY, check_format, line_format, read_row
 
 CONFIG = "config.resolved.yaml"
 """The first start's resolved pipeline, never rewritten."""
@@ -120,14 +121,18 @@ def record_start(run_dir: Path, now: dict[str, Any], resumed_from: Path | None) 
     return path
 
 
-# The recorder writes "step" as every row's first key: read from the line's head, a line of a
-# 150 MB samples.jsonl costs a regex, not a json.loads (grm.view.index measures the same shortcut).
+# The recorder writes "step" as every row's first key and its format as the last: read from the
+# line's ends, a line of a 150 MB samples.jsonl costs two regexes, not a json.loads (grm.view.index
+# measures the same shortcut).
 _STEP = re.compile(rb'^\{\s*"step"\s*:\s*(-?\d{1,18})(?![\d.eE])')
+_FORMAT = f'"{FORMAT_KEY}"'.encode()
 
 
-def _step_of(line: bytes, path: Path, n: int) -> int:
-    m = _STEP.match(line)
-    if m:
+def _step_of(line: bytes, path: Path, n: int, kind: str) -> int:
+    """The step of line ``n``; RunError naming it when it has none, or a format this grm cannot read."""
+    m, fmt = _STEP.match(line), line_format(line)
+    if m and (fmt is not None or _FORMAT not in line):
+        check_format(kind, 1 if fmt is None else fmt, f"{path}:{n}", RunError)
         return int(m.group(1))
     try:
         row = json.loads(line)
@@ -135,16 +140,20 @@ def _step_of(line: bytes, path: Path, n: int) -> int:
         raise RunError(
             f"{path}:{n}: not a JSON line ({e}); only the last line can be cut short by a killed writer: mend or delete it"
         ) from None
+    if isinstance(row, dict):
+        read_row(kind, row, f"{path}:{n}", RunError)
     step = row.get("step") if isinstance(row, dict) else None
     if type(step) is not int:
         raise RunError(f"{path}:{n}: no integer 'step' field; not a line grm run writes")
     return step
 
 
-def cut_after(path: Path, step: int) -> None:
+def cut_after(path: Path, step: int, kind: str | None = None) -> None:
     """Cut the lines of steps after ``step``, and a torn last line, off the end of ``path`` (a
-    metrics.jsonl or samples.jsonl), in place and fsynced. RunError naming the file (and line) when
-    it cannot be read or cut, or when a line of an earlier step follows one of a later step."""
+    metrics.jsonl or samples.jsonl: ``kind``, by default the file's stem), in place and fsynced.
+    RunError naming the file (and line) when it cannot be read or cut, when a line of an earlier
+    step follows one of a later step, or when a line has a format this grm cannot read."""
+    kind = kind or path.stem
     if not regular_file(path, RunError):  # a FIFO would block the read, a device never end it
         return
     try:
@@ -155,7 +164,7 @@ def cut_after(path: Path, step: int) -> None:
                     cut = offset if cut is None else cut
                     break
                 if line.strip():
-                    s = _step_of(line, path, n)
+                    s = _step_of(line, path, n, kind)
                     if s > step and cut is None:
                         cut = offset
                     elif s <= step and cut is not None:

@@ -11,9 +11,9 @@ and re-issued at once to the live replicas (not masked, not counted as a timeout
 (``faults.judge_restarts``) and a probe call says when it is back. When every replica of a judge is
 lost for good, the probe's error ends the run (the driver names the role, ``judge:NAME#i``).
 
-A call's deadline is the judge spec's ``limits.deadline_s`` if set, else the pipeline's
-``faults.judge_timeout_s`` if set, else derived from the judge's sampling and the call's size
-(``grm.judges.limits``); its clock starts when the call is issued, not when it is queued.
+A call's deadline is the judge spec's ``limits.deadline_s`` if set, else derived from the judge's
+sampling and the call's size (``grm.judges.limits``); its clock starts when the call is issued, not
+when it is queued.
 
 Interrupts (Ctrl-C, SIGTERM) only set a flag; it is honoured while a step is still gathering its
 rollouts and judgments (``Interrupted``, within a second), never once its training has been
@@ -34,7 +34,7 @@ from grm.judges.cost import JudgeCost
 from grm.orchestrator.anchors import AnchorStore, attach
 from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.live import NoProgress, StepProgress
-from grm.orchestrator.placement import JudgeHandle, Roles
+from grm.orchestrator.roles import JudgeHandle, Roles
 from grm.orchestrator.types import Group, JudgeCall, Judged, Replica, StepWork, rollouts_of
 
 
@@ -263,8 +263,6 @@ class Scheduler:
         after the calls already waiting (a re-issue goes first: it takes its timed-out call's slot)."""
         groups = work.landed[c]
         deadline = judge.limits.deadline(judge.limits.samples_in([len(g.rollouts) for g in groups]))
-        if not judge.limits.explicit and self.cfg.faults.judge_timeout_s is not None:
-            deadline = self.cfg.faults.judge_timeout_s
         call = JudgeCall(judge.name, c, deadline, retried=retried)
         work.calls[(c, judge.name)] = call
         if judge.local is not None:

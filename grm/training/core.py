@@ -12,15 +12,9 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import Tensor
 
+from grm.loss_fn import LossFn
 from grm.models.device import scalar
 from grm.training.batch import TrainBatch, first_target, token_logprobs
-
-LossFn = Callable[[Tensor, TrainBatch, "Tensor | None"], "tuple[Tensor, dict[str, float]]"]
-"""(outputs [b, L-1], micro-batch, entropy [b, L-1] or None) -> (scalar loss, metrics).
-``outputs`` are the module's per-token log-probs (policy) or values (critic), the micro-batch is
-on their device and carries ``totals`` (counts over the step's whole batch): the loss is this
-micro-batch's share of the whole batch's loss (divided by ``totals``, not by its own counts), so
-the trainer sums shares and the gradient does not depend on micro-batch size or rank count."""
 
 Forward = Callable[[torch.nn.Module, TrainBatch, bool], "tuple[Tensor, Tensor | None]"]
 """(module, micro-batch on the CPU, with entropy) -> (outputs [b, L-1], entropy or None) on the

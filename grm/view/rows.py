@@ -4,15 +4,18 @@ The files are written by the recorder and ``grm eval``, but the viewer opens wha
 is given: a row whose ``response`` is a number or whose ``judges`` is a list would break sorting,
 diffs or the page's script for its whole step. Each row is checked here; one that does not fit
 becomes a bad row naming its file, line and field, shown as such, and the rest of the page stands.
-Keys the viewer does not know pass through (``extra="allow"``): the recorder may add fields.
+Keys the viewer does not know pass through (``extra="allow"``): the recorder may add fields. A row
+of a format newer than this grm reads is a bad row saying so; an older one is read as migrated
+(``grm.run_format``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from grm.run_format import read_row
 from grm.view.index import bad_row
 
 _Id = str | int
@@ -20,6 +23,8 @@ _Id = str | int
 
 class _Row(BaseModel):
     model_config = ConfigDict(extra="allow")
+    file_kind: ClassVar[str | None] = None
+    """The ``grm.run_format`` kind of the file whose lines this model reads (None: a part of a line)."""
 
 
 class JudgeView(_Row):
@@ -35,6 +40,7 @@ class JudgeView(_Row):
 class SampleRow(_Row):
     """A line of a run's samples.jsonl as the sample browser reads it."""
 
+    file_kind: ClassVar[str | None] = "samples"
     step: int
     id: _Id | None = None
     group: _Id | None = None
@@ -63,6 +69,7 @@ class JudgeResultView(_Row):
 class ResultLine(_Row):
     """A line of an eval directory's results.jsonl as the pair browser reads it."""
 
+    file_kind: ClassVar[str | None] = "results"
     judge: str
     item_id: _Id | None = None
     kind: str | None = None
@@ -82,6 +89,11 @@ def check(model: type[_Row], row: dict[str, Any], where: str) -> dict[str, Any]:
     """``row`` as ``model`` reads it (a plain dict, unknown keys kept), or a bad row naming the field."""
     if "_error" in row:
         return row
+    try:
+        if model.file_kind is not None:
+            read_row(model.file_kind, row)
+    except ValueError as e:
+        return bad_row(where, str(e))
     try:
         return model.model_validate(row).model_dump()
     except ValidationError as e:

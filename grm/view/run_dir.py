@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grm.run_format import FORMAT_KEY, read_row
 from grm.view.folder import SMALL_FILE_LIMIT, Folder
 from grm.view.index import MAX_ROW_BYTES, LineIndex, RowLog, bad_row, parse_row
 from grm.view.rows import SampleRow, check
@@ -279,10 +280,14 @@ MAX_METRIC_KEYS = 10_000
 def _metric_row(row: dict[str, Any], n: int) -> dict[str, Any]:
     if "_error" in row:
         return row
+    try:
+        read_row("metrics", row)  # first: a newer format may lay out even its step otherwise
+    except ValueError as e:
+        return bad_row(f"metrics.jsonl line {n + 1}", str(e))
     step = row.get("step")
     if not isinstance(step, int) or isinstance(step, bool):
         return bad_row(f"metrics.jsonl line {n + 1}", f"'step' must be an integer, not {type(step).__name__}")
-    flat = flatten_numeric(row)
+    flat = flatten_numeric({k: v for k, v in row.items() if k != FORMAT_KEY})  # a version, not a curve
     if len(flat) > MAX_METRIC_KEYS:
         return bad_row(
             f"metrics.jsonl line {n + 1}", f"{len(flat)} numeric keys, more than the {MAX_METRIC_KEYS} a chart set may have"

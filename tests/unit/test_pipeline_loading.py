@@ -153,3 +153,16 @@ def test_a_previous_anchor_samples_greedy_answers_and_a_reference_fallback_needs
     no_refs = no_refs.replace("data: {prompts: prompts.jsonl}", "data: {prompts: prompts.jsonl, reference_field: null}")
     with pytest.raises(ConfigError, match="groups.fallback: reference, for prompts not seen before.*reference_field is null"):
         load_pipeline(write(tmp_path, no_refs))
+
+
+def test_the_old_pipeline_judge_deadline_is_refused_naming_where_it_lives_now(tmp_path):
+    """``faults.judge_timeout_s`` is gone (one deadline setting: the judge spec's limits); an old
+    YAML fails on its line and says what to write instead, and the judge-role override works."""
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    old = write(tmp_path, BASE + "faults: {judge_timeout_s: 900}\n")
+    with pytest.raises(ConfigError, match=r"p.yaml:7: faults: judge_timeout_s is no longer .* overrides: \[limits.deadline_s="):
+        load_pipeline(old)
+    role = "  - {spec: builtin:pairwise-logprob, pool: a, overrides: [limits.deadline_s=900]}"
+    new = BASE.replace("  - {spec: builtin:numeric-answer}", role)
+    (judge,) = load_pipeline(write(tmp_path, new, "new.yaml")).judges
+    assert judge.spec.limits.deadline_s == 900

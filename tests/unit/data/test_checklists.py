@@ -9,9 +9,9 @@ from grm.config import ConfigError, load_judge
 from grm.config.pipeline import DataSpec
 from grm.config.resolve import load_pipeline
 from grm.data.checklists import read_checklist
+from grm.data.errors import DataError
 from grm.data.items import to_items
 from grm.data.prompts import Prompt, check_checklists, load_prompts
-from grm.data.sources import DataError
 
 
 def jsonl(tmp_path, rows, name="p.jsonl"):

@@ -8,9 +8,10 @@ import pytest
 
 from grm.config.pipeline import DataSpec
 from grm.data import constraints as C
+from grm.data.errors import DataError
 from grm.data.items import default_map, to_items
 from grm.data.prompts import load_prompts
-from grm.data.sources import DataError, load_rows
+from grm.data.sources import load_rows
 
 
 def test_generation_is_deterministic_by_seed():

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from grm.data.errors import DataError
 from grm.data.items import default_map, parse_map, to_items
-from grm.data.sources import DataError, load_rows
+from grm.data.sources import load_rows
 
 LLMBAR = [
     {"input": "q1", "output_1": "a", "output_2": "b", "label": 1},

@@ -7,9 +7,10 @@ import os
 import pytest
 
 from grm.config.pipeline import DataSpec
+from grm.data.errors import DataError
 from grm.data.items import default_map, to_items
 from grm.data.prompts import load_prompts
-from grm.data.sources import DataError, load_rows
+from grm.data.sources import load_rows
 
 SEPARATORS = "a\u2028b\u0085c\u2029d\x0be\x0cf\x1cg\rh"  # str.splitlines cuts at every one of these
 

@@ -7,7 +7,7 @@ import pytest
 
 from grm.config.pipeline import GateSpec
 from grm.config.resolve import load_pipeline
-from grm.data.sources import DataError
+from grm.data.errors import DataError
 from grm.evaluation import gate as G
 
 PAIRS = "builtin:arith-pairs"

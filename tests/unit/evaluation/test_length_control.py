@@ -2,8 +2,9 @@
 
 import pytest
 
+from grm.evaluation.judge_metrics import compute
 from grm.evaluation.length_control import LengthControl, controlled_margins, fit_slope, pair_margin, parse_length_control
-from grm.evaluation.report import compute, summary_rows
+from grm.evaluation.report import summary_rows
 
 
 def pair(item, label, lengths, margin, mode):

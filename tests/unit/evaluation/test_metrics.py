@@ -5,7 +5,7 @@ import math
 import pytest
 
 from grm.evaluation import metrics as M
-from grm.evaluation.report import compute
+from grm.evaluation.judge_metrics import compute
 
 
 def line(judge, item, label, o1, o2, final, kind="pair", score=None, human=None):

@@ -4,6 +4,7 @@ import json
 
 from grm.config import JudgeSpec
 from grm.evaluation import report
+from grm.evaluation.judge_metrics import compute
 from grm.evaluation.runner import EvalConfig, both_orders, past_deadline, run
 from grm.judges import build_judge
 
@@ -49,11 +50,11 @@ def test_eval_records_each_batchs_cost_and_reports_it_per_judge(tmp_path, monkey
     run(EvalConfig(judges=[str(tmp_path / "pw.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=2))
     lines = [json.loads(ln) for ln in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert [ln["cost"]["calls"] for ln in lines] == [2, 2, 2]  # each batch's calls shared by its items
-    m = report.compute(lines, ["pw"])
+    m = compute(lines, ["pw"])
     cost = m["judges"]["pw"]["cost"]
     assert (cost["calls"], cost["retries"], cost["generated_tokens"], cost["items"]) == (6, 0, 18, 3)
     (row,) = report.cost_rows(m)
     assert (row["judge"], row["calls"], row["gen tok"]) == ("pw", "6", "18") and "server req" not in row
     # lines from before cost accounting count nothing, and no table is made of nothing
     old = [{k: v for k, v in ln.items() if k != "cost"} for ln in lines]
-    assert "cost" not in report.compute(old, ["pw"])["judges"]["pw"] and report.cost_rows(report.compute(old, ["pw"])) == []
+    assert "cost" not in compute(old, ["pw"])["judges"]["pw"] and report.cost_rows(compute(old, ["pw"])) == []

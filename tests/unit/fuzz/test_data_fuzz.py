@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from grm.base import JsonlError, append_jsonl, read_jsonl
 from grm.config.pipeline import DataSpec
+from grm.data.errors import DataError
 from grm.data.items import FIELDS, default_map, parse_map, to_items
 from grm.data.prompts import load_prompts
-from grm.data.sources import DataError, load_rows
+from grm.data.sources import load_rows
 from tests.unit.fuzz.support import assert_clean_failure, budget, count, fresh, run_cli
 
 MB = "x" * 2**20

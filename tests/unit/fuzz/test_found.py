@@ -12,8 +12,9 @@ import pytest
 
 from grm.config import JudgeSpec
 from grm.config.parsers import JsonParser, TargetParser
+from grm.data.errors import DataError
 from grm.data.items import default_map, to_items
-from grm.data.sources import DataError, load_rows
+from grm.data.sources import load_rows
 from grm.judges import Sample, build_judge
 from grm.judges.parsers import build_parser, last_boxed
 from tests.unit.fuzz.support import assert_clean_failure, run_cli

@@ -9,7 +9,8 @@ import pytest
 
 from grm.config import JudgeSpec
 from grm.data.items import EvalItem
-from grm.evaluation.report import judge_metrics, summary_rows
+from grm.evaluation.judge_metrics import judge_metrics
+from grm.evaluation.report import summary_rows
 from grm.evaluation.runner import summarize
 from grm.judges import Sample, build_judge
 from grm.judges.cli import read_samples

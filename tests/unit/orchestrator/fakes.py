@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from grm.data.prompts import Prompt
 from grm.judges.cost import JudgeCost, costed
 from grm.judges.types import JudgeResult
-from grm.orchestrator.placement import JudgeHandle, Roles
+from grm.orchestrator.roles import JudgeHandle, Roles
 from grm.orchestrator.types import Group, Rollout
 
 

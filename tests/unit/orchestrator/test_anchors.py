@@ -10,8 +10,8 @@ import pytest
 from grm.config import JudgeSpec
 from grm.data.prompts import Prompt, PromptStream
 from grm.orchestrator.anchors import AnchorStore, attach, remember, store_for
-from grm.orchestrator.placement import JudgeHandle
 from grm.orchestrator.recorder import Recorder
+from grm.orchestrator.roles import JudgeHandle
 from grm.orchestrator.scheduler import Scheduler
 from grm.orchestrator.types import Group, Rollout
 from tests.unit.orchestrator.fakes import FakeRay, Method, Ref, fake_policy, roles

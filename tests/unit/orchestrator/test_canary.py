@@ -152,7 +152,7 @@ def test_a_failed_canary_call_is_a_masked_reading_that_alarms_not_the_end_of_the
 
 def test_the_dry_run_plan_lists_the_gate_and_the_canary(tmp_path):
     from grm.orchestrator import dry_run
-    from grm.orchestrator.placement import Pool, role_pools
+    from grm.orchestrator.pools import Pool, role_pools
 
     (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
     p = tmp_path / "p.yaml"

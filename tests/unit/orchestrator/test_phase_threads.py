@@ -1,11 +1,12 @@
 """Sync mode keeps every core busy: a phase that runs alone takes the idle pools' cores too
-(placement's ``phase_threads``), and the policy's batch pass waits for the judges so two phases
+(pools' ``phase_threads``), and the policy's batch pass waits for the judges so two phases
 never share those cores. Async mode, streamed chunks and ``sync_threads: pool`` keep each process
 to its pool's share."""
 
 import pytest
 
-from grm.orchestrator.placement import JudgeHandle, Pool, phase_threads, role_pools
+from grm.orchestrator.pools import Pool, phase_threads, role_pools
+from grm.orchestrator.roles import JudgeHandle
 from tests.unit.orchestrator.fakes import fake_actor_judge, fake_policy
 from tests.unit.orchestrator.test_scheduler import config, make
 

@@ -4,8 +4,8 @@ and put back together."""
 from types import SimpleNamespace
 
 from grm.config.pipeline import PipelineSpec, PoolSpec
-from grm.orchestrator.placement import bundles_of, missing_resources, strategy_of
 from grm.orchestrator.policy_group import gather_rollouts, split_rollout
+from grm.orchestrator.pools import bundles_of, missing_resources, strategy_of
 
 
 def test_a_multi_rank_pool_has_one_bundle_per_rank_spread_over_its_nodes():
@@ -89,7 +89,7 @@ def test_prepare_shards_are_balanced_and_put_back_in_the_rollouts_order():
 
 
 def test_judge_replicas_spread_over_the_nodes_of_their_pool():
-    from grm.orchestrator.placement import Pool
+    from grm.orchestrator.pools import Pool
 
     pool = Pool("j", PoolSpec(cpus=4, nodes=2), None, ["judge:a#0", "judge:a#1", "judge:a#2", "reference"])
     assert [pool.bundle_of(r) for r in pool.roles] == [0, 1, 0, 0]

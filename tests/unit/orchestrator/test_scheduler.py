@@ -10,9 +10,9 @@ import pytest
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.judges.limits import CallLimits
-from grm.orchestrator.placement import JudgeHandle
 from grm.orchestrator.recorder import step_metrics
 from grm.orchestrator.rewards import reward_groups
+from grm.orchestrator.roles import JudgeHandle
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 from tests.unit.orchestrator.fakes import (
     Clock,
@@ -128,9 +128,8 @@ def test_abandon_cancels_the_rollouts_queued_ahead_and_every_judge_call_but_keep
 
 
 def test_judge_timeout_is_reissued_once_then_masked():
-    cfg = config(faults={"judge_timeout_s": 1e-9})
     actor = fake_actor_judge(ready=False)
-    sched, _, ray = make(cfg, [JudgeHandle("model", 1.0, True, actor=actor)])
+    sched, _, ray = make(config(), [JudgeHandle("model", 1.0, True, actor=actor, limits=CallLimits(deadline_s=1e-9))])
     work = sched.take(0)
     groups = sched.collect(work)
     assert len(actor.score_groups.calls) == 2 and len(ray.cancelled) == 2
@@ -178,17 +177,16 @@ def test_a_deadline_runs_from_issue_not_from_queueing(timed):
 
 
 @pytest.mark.parametrize(
-    ("limits", "faults", "expected"),
+    ("limits", "expected"),
     [
-        (CallLimits(overhead_s=5.0, sample_s=1.0), {}, 11.0),  # derived: 5 + 6 responses x 1 s
-        (CallLimits(overhead_s=5.0, sample_s=1.0, per_group=True), {}, 8.0),  # listwise: 5 + 3 groups x 1 s
-        (CallLimits(overhead_s=5.0, sample_s=1.0), {"judge_timeout_s": 7.0}, 7.0),  # the pipeline's beats derived
-        (CallLimits(deadline_s=3.0), {"judge_timeout_s": 7.0}, 3.0),  # the judge's own explicit one beats both
-        (CallLimits(), {}, math.inf),  # a handle without a spec: no deadline
+        (CallLimits(overhead_s=5.0, sample_s=1.0), 11.0),  # derived: 5 + 6 responses x 1 s
+        (CallLimits(overhead_s=5.0, sample_s=1.0, per_group=True), 8.0),  # listwise: 5 + 3 groups x 1 s
+        (CallLimits(overhead_s=5.0, sample_s=1.0, deadline_s=3.0), 3.0),  # the judge's explicit one beats derived
+        (CallLimits(), math.inf),  # a handle without a spec: no deadline
     ],
 )
-def test_which_deadline_a_call_gets(limits, faults, expected):
-    sched, _, _ = make(config(faults=faults), [JudgeHandle("model", 1.0, True, actor=fake_actor_judge(), limits=limits)])
+def test_which_deadline_a_call_gets(limits, expected):
+    sched, _, _ = make(config(), [JudgeHandle("model", 1.0, True, actor=fake_actor_judge(), limits=limits)])
     work = sched.take(0)
     sched.collect(work)
     assert work.calls[(0, "model")].deadline_s == expected

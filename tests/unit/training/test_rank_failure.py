@@ -102,7 +102,7 @@ def test_a_rank_that_fails_to_start_stops_the_run_without_waiting_for_the_ranks_
     answers as they come, so rank 1's failure is reported while rank 0 still waits."""
     from types import SimpleNamespace
 
-    from grm.orchestrator.placement import started
+    from grm.orchestrator.roles import started
 
     class ActorError(Exception):
         pass
