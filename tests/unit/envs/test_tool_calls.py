@@ -1,0 +1,197 @@
+"""Tool-call parsing: the Hermes/Qwen block and the plain JSON forms read back; every malformed class
+is a ToolCallError value with a short reason; no text makes the parser raise."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grm.data.trajectory import ToolCall
+from grm.envs.tool_calls import ToolCallError, check_arguments, hermes_messages, parse_tool_calls
+from grm.envs.tools import CalculatorTool, PythonTool
+
+TOOLS = [
+    CalculatorTool.schema,
+    PythonTool.schema,
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "k": {"type": "integer", "minimum": 1, "maximum": 10},
+                    "mode": {"enum": ["fast", "deep"]},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["query"],
+            },
+        },
+    },
+]
+
+CALC = '{"name": "calculator", "arguments": {"expression": "2+3"}}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"<tool_call>\n{CALC}\n</tool_call>",  # what Qwen2.5's template asks for
+        f"Let me compute.\n<tool_call>\n{CALC}\n</tool_call>",
+        f"<tool_call>\n{CALC}\n",  # generation stopped at </tool_call>, which the engine cut off
+        f"<tool_call>```json\n{CALC}\n```</tool_call>",
+        CALC,  # plain JSON object as the whole message
+        f"```json\n{CALC}\n```",
+        f"[{CALC}]",
+        '{"name": "calculator", "parameters": {"expression": "2+3"}}',  # Llama-style key
+        '{"name": "calculator", "arguments": "{\\"expression\\": \\"2+3\\"}"}',  # OpenAI wire form
+    ],
+)
+def test_a_good_call_is_read_in_every_supported_form(text):
+    assert parse_tool_calls(text, TOOLS, turn=2) == [ToolCall("calculator", {"expression": "2+3"}, "call_2_0")]
+
+
+def test_several_blocks_give_several_calls_with_their_own_ids():
+    text = f"<tool_call>{CALC}</tool_call>\n<tool_call>" + '{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>'
+    calls = parse_tool_calls(text, TOOLS, turn=1)
+    assert [(c.name, c.id) for c in calls] == [("calculator", "call_1_0"), ("python", "call_1_1")]
+
+
+def test_an_unclosed_block_followed_by_another_reads_both():
+    calls = parse_tool_calls(f"<tool_call>{CALC}\n<tool_call>{CALC}</tool_call>", TOOLS)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The answer is \\boxed{5}.",
+        "",
+        '{"answer": 5}',  # JSON, but no call: the answer written as JSON
+        "{not json at all",  # text that merely starts with a brace
+        "[1, 2, 3]",
+    ],
+)
+def test_text_without_a_call_gives_no_calls(text):
+    assert parse_tool_calls(text, TOOLS) == []
+
+
+@pytest.mark.parametrize(
+    "text,kind,reason",
+    [
+        ("<tool_call>{'name': 'calculator'}</tool_call>", "bad_json", "not valid JSON"),
+        ("<tool_call>\n</tool_call>", "bad_json", "not valid JSON"),
+        ('{"name": "calculator", "arguments": {"expression": }', "bad_json", "not valid JSON"),  # plain form, an attempt
+        ("<tool_call>" + "[" * 100_000 + "</tool_call>", "bad_json", "nested too deeply"),
+        ("<tool_call>" + '{"name": "calculator", "arguments": {"expression": ' + "9" * 5000 + "}}</tool_call>", "bad_json", ""),
+        ('<tool_call>{"name": "calculator", "arguments": "{bad"}</tool_call>', "bad_json", "arguments of calculator"),
+        ('<tool_call>{"tool": "calculator"}</tool_call>', "not_a_call", '{"name": ..., "arguments": {...}}'),
+        ("<tool_call>42</tool_call>", "not_a_call", ""),
+        ('<tool_call>{"name": "rm", "arguments": {}}</tool_call>', "unknown_tool", "no tool named 'rm' (tools: calculator"),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expression": 5}}</tool_call>',
+            "bad_arguments",
+            "calculator: arguments.expression: expected string, got integer",
+        ),
+        ('<tool_call>{"name": "calculator", "arguments": {}}</tool_call>', "bad_arguments", "missing 'expression'"),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "1", "x": 2}}</tool_call>',
+            "bad_arguments",
+            "unexpected argument 'x'",
+        ),
+        ('<tool_call>{"name": "calculator", "arguments": [1]}</tool_call>', "bad_arguments", "must be a JSON object"),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "q", "k": true}}</tool_call>',
+            "bad_arguments",
+            "arguments.k: expected integer, got boolean",
+        ),
+        ('<tool_call>{"name": "search", "arguments": {"query": "q", "k": 11}}</tool_call>', "bad_arguments", "must be <= 10"),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "q", "mode": "slow"}}</tool_call>',
+            "bad_arguments",
+            "expected one of",
+        ),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": "q", "tags": ["a", 1]}}</tool_call>',
+            "bad_arguments",
+            r"arguments.tags[1]: expected string",
+        ),
+        (f"<tool_call>{CALC}</tool_call>" * 5, "too_many_calls", "5 tool calls in one turn; at most 4"),
+        ("<tool_call>[" + ", ".join([CALC] * 5) + "]</tool_call>", "too_many_calls", "at most 4"),
+    ],
+)
+def test_every_malformed_class_is_an_error_value_with_a_short_reason(text, kind, reason):
+    got = parse_tool_calls(text, TOOLS)
+    assert isinstance(got, ToolCallError), got
+    assert got.kind == kind and reason in got.message
+    assert len(got.message) < 200 and str(got) == got.message
+
+
+def test_without_tools_any_name_is_accepted_and_plain_json_can_be_turned_off():
+    assert parse_tool_calls('<tool_call>{"name": "anything", "arguments": {"a": 1}}</tool_call>')[0].name == "anything"
+    assert parse_tool_calls(CALC, TOOLS, plain_json=False) == []
+
+
+def test_an_integral_float_counts_as_an_integer_argument():
+    assert check_arguments(3.0, {"type": "integer"}) is None
+    assert check_arguments(3.5, {"type": "integer"}) == "arguments: expected integer, got number"
+    assert check_arguments(None, {"type": ["string", "null"]}) is None
+
+
+FRAGMENTS = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "}",
+        "[",
+        "]",
+        '"name"',
+        '"arguments"',
+        ":",
+        ",",
+        '"calculator"',
+        "```json",
+        "```",
+        '"expression"',
+        "1",
+        "null",
+        "\n",
+        " ",
+        '"',
+        "\\",
+        "9" * 50,
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(FRAGMENTS, st.text(max_size=20)), max_size=40))
+def test_random_text_never_raises(parts):
+    got = parse_tool_calls("".join(parts), TOOLS)
+    assert isinstance(got, ToolCallError) or all(isinstance(c, ToolCall) for c in got)
+
+
+def test_hermes_messages_put_the_tools_in_the_system_message_and_calls_in_the_text():
+    msgs = [
+        {"role": "user", "content": "2+3?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"function": {"name": "calculator", "arguments": '{"expression": "2+3"}'}}],
+        },
+        {"role": "tool", "name": "calculator", "content": "5"},
+    ]
+    out = hermes_messages(msgs, [CalculatorTool.schema])
+    assert out[0]["role"] == "system" and '"name": "calculator"' in out[0]["content"] and "<tool_call>" in out[0]["content"]
+    assert parse_tool_calls(out[2]["content"], [CalculatorTool.schema]) == [
+        ToolCall("calculator", {"expression": "2+3"}, "call_0_0")
+    ]
+    assert msgs[1]["content"] is None  # the caller's messages are left alone
+
+
+def test_a_broken_tool_schema_is_not_the_policys_fault_and_never_raises():
+    tools = [{"type": "function", "function": {"name": "odd", "parameters": {"type": "object", "required": 3, "enum": 5}}}]
+    assert parse_tool_calls('{"name": "odd", "arguments": {"a": 1}}', tools)[0].arguments == {"a": 1}
+    tools = [{"type": "function", "function": {"name": "odd", "parameters": "not a schema"}}]
+    assert parse_tool_calls('{"name": "odd", "arguments": {}}', tools)[0].name == "odd"
