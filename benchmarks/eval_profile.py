@@ -22,6 +22,9 @@ from pathlib import Path
 from eval_throughput import DATA  # beside this file; it also sets HF_HUB_OFFLINE
 from machine import machine
 
+from grm.judges.render import render
+from grm.judges.runtime import load_engine
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,7 +52,7 @@ def main() -> int:
     items, _ = to_items(rows, default_map(args.data, set(rows[0])), args.data)
     items = items[: args.limit]
     judge = load_judges([args.judge], args.overrides)[0]
-    eng = judge.engine
+    eng = load_engine(judge)
     model = eng.model
     forward = model.forward
     spent = {"prefill": 0.0, "decode": 0.0, "steps": 0, "row_steps": 0}
@@ -82,7 +85,7 @@ def main() -> int:
     t0, prompts, tokens = time.perf_counter(), 0, 0
     for it in items:
         for s in samples_for(judge.spec, it):
-            for v in (st for st in judge.render(s) if st["stage"] == "judge"):
+            for v in (st for st in render(judge, s) if st["stage"] == "judge"):
                 ids = torch.tensor([eng.encode(v["request"])])
                 prompts, tokens = prompts + v["n"], tokens + ids.shape[1]
                 with torch.inference_mode():
@@ -91,7 +94,7 @@ def main() -> int:
     print(
         json.dumps(
             {
-                "judge": judge.name,
+                "judge": judge.spec.name,
                 "items": len(items),
                 "prompts": prompts,
                 "prompt_tokens": tokens,

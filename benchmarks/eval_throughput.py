@@ -26,6 +26,9 @@ from pathlib import Path
 
 from machine import machine  # beside this file
 
+from grm.judges.render import render
+from grm.judges.runtime import load_engine
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference" / "mt-bench.json"
 
@@ -79,7 +82,7 @@ def main() -> int:
 
     # naive: the same rendered prompts, one model.generate call per prompt and order
     judge = load_judges([args.judge], args.overrides)[0]
-    eng = judge.engine
+    eng = load_engine(judge)
     rows = load_rows(args.data)
     items, _ = to_items(rows, default_map(args.data, set(rows[0])), args.data)
     sp = judge.spec.sampling
@@ -87,7 +90,7 @@ def main() -> int:
     n_gen = 0
     for it in items[: args.naive_items]:
         for s in samples_for(judge.spec, it):
-            for v in (st for st in judge.render(s) if st["stage"] == "judge"):
+            for v in (st for st in render(judge, s) if st["stage"] == "judge"):
                 ids = torch.tensor([eng.encode(v["request"])])
                 for _ in range(v["n"]):
                     with torch.inference_mode():
@@ -121,7 +124,7 @@ def main() -> int:
     t0, n_tok = time.perf_counter(), 0
     for it in items[: args.naive_items]:
         for s in samples_for(judge.spec, it):
-            for v in (st for st in judge.render(s) if st["stage"] == "judge"):
+            for v in (st for st in render(judge, s) if st["stage"] == "judge"):
                 ids = torch.tensor([eng.encode(v["request"])])
                 n_tok += ids.shape[1]
                 with torch.inference_mode():

@@ -98,7 +98,7 @@ class _api:
     def render(judge: Any, sample: Any) -> Any:
         if hasattr(judge, "render"):
             return judge.render(sample)
-        from grm.judges.spec_functions import render
+        from grm.judges.render import render
 
         return render(judge, sample)
 
@@ -106,7 +106,7 @@ class _api:
     def rescore(judge: Any, stored: dict[str, Any], n: int) -> Any:
         if hasattr(judge, "rescore"):
             return judge.rescore(stored, n)
-        from grm.judges.spec_functions import rescore
+        from grm.judges.rescore import rescore
 
         return rescore(judge, stored, n)
 
@@ -128,11 +128,7 @@ class _api:
 
     @staticmethod
     def provenance(judge: Any) -> Any:
-        if hasattr(judge, "provenance") and callable(judge.provenance):
-            return judge.provenance()
-        from grm.judges.spec_functions import provenance
-
-        return provenance(judge)
+        return judge.provenance()  # each judge class's own (not part of the Judge protocol)
 
 
 def compare(a: Path, b: Path) -> int:

@@ -15,6 +15,9 @@ import time
 
 from machine import machine  # beside this file
 
+from grm.judges.base import score_one
+from grm.judges.runtime import load_engine
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -33,7 +36,7 @@ def main() -> None:
     samples = [Sample(prompt=r["input"], response=r[f"output_{1 + i % 2}"], id=r["id"]) for i, r in enumerate(rows)]
     for ref in ("builtin:helpfulness-pointwise", "builtin:helpfulness-pointwise-logprob"):
         judge = load(ref)
-        _ = judge.engine
+        _ = load_engine(judge)
         judge.score_batch(samples[:1])  # warm-up
         t0 = time.perf_counter()
         res = judge.score_batch(samples)
@@ -41,12 +44,12 @@ def main() -> None:
         first_try = [s for r in res for s in r.samples if s.attempt == 0]
         t0 = time.perf_counter()
         for s in samples[: args.one_by_one]:
-            judge.score(s)
+            score_one(judge, s)
         single = (time.perf_counter() - t0) / args.one_by_one
         print(
             json.dumps(
                 {
-                    "judge": judge.name,
+                    "judge": judge.spec.name,
                     "parser": judge.spec.parser.type,
                     "items": len(samples),
                     "n": judge.spec.sampling.n,

@@ -60,6 +60,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # roofline.py and machine.py, beside this file
 from machine import machine  # noqa: E402
 
+from grm.judges.render import render  # noqa: E402
+
 PIPELINE = HERE / "peer" / "grpo.yaml"
 PROMPTS, GROUP, NEW_TOKENS, BETA, LR = 8, 4, 48, 0.04, 1e-6
 
@@ -90,7 +92,7 @@ def run_trl(steps: int) -> dict:
         texts = []
         for p, c in zip(prompts, completions, strict=False):
             s = Sample(prompt=p[-1]["content"], response=c[0]["content"] if isinstance(c, list) else c)
-            (stage,) = [st for st in judge.render(s) if st["stage"] == "judge"]
+            (stage,) = [st for st in render(judge, s) if st["stage"] == "judge"]
             texts.append(jtok.apply_chat_template(stage["request"].messages, tokenize=False, continue_final_message=True))
         enc = jtok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from machine import machine  # beside this file
 
+from grm.judges.runtime import load_engine
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "human-preference" / "mt-bench.json"
@@ -93,7 +95,7 @@ def main() -> None:
     from grm.judges.runtime import load
 
     judge = load(args.judge, overrides=args.overrides)
-    engine = judge.engine
+    engine = load_engine(judge)
     samples, source = _samples(judge.spec.mode, args.items, args.group)
     batches = [samples[i : i + args.batch] for i in range(0, len(samples), args.batch)]
     judge.score_batch(samples[:1])  # warm-up: weights paged in, kernels picked
@@ -127,7 +129,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "judge": judge.name,
+                "judge": judge.spec.name,
                 "model": judge.spec.model,
                 "items": len(samples),
                 "source": source,

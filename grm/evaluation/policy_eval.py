@@ -144,7 +144,7 @@ def judged_sha(p: Prompt, responses: Sequence[str]) -> str:
 
 
 def result_key(judge: Judge, side: str, p: Prompt, responses: Sequence[str]) -> tuple[str, ...]:
-    return (judge.name, judge.spec_hash, side, p.id, judged_sha(p, responses))
+    return (judge.spec.name, judge.spec_hash, side, p.id, judged_sha(p, responses))
 
 
 def _line_key(x: dict[str, Any]) -> tuple[str, ...]:
@@ -204,7 +204,7 @@ def result_line(judge: Judge, side: str, p: Prompt, responses: Sequence[str], r:
     per-key ``details`` a verifier may report, and the raw result."""
     mode = judge.spec.mode
     line: dict[str, Any] = {
-        "judge": judge.name,
+        "judge": judge.spec.name,
         "spec_sha256": judge.spec_hash,
         "mode": mode,
         "side": side,
@@ -276,7 +276,7 @@ def score(
         ]
         if not work:
             continue
-        task = progress.add_task(escape_controls(f"judge {judge.name}"), total=len(work))
+        task = progress.add_task(escape_controls(f"judge {judge.spec.name}"), total=len(work))
         for chunk in _chunks(work, batch_size):
             samples = [
                 Sample(
@@ -291,7 +291,7 @@ def score(
             try:
                 res = judge.score_batch(samples)
             except JudgeError as e:
-                raise EvalError(f"judge '{judge.name}': {e}") from None
+                raise EvalError(f"judge '{judge.spec.name}': {e}") from None
             append_jsonl(path, [result_line(judge, s, p, t, r) for (s, p, t), r in zip(chunk, res, strict=True)])
             progress.update(task, advance=len(chunk))
 
@@ -319,7 +319,7 @@ def _run_policy_eval(cfg: PolicyEvalConfig, console: Any, held: ExitStack) -> di
     judges = load_judges(list(cfg.judges), cfg.overrides)
     compare = [j for j in judges if j.spec.mode not in PER_RESPONSE]
     if compare and cfg.against is None:
-        names = ", ".join(f"'{j.name}' ({j.spec.mode})" for j in compare)
+        names = ", ".join(f"'{j.spec.name}' ({j.spec.mode})" for j in compare)
         raise EvalError(f"judge {names} compares two responses: give --against OTHER to compare POLICY with")
     sources = {"policy": resolve_policy(cfg.policy)}
     if cfg.against is not None:
@@ -333,7 +333,7 @@ def _run_policy_eval(cfg: PolicyEvalConfig, console: Any, held: ExitStack) -> di
         "policy_ref": cfg.policy,
         "against_ref": cfg.against,
         "limit": cfg.limit,
-        "judges": [{"name": j.name, "spec_sha256": j.spec_hash, "mode": j.spec.mode} for j in judges],
+        "judges": [{"name": j.spec.name, "spec_sha256": j.spec_hash, "mode": j.spec.mode} for j in judges],
     }
     check_resume(cfg.out, ident, record, cfg.force)
 

@@ -199,7 +199,7 @@ def write_policy_outputs(
 
     m = compute(prompts, responses, lines, sides)
     m.update(extra or {})
-    m["judges"] = {j.name: {"mode": j.spec.mode, "spec_sha256": j.spec_hash} for j in judges}
+    m["judges"] = {j.spec.name: {"mode": j.spec.mode, "spec_sha256": j.spec_hash} for j in judges}
     atomic_write_text(out / "summary.json", json.dumps(json_safe(m), indent=2, default=str))
     rows, crows = table_rows(m), comparison_rows(m)
     against = f" against `{m['against']['ref']}`" if m.get("against") else ""

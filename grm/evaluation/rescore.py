@@ -14,6 +14,7 @@ from grm.evaluation.report import write_outputs
 from grm.evaluation.runner import EvalError, both_orders, check_result_line, outcome, read_record
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
+from grm.judges.rescore import rescore as rescore_result
 from grm.judges.runtime import build_judge
 from grm.run_format import stamp
 
@@ -108,7 +109,7 @@ def _rescore(
             continue
         k = 2 if judge.spec.mode in ("pairwise", "listwise") else 1
         try:
-            res = [judge.rescore(r, k) for r in line["results"]]
+            res = [rescore_result(judge, r, k) for r in line["results"]]
             new = {
                 **line,
                 "results": [r.to_dict() for r in res],

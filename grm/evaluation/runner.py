@@ -70,7 +70,7 @@ def load_judges(refs: Sequence[str], overrides: Sequence[str]) -> list[Judge]:
         j = load(ref, overrides=overrides)
         spec = both_orders(j.spec)
         judges.append(j if spec is j.spec else build_judge(spec, j.base_dir))
-    names = [j.name for j in judges]
+    names = [j.spec.name for j in judges]
     if len(set(names)) != len(names):
         raise EvalError(f"two judges share a name ({', '.join(names)}); give each a distinct name")
     return judges
@@ -81,7 +81,7 @@ def summarize(judge: Judge, item: EvalItem, results: list[Any], cost: JudgeCost 
     of its batch's cost (``grm.judges.cost.split``: counts sum exactly over the batch)."""
     mode = judge.spec.mode
     line: dict[str, Any] = {
-        "judge": judge.name,
+        "judge": judge.spec.name,
         "item_id": item.id,
         "input_hash": item.input_hash,
         "kind": item.kind,
@@ -111,7 +111,7 @@ def config_record(cfg: EvalConfig, judges: list[Judge], mapping: dict[str, str])
         "limit": cfg.limit,
         "judges": [
             {
-                "name": j.name,
+                "name": j.spec.name,
                 "spec_sha256": j.spec_hash,
                 "spec": json.loads(j.spec.model_dump_json()),
                 "base_dir": str(j.base_dir),
@@ -184,7 +184,7 @@ def past_deadline(judge: Judge, samples: int, seconds: float) -> str | None:
     if seconds <= deadline:
         return None
     return (
-        f"judge '{judge.name}': a batch of {samples} samples took {seconds:.0f} s, past its {deadline:.0f} s deadline "
+        f"judge '{judge.spec.name}': a batch of {samples} samples took {seconds:.0f} s, past its {deadline:.0f} s deadline "
         "(limits in the judge spec); grm run would re-issue such a call, then mask it"
     )
 
@@ -240,12 +240,12 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
     results_path = cfg.out / "results.jsonl"
     existing = read_jsonl(results_path, check=check_result_line)
     done = {(r["judge"], r["item_id"]) for r in existing}
-    todo = {j.name: [it for it in items if (j.name, it.id) not in done] for j in judges}
+    todo = {j.spec.name: [it for it in items if (j.spec.name, it.id) not in done] for j in judges}
     total = sum(len(v) for v in todo.values())
     if total < sum(len(items) for _ in judges):
         console.print(f"resuming: {sum(len(items) for _ in judges) - total} judgments already in {results_path}")
     t_start = time.perf_counter()
-    overruns = {j.name: 0 for j in judges}
+    overruns = {j.spec.name: 0 for j in judges}
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),  # a judge's name: not markup
         BarColumn(),
@@ -257,8 +257,8 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
         disable=total == 0,
     ) as progress:
         for judge in judges:
-            pending = todo[judge.name]
-            task = progress.add_task(escape_controls(judge.name), total=len(pending), rate="-")
+            pending = todo[judge.spec.name]
+            task = progress.add_task(escape_controls(judge.spec.name), total=len(pending), rate="-")
             t0 = time.perf_counter()
             n_done = 0
             for chunk in _chunks(pending, cfg.batch_size):
@@ -268,10 +268,10 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
                 try:
                     res, cost = costed(judge, judge.score_batch, flat)
                 except JudgeError as e:
-                    raise EvalError(f"judge '{judge.name}': {e}") from None
+                    raise EvalError(f"judge '{judge.spec.name}': {e}") from None
                 late = past_deadline(judge, len(flat), time.perf_counter() - t_batch)
                 if late:
-                    overruns[judge.name] += 1
+                    overruns[judge.spec.name] += 1
                     progress.console.print(late, style="yellow", markup=False)
                 lines, k = [], 0
                 for it, ss, share in zip(chunk, per_item, split(cost, len(chunk)), strict=True):
@@ -283,11 +283,11 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
     wall = time.perf_counter() - t_start
     all_results = read_jsonl(results_path, check=check_result_line)
     wanted = {it.id for it in items}
-    all_results = [r for r in all_results if r["item_id"] in wanted and r["judge"] in {j.name for j in judges}]
+    all_results = [r for r in all_results if r["item_id"] in wanted and r["judge"] in {j.spec.name for j in judges}]
     return write_outputs(
         cfg.out,
         all_results,
-        [j.name for j in judges],
+        [j.spec.name for j in judges],
         extra={
             "wall_seconds_this_run": wall,
             "deadline_overruns_this_run": overruns,

@@ -1,4 +1,4 @@
-"""The ``Judge`` protocol every judge mode implements, and the small pieces all modes share.
+"""The ``Judge`` protocol every judge implements, and the functions over a judge spec all modes share.
 
 A judge is built by ``grm.judges.runtime.build_judge`` (or ``load``), which picks the class for
 ``spec.mode``; callers only ever see this protocol.
@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from grm.config.judge import GroupSpec, GuardSpec, JudgeSpec
 from grm.engines.base import GenerationEngine
 from grm.judges.cost import JudgeCost
-from grm.judges.templates import Template
 from grm.judges.types import JudgeResult, Sample
 
 
 class Judge(Protocol):
-    """Scores samples with one judge spec (a generative reward model or a rule verifier)."""
+    """Scores samples with one judge spec (a generative reward model or a rule verifier).
+
+    What callers use, and nothing else: rendering (``grm.judges.render``), rescoring
+    (``grm.judges.rescore``), normalising (``normalize``) and provenance are functions over the spec."""
 
     spec: JudgeSpec
     base_dir: Path
@@ -31,19 +34,9 @@ class Judge(Protocol):
     """Running totals of its model calls, tokens and retries (``grm.judges.cost.costed`` takes one
     call's share)."""
 
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def engine(self) -> GenerationEngine:
-        """The judge model's engine, loaded on first use (a rule verifier has none and raises)."""
-        ...
-
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         """One result per sample, in order, with as few engine calls as the mode allows."""
         ...
-
-    def score(self, sample: Sample) -> JudgeResult: ...
 
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
         """One result per response of each group, in group order.
@@ -54,21 +47,34 @@ class Judge(Protocol):
         """
         ...
 
-    def render(self, sample: Sample) -> list[dict[str, Any]]:
-        """Every prompt the judge would send for ``sample`` (none for a rule verifier)."""
-        ...
 
-    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
-        """Re-parse and re-aggregate a stored result (``JudgeResult.to_dict()``) without generating."""
-        ...
+def score_one(judge: Judge, sample: Sample) -> JudgeResult:
+    """``judge``'s result for one sample."""
+    return judge.score_batch([sample])[0]
 
-    def provenance(self) -> dict[str, Any]: ...
 
-    def normalize(self, x: float | None) -> float | None:
-        """A raw score mapped onto [0, 1] for rewards (unchanged when the judge has no range)."""
-        ...
+@dataclass
+class GroupPlan:
+    """What a judge scores for a step's groups (``items``, one batch) and how the items' results
+    become one result per response of each group (``regroup``)."""
 
-    def score_range(self) -> tuple[float, float] | None: ...
+    items: list[Sample]
+    regroup: Callable[[list[JudgeResult]], list[list[JudgeResult | None]]]
+
+
+def alone(groups: Sequence[Sequence[Sample]]) -> GroupPlan:
+    """The plan of judges that score each response on its own: every response of every group in one batch."""
+    sizes = [len(g) for g in groups]
+
+    def regroup(results: list[JudgeResult]) -> list[list[JudgeResult | None]]:
+        out: list[list[JudgeResult | None]] = []
+        k = 0
+        for n in sizes:
+            out.append(list(results[k : k + n]))
+            k += n
+        return out
+
+    return GroupPlan([s for g in groups for s in g], regroup)
 
 
 LATER_FIELDS = {"guard": GuardSpec(), "groups": GroupSpec(), "checklist": None}
@@ -113,28 +119,31 @@ def _later_sampling(model: Any) -> dict[str, Any]:
 
 
 def provenance(
-    spec: JudgeSpec,
-    spec_hash: str,
-    template: Template | None = None,
-    principles: Template | None = None,
-    engine: GenerationEngine | None = None,
+    spec: JudgeSpec, spec_hash: str, templates: dict[str, str | None] | None = None, engine: GenerationEngine | None = None
 ) -> dict[str, Any]:
-    """What produced a result: spec and template hashes, model, seed and the engine's weights version."""
+    """What produced a result: spec and template hashes (``templates``: name -> sha256), model, seed
+    and the engine's weights version."""
+    templates = templates or {}
     return {
         "judge": spec.name,
         "spec_sha256": spec_hash,
         "mode": spec.mode,
-        "template_sha256": template.sha256 if template else None,
-        "principles_template_sha256": principles.sha256 if principles else None,
+        "template_sha256": templates.get("template_sha256"),
+        "principles_template_sha256": templates.get("principles_template_sha256"),
         "model": spec.model,
         "seed": spec.sampling.seed,
         "engine_version": getattr(engine, "version", None) if engine else None,
+        **{k: v for k, v in templates.items() if k not in ("template_sha256", "principles_template_sha256")},
     }
 
 
 def score_range(spec: JudgeSpec) -> tuple[float, float] | None:
+    """The range of the judge's raw scores that rewards map onto [0, 1] (None: no range; rewards are
+    the raw scores). A checklist judge's score is a probability: [0, 1] unless ``normalize`` says."""
     if spec.normalize:
         return (spec.normalize.low, spec.normalize.high)
+    if spec.mode == "checklist":
+        return (0.0, 1.0)
     rng: tuple[float, float] | None = getattr(spec.parser, "range", None)
     if rng is not None and spec.aggregate.type == "sum":
         return (rng[0] * spec.sampling.n, rng[1] * spec.sampling.n)
@@ -166,15 +175,3 @@ def spread_seconds(results: list[JudgeResult], t0: float) -> list[JudgeResult]:
     for r in results:
         r.seconds = elapsed / len(results)
     return results
-
-
-def score_alone(judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
-    """``score_groups`` for judges that score each response on its own: all groups in one batch."""
-    flat = [s for g in groups for s in g]
-    results = judge.score_batch(flat) if flat else []  # an empty step must not load the judge model
-    out: list[list[JudgeResult | None]] = []
-    k = 0
-    for g in groups:
-        out.append([r for r in results[k : k + len(g)]])
-        k += len(g)
-    return out

@@ -25,17 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from grm.config.judge import JudgeSpec
-from grm.config.paths import resolve_path
 from grm.data.checklists import METADATA_KEY, check_length, read_checklist
-from grm.data.sources import DataError
+from grm.data.errors import DataError
 from grm.engines.base import GenerationEngine, GenerationRequest
 from grm.judges import base
 from grm.judges.aggregate import final_attempts, vote
+from grm.judges.base import GroupPlan, Judge
 from grm.judges.cost import JudgeCost
+from grm.judges.engine_slot import EngineSlot
 from grm.judges.errors import JudgeError
-from grm.judges.parsers import ParsedScore, expected_value, fail
-from grm.judges.sampler import CritiqueSampler
-from grm.judges.templates import Template, load_template, render_limits
+from grm.judges.model import ModelJudge
+from grm.judges.parsers import JudgeParsers, ParsedScore, expected_value, fail
+from grm.judges.prompts import load_judge_template
+from grm.judges.templates import Template, render_limits
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.views import View, sampling_params
 
@@ -84,12 +86,12 @@ def checklist_score(answers: Sequence[dict[str, Any]]) -> float | None:
 
 
 class QuestionMode:
-    """The sampler ``Mode`` of one (response, question) reading: one view; the logprob parser's
-    [yes, no] candidates valued [1, 0], so the value read is P(yes) renormalised over the two; the
-    n readings (with a critique first, n may exceed 1) vote."""
+    """The judge mode of one (response, question) reading: one view; the logprob parser's [yes, no]
+    candidates valued [1, 0], so the value read is P(yes) renormalised over the two; the n readings
+    (with a critique first, n may exceed 1) vote."""
 
-    def __init__(self, sampler: CritiqueSampler) -> None:
-        self.spec = sampler.spec
+    def __init__(self, spec: JudgeSpec, parsers: JudgeParsers) -> None:
+        self.spec = spec
 
     def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
         return [([0], self.spec.sampling.n)]
@@ -104,6 +106,9 @@ class QuestionMode:
     def combine(self, views: list[View], n_responses: int) -> JudgeResult:
         p = vote(self.spec.aggregate, final_attempts(views[0].records)) if views else None
         return JudgeResult(judge=self.spec.name, score=p, reward=p)
+
+    def group(self, groups: Sequence[Sequence[Sample]]) -> GroupPlan:
+        return base.alone(groups)
 
 
 @dataclass
@@ -212,48 +217,36 @@ def item_sample(s: Sample, k: int, question: str) -> Sample:
 
 
 class ChecklistJudge:
-    """A checklist judge (``mode: checklist``): implements the ``Judge`` protocol."""
+    """A checklist judge (``mode: checklist``): implements the ``Judge`` protocol. Its questions are
+    read by a model judge of the same spec in ``QuestionMode`` (``reader``), one item per question."""
 
-    def __init__(self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> None:
+    def __init__(self, spec: JudgeSpec, base_dir: Path, slot: EngineSlot, meta: Judge | None = None) -> None:
         if spec.checklist is None:
             raise JudgeError(f"judge '{spec.name}': mode 'checklist' needs checklist: {{source: data|model}}")
         self.spec = spec
-        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
-        self.sampler = CritiqueSampler(spec, self.base_dir, engine)
-        self.spec_hash = self.sampler.spec_hash
-        self.mode = QuestionMode(self.sampler)
+        self.base_dir = base_dir
+        self.reader = ModelJudge(spec, base_dir, slot, mode=QuestionMode, meta=meta)
+        self.spec_hash = self.reader.spec_hash
         self.writer: ChecklistWriter | None = None
         if spec.checklist.source == "model":
-            try:
-                template = load_template(resolve_path(spec.checklist.template or "", self.base_dir, "prompts"))
-            except FileNotFoundError as e:
-                raise JudgeError(str(e)) from None
-            self.writer = ChecklistWriter(spec, template)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def engine(self) -> GenerationEngine:
-        return self.sampler.engine
+            self.writer = ChecklistWriter(spec, load_judge_template(spec.checklist.template or "", base_dir))
 
     @property
     def cost(self) -> JudgeCost:
-        """The sampler's running totals: the questions' readings and the checklists' writing."""
-        return self.sampler.cost
+        """The reader's running totals: the questions' readings and the checklists' writing."""
+        return self.reader.cost
 
     def from_data(self, s: Sample, where: str) -> list[dict[str, Any]]:
         """A sample's own checklist (``metadata["checklist"]``), or a JudgeError naming the sample."""
         if METADATA_KEY not in s.metadata:
             raise JudgeError(
-                f"{where}: judge '{self.name}' reads the checklist from the data (checklist.source: data) but the "
+                f"{where}: judge '{self.spec.name}' reads the checklist from the data (checklist.source: data) but the "
                 f"sample has no metadata.{METADATA_KEY} (pipelines: data.checklist_field; grm eval: --map checklist=COLUMN)"
             )
         assert self.spec.checklist is not None
         try:
             items = read_checklist(s.metadata[METADATA_KEY], f"{where}: metadata.{METADATA_KEY}")
-            check_length(items, self.spec.checklist.max_items, self.name, f"{where}: metadata.{METADATA_KEY}")
+            check_length(items, self.spec.checklist.max_items, self.spec.name, f"{where}: metadata.{METADATA_KEY}")
             return items
         except DataError as e:
             raise JudgeError(str(e)) from None
@@ -262,7 +255,7 @@ class ChecklistJudge:
         if self.writer is not None:
             if not samples:
                 return []
-            lists = self.writer.write(self.sampler.metered, samples)
+            lists = self.writer.write(self.reader.sampler.metered, samples)
             self.cost.retries += sum(r.attempt > 0 for c in lists for r in c.records)  # checklists written again
             return lists
         return [Checklist(self.from_data(s, f"item {s.id if s.id is not None else k}")) for k, s in enumerate(samples)]
@@ -277,7 +270,7 @@ class ChecklistJudge:
                 subs.append(item_sample(s, k, item["question"]))
                 owner.append(i)
         readings: list[list[JudgeResult]] = [[] for _ in samples]
-        for i, r in zip(owner, self.sampler.score_batch(subs, self.mode) if subs else [], strict=True):
+        for i, r in zip(owner, self.reader.score_batch(subs) if subs else [], strict=True):
             readings[i].append(r)
         return base.spread_seconds([self.fold(c, rs) for c, rs in zip(lists, readings, strict=True)], t0)
 
@@ -297,7 +290,7 @@ class ChecklistJudge:
         return JudgeResult(
             judge=self.spec.name,
             score=score,
-            reward=self.normalize(score),
+            reward=base.normalize(self.spec, score),
             checklist=answers,
             samples=records,
             parse_failures=sum(1 for rec in records if rec.error is not None),
@@ -308,13 +301,11 @@ class ChecklistJudge:
             error=error,
         )
 
-    def score(self, sample: Sample) -> JudgeResult:
-        return self.score_batch([sample])[0]
-
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
-        return base.score_alone(self, groups)
+        plan = base.alone(groups)
+        return plan.regroup(self.score_batch(plan.items) if plan.items else [])
 
-    def render(self, sample: Sample) -> list[dict[str, Any]]:
+    def stages(self, sample: Sample) -> list[dict[str, Any]]:
         """The checklist writing (when the model writes it) and one judge prompt per question: a
         written checklist's questions are shown as one placeholder question."""
         sample.check_for(self.spec.mode, self.spec.reference)
@@ -325,36 +316,12 @@ class ChecklistJudge:
         else:
             questions = [item["question"] for item in self.from_data(sample, "sample")]
         for k, q in enumerate(questions):
-            for st in self.sampler.render(item_sample(sample, k, q), self.mode):
+            reader = self.reader
+            for st in reader.prompts.stages(item_sample(sample, k, q), reader.mode.orders, reader.sampler.slot.loaded):
                 stages.append({**st, "view": k, "question": q})
         return stages
 
-    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
-        """Each question re-read from its stored yes/no log-probs; the checklist is the stored one."""
-        answers = stored.get("checklist")
-        if answers is None:
-            raise JudgeError("stored result has no checklist; it was not produced by a checklist judge")
-        recs = stored.get("samples", [])
-        readings = [
-            self.sampler.rescore({"samples": [{**d, "view": 0} for d in recs if d.get("view") == k]}, 1, self.mode)
-            for k in range(len(answers))
-        ]
-        written = [
-            SampleRecord(**{f: d.get(f) for f in SampleRecord.__dataclass_fields__}) for d in recs if d.get("view") == WRITER_VIEW
-        ]
-        items = [{"question": a["question"], "weight": a["weight"]} for a in answers]
-        res = self.fold(Checklist(items or None, written, stored.get("error") if not items else None), readings)
-        res.tokens, res.seconds, res.truncated = stored.get("tokens", 0), stored.get("seconds", 0.0), stored.get("truncated", 0)
-        res.provenance = {**stored.get("provenance", {}), **self.provenance(), "rescored": True}
-        return res
-
     def provenance(self) -> dict[str, Any]:
-        out = self.sampler.provenance()
+        out = self.reader.provenance()
         out["checklist_template_sha256"] = self.writer.template.sha256 if self.writer else None
         return out
-
-    def normalize(self, x: float | None) -> float | None:
-        return base.normalize(self.spec, x) if self.spec.normalize else x
-
-    def score_range(self) -> tuple[float, float] | None:
-        return base.score_range(self.spec) if self.spec.normalize else (0.0, 1.0)

@@ -69,6 +69,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     (``grm.terminal``)."""
     from rich.text import Text
 
+    from grm.judges.render import render
     from grm.judges.runtime import load
     from grm.terminal import console, text, write_exact
 
@@ -77,10 +78,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     samples = read_samples(args.sample)
     check_fit(judge, samples, args.sample)
     for s in samples:
-        stages = judge.render(s)
+        stages = render(judge, s)
         if not stages:
             out.print(
-                Text.assemble(text(judge.name, "bold"), text(f" is a rule verifier ({judge.spec.rule.type}); it sends no prompt"))
+                Text.assemble(
+                    text(judge.spec.name, "bold"), text(f" is a rule verifier ({judge.spec.rule.type}); it sends no prompt")
+                )
             )
         for st in stages:
             req = st["request"]
@@ -114,7 +117,7 @@ def cmd_try(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
         return 0
     for s, r in zip(samples, results, strict=True):
-        table = Table(title=text(f"{judge.name} on {s.id or 'sample'}"), show_lines=True)
+        table = Table(title=text(f"{judge.spec.name} on {s.id or 'sample'}"), show_lines=True)
         for col in ("view", "order", "#", "try", "critique", "parsed", "tokens"):
             table.add_column(col, overflow="fold")
         for rec in r.samples:

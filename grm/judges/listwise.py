@@ -10,12 +10,12 @@ import random
 from collections.abc import Sequence
 from copy import copy
 
+from grm.config.judge import JudgeSpec
 from grm.judges import base
 from grm.judges.aggregate import LIST_AGGREGATORS, final_attempts, mean_lists
-from grm.judges.base import Judge
+from grm.judges.base import GroupPlan
 from grm.judges.errors import JudgeError
-from grm.judges.parsers import ParsedScore, fail
-from grm.judges.sampler import CritiqueSampler
+from grm.judges.parsers import JudgeParsers, ParsedScore, fail
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import View
 
@@ -56,9 +56,9 @@ def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
 class ListwiseMode:
     """Judges ``Sample.responses`` (two or more) at once; ``scores``/``rewards`` in their order."""
 
-    def __init__(self, sampler: CritiqueSampler) -> None:
-        self.spec = sampler.spec
-        self.sampler = sampler
+    def __init__(self, spec: JudgeSpec, parsers: JudgeParsers) -> None:
+        self.spec = spec
+        self.parsers = parsers
 
     def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
         k, n = len(sample.responses or []), self.spec.sampling.n
@@ -73,7 +73,7 @@ class ListwiseMode:
 
     def parse(self, order: list[int], text: str) -> ParsedScore:
         """One score per response shown; a target parser's answer is held to that too."""
-        parsed = self.sampler.parser(expected=len(order))(text)
+        parsed = self.parsers.get(expected=len(order))(text)
         v = parsed.value
         if v is not None and not (isinstance(v, list) and len(v) == len(order)):
             return fail(f"expected {len(order)} scores, found {v!r}")
@@ -105,8 +105,12 @@ class ListwiseMode:
         rewards = [base.rescale(self.spec, x) for x in scores] if scores else None
         return JudgeResult(judge=self.spec.name, scores=scores, rewards=rewards)
 
-    def score_groups(self, judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+    def group(self, groups: Sequence[Sequence[Sample]]) -> GroupPlan:
         """Each group judged as one list (one listwise sample per non-empty group, one batch)."""
-        lists = [as_list(g) for g in groups if g]
-        results = iter(judge.score_batch(lists) if lists else [])
-        return [ungroup(next(results), len(g)) if g else [] for g in groups]
+        sizes = [len(g) for g in groups]
+
+        def regroup(results: list[JudgeResult]) -> list[list[JudgeResult | None]]:
+            got = iter(results)
+            return [ungroup(next(got), n) if n else [] for n in sizes]
+
+        return GroupPlan([as_list(g) for g in groups if g], regroup)

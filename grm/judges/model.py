@@ -1,87 +1,134 @@
 """The judge for every mode that asks a model (pointwise, pairwise, listwise).
 
-``ModelJudge`` implements the ``Judge`` protocol once, by composition: a ``CritiqueSampler`` does
-the rendering, sampling, parsing, retries, log-probs and meta-rating, and a ``JudgeMode`` (one small
-class per mode in ``pointwise``, ``pairwise`` and ``listwise``) decides only what differs.
+``ModelJudge`` implements the ``Judge`` protocol once, by composition: ``JudgePrompts`` renders the
+views of a batch, a ``CritiqueSampler`` turns their requests into critique records, an optional
+meta-judge rates the critiques, and a ``JudgeMode`` (one small class per mode in ``pointwise``,
+``pairwise`` and ``listwise``) decides only what differs: the presentation orders, what a critique
+means, how an item's records combine, and how a pipeline's groups become the items it judges.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from grm.config.judge import JudgeSpec
-from grm.engines.base import GenerationEngine
-from grm.judges import base
-from grm.judges.base import Judge
+from grm.judges.base import GroupPlan, Judge, check_samples, hash_spec, provenance, spread_seconds
 from grm.judges.cost import JudgeCost
+from grm.judges.engine_slot import EngineSlot
+from grm.judges.parsers import JudgeParsers
+from grm.judges.prompts import JudgePrompts
 from grm.judges.sampler import CritiqueSampler
 from grm.judges.types import JudgeResult, Sample
-from grm.judges.views import Mode
+from grm.judges.views import Mode, View
 
 
 class JudgeMode(Mode, Protocol):
     """A sampler ``Mode`` that also says how a pipeline's groups become the samples it judges."""
 
-    def score_groups(self, judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
-        """``Judge.score_groups`` for this mode; ``judge`` scores whatever samples the groups become."""
+    def group(self, groups: Sequence[Sequence[Sample]]) -> GroupPlan:
+        """The items to score for ``groups`` and how their results become one per response."""
         ...
 
 
-ModeFactory = Callable[[CritiqueSampler], JudgeMode]
-"""A mode class: built from the judge's sampler, whose spec and parsers it reads."""
+ModeFactory = Callable[[JudgeSpec, JudgeParsers], JudgeMode]
+"""A mode class: built from the judge's spec and its text parsers."""
 
 
 class ModelJudge:
-    """A model judge: ``mode`` decides what the judge is shown and how its critiques combine.
-
-    The registry (``grm.judges.runtime.JUDGES``) binds ``mode`` per ``spec.mode``.
-    """
+    """A model judge: ``mode`` decides what the judge is shown and how its critiques combine;
+    ``meta`` (``aggregate.type: meta``) rates each critique, built by ``grm.judges.runtime``."""
 
     def __init__(
-        self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None, *, mode: ModeFactory
+        self, spec: JudgeSpec, base_dir: Path, slot: EngineSlot, *, mode: ModeFactory, meta: Judge | None = None
     ) -> None:
         self.spec = spec
-        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
-        self.sampler = CritiqueSampler(spec, self.base_dir, engine)
-        self.spec_hash = self.sampler.spec_hash
-        self.mode = mode(self.sampler)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def engine(self) -> GenerationEngine:
-        return self.sampler.engine
-
-    @property
-    def cost(self) -> JudgeCost:
-        return self.sampler.cost
+        self.base_dir = base_dir
+        self.spec_hash = hash_spec(spec)
+        self.cost = JudgeCost()
+        """Running totals of this judge's model calls (``grm.judges.cost``), its meta-judge's included."""
+        self.prompts = JudgePrompts(spec, base_dir)
+        parsers = JudgeParsers(spec)
+        self.sampler = CritiqueSampler(spec, slot, parsers, self.cost)
+        self.mode = mode(spec, parsers)
+        self.meta = meta
 
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
-        return self.sampler.score_batch(samples, self.mode)
-
-    def score(self, sample: Sample) -> JudgeResult:
-        return self.score_batch([sample])[0]
+        """One result per sample, in order, with as few engine calls as the mode allows: one for the
+        principles of the whole batch, then the sampler's (``CritiqueSampler.sample``)."""
+        t0 = time.perf_counter()
+        check_samples(self.spec, samples)
+        with self.sampler.keeping_prompts():
+            tokens = [0] * len(samples)
+            principles: list[str | None] = [None] * len(samples)
+            if self.spec.principles is not None:
+                requests = [self.prompts.principles_request(s) for s in samples]
+                principles = list(self.sampler.principles(requests, tokens))
+            views = self.prompts.views(samples, principles, self.mode.orders, self.sampler.slot.loaded)
+            self.sampler.sample(views, tokens, self.mode)
+            if self.meta is not None:
+                self._meta_rate(samples, views, tokens)
+            results = [
+                self.result(item_views, len(s.responses or []))
+                for s, item_views in zip(samples, by_item(views, len(samples)), strict=True)
+            ]
+        for res, p, t in zip(results, principles, tokens, strict=True):
+            res.principles, res.tokens = p, t
+        return spread_seconds(results, t0)
 
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
-        return self.mode.score_groups(self, groups)
+        plan = self.mode.group(groups)
+        return plan.regroup(self.score_batch(plan.items) if plan.items else [])  # an empty step loads no model
 
-    def render(self, sample: Sample) -> list[dict[str, Any]]:
-        return self.sampler.render(sample, self.mode)
-
-    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
-        res = self.sampler.rescore(stored, n_responses, self.mode)
-        res.truncated = stored.get("truncated", 0)  # what the judge was shown does not change on a re-parse
+    def result(self, views: list[View], n_responses: int) -> JudgeResult:
+        """An item's result from its views' records: the mode's combination, plus the counts."""
+        res = self.mode.combine(views, n_responses)
+        recs = [r for v in views for r in v.records]
+        res.samples = recs
+        res.parse_failures = sum(1 for r in recs if r.error is not None)
+        res.truncated = max((v.truncated for v in views), default=0)
+        res.judge_directed = max((v.judge_directed for v in views), default=0)
+        res.provenance = self.provenance()
         return res
 
     def provenance(self) -> dict[str, Any]:
-        return self.sampler.provenance()
+        return provenance(self.spec, self.spec_hash, self.prompts.sha256(), self.sampler.slot.loaded)
 
-    def normalize(self, x: float | None) -> float | None:
-        return base.normalize(self.spec, x)
+    def _meta_rate(self, samples: Sequence[Sample], views: list[View], tokens: list[int]) -> None:
+        """Each parsed critique rated by the meta-judge (``SampleRecord.meta_rating``), in one batch."""
+        assert self.meta is not None
+        slots = [(v, r) for v in views for r in v.records if r.parsed is not None]
+        metas = []
+        for v, r in slots:
+            s = samples[v.item]
+            shown = [s.responses[i] for i in v.order] if s.responses else None
+            response = s.response if s.response is not None else "\n\n".join(shown or [])
+            critique = (self.spec.prefill or "") + r.text
+            metas.append(
+                Sample(
+                    prompt=s.prompt,
+                    messages=s.messages,
+                    response=response,
+                    reference=s.reference,
+                    critique=critique,
+                    metadata=s.metadata,
+                )
+            )
+        if not metas:
+            return
+        before = self.meta.cost.copy()
+        rated = self.meta.score_batch(metas)
+        self.cost.add(self.meta.cost.since(before))  # the meta judge's calls are this judge's cost
+        for (v, r), res in zip(slots, rated, strict=True):
+            r.meta_rating = res.score
+            tokens[v.item] += res.tokens
 
-    def score_range(self) -> tuple[float, float] | None:
-        return base.score_range(self.spec)
+
+def by_item(views: list[View], n_items: int) -> list[list[View]]:
+    """The views of each item, in view order."""
+    out: list[list[View]] = [[] for _ in range(n_items)]
+    for v in views:
+        out[v.item].append(v)
+    return out

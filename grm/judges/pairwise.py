@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from grm.config.judge import GroupSpec
+from grm.config.judge import GroupSpec, JudgeSpec
 from grm.judges.aggregate import combine_swap, final_attempts, verdict_of, vote
-from grm.judges.base import Judge
+from grm.judges.base import GroupPlan
 from grm.judges.groups import Pair, group_results, plan_pairs
-from grm.judges.parsers import ParsedScore, fail
-from grm.judges.sampler import CritiqueSampler
+from grm.judges.parsers import JudgeParsers, ParsedScore, fail
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import View
 
@@ -29,9 +28,9 @@ SCORES = {"1": 1.0, "2": 0.0, "tie": 0.5}
 class PairwiseMode:
     """Judges ``Sample.responses == [r1, r2]``; ``verdict`` '1', '2' or 'tie', ``margin`` for r1."""
 
-    def __init__(self, sampler: CritiqueSampler) -> None:
-        self.spec = sampler.spec
-        self.sampler = sampler
+    def __init__(self, spec: JudgeSpec, parsers: JudgeParsers) -> None:
+        self.spec = spec
+        self.parsers = parsers
 
     def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
         n = self.spec.sampling.n
@@ -39,7 +38,7 @@ class PairwiseMode:
 
     def parse(self, order: list[int], text: str) -> ParsedScore:
         """A verdict becomes the margin of the response shown first; a number already is one."""
-        parsed = self.sampler.parser()(text)
+        parsed = self.parsers.get()(text)
         v = parsed.value
         if isinstance(v, str):
             margin = MARGINS.get(v)
@@ -72,9 +71,9 @@ class PairwiseMode:
         res.reward = res.score
         return res
 
-    def score_groups(self, judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
+    def group(self, groups: Sequence[Sequence[Sample]]) -> GroupPlan:
         """Each group's responses compared in pairs (``spec.groups``), every comparison of every
-        group in one ``score_batch`` call, then one result per response (``grm.judges.groups``)."""
+        group in one batch, then one result per response (``grm.judges.groups``)."""
         gs = self.spec.groups
         planned: list[list[Pair]] = []
         items: list[Sample] = []
@@ -88,17 +87,22 @@ class PairwiseMode:
                 other, name = (anchor, "anchor") if j == len(g) else (g[j].response, str(j))
                 items.append(replace(g[i], response=None, responses=[g[i].response, other], id=f"{key}/{i}v{name}"))
             planned.append(pairs)
-        results = iter(judge.score_batch(items) if items else [])
-        out: list[list[JudgeResult | None]] = []
-        for g, pairs, info in zip(groups, planned, used, strict=True):
-            got = [next(results) for _ in pairs]
-            done = group_results(self.spec.name, len(g), pairs, got, gs)
-            for r in done:  # which anchor, so samples.jsonl says what each response was compared with
-                for c in r.comparisons or []:
-                    if c["against"] == "anchor":
-                        c["anchor"] = info
-            out.append(list(done))
-        return out
+        sizes = [len(g) for g in groups]
+
+        def regroup(results: list[JudgeResult]) -> list[list[JudgeResult | None]]:
+            it = iter(results)
+            out: list[list[JudgeResult | None]] = []
+            for n, pairs, info in zip(sizes, planned, used, strict=True):
+                got = [next(it) for _ in pairs]
+                done = group_results(self.spec.name, n, pairs, got, gs)
+                for r in done:  # which anchor, so samples.jsonl says what each response was compared with
+                    for c in r.comparisons or []:
+                        if c["against"] == "anchor":
+                            c["anchor"] = info
+                out.append(list(done))
+            return out
+
+        return GroupPlan(items, regroup)
 
 
 def group_key(group: Sequence[Sample]) -> str:

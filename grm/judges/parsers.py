@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any, Protocol
 
+from grm.config.judge import JudgeSpec
 from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, ParserSpec, RegexParser, TargetParser, VerdictParser
 from grm.config.user_regex import REGEX_TIMEOUT_S, compile_user_regex
 from grm.judges.errors import JudgeError
@@ -334,3 +335,21 @@ def build_parser(spec: ParserSpec, *, expected: int | None = None, regex_timeout
     if make is None:
         raise JudgeError(f"unknown parser {spec!r}")  # pragma: no cover
     return make(spec, expected)
+
+
+class JudgeParsers:
+    """A judge's text parsers, built from its spec once per number of scores read (``expected``:
+    a listwise output's length; None: any). A judge whose parser reads log-probs builds none, and
+    a text parser whose target cannot be imported fails when the judge is built, not mid-batch."""
+
+    def __init__(self, spec: JudgeSpec) -> None:
+        self.spec = spec.parser
+        self.regex_timeout_s = spec.limits.regex_timeout_s
+        self._built: dict[int | None, Parser] = {}
+        if spec.parser.type != "logprob":
+            self.get()
+
+    def get(self, expected: int | None = None) -> Parser:
+        if expected not in self._built:
+            self._built[expected] = build_parser(self.spec, expected=expected, regex_timeout_s=self.regex_timeout_s)
+        return self._built[expected]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from grm.config.judge import JudgeSpec
 from grm.judges import base
 from grm.judges.aggregate import final_attempts, vote
-from grm.judges.base import Judge
-from grm.judges.parsers import ParsedScore, expected_value, fail
-from grm.judges.sampler import CritiqueSampler
+from grm.judges.base import GroupPlan
+from grm.judges.parsers import JudgeParsers, ParsedScore, expected_value, fail
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import View
 
@@ -16,16 +16,16 @@ from grm.judges.views import View
 class PointwiseMode:
     """Scores ``Sample.response``; ``score`` is the vote of the critiques, ``reward`` it normalised."""
 
-    def __init__(self, sampler: CritiqueSampler) -> None:
-        self.spec = sampler.spec
-        self.sampler = sampler
+    def __init__(self, spec: JudgeSpec, parsers: JudgeParsers) -> None:
+        self.spec = spec
+        self.parsers = parsers
 
     def orders(self, sample: Sample, key: str) -> list[tuple[list[int], int]]:
         return [([0], self.spec.sampling.n)]
 
     def parse(self, order: list[int], text: str) -> ParsedScore:
         """One number: a one-element list is that number, more is a failure."""
-        parsed = self.sampler.parser()(text)
+        parsed = self.parsers.get()(text)
         v = parsed.value
         if isinstance(v, list):
             return ParsedScore(v[0]) if len(v) == 1 else fail(f"expected one score, found {v}")
@@ -40,5 +40,5 @@ class PointwiseMode:
         score = vote(self.spec.aggregate, final_attempts(views[0].records))
         return JudgeResult(judge=self.spec.name, score=score, reward=base.normalize(self.spec, score))
 
-    def score_groups(self, judge: Judge, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
-        return base.score_alone(judge, groups)
+    def group(self, groups: Sequence[Sequence[Sample]]) -> GroupPlan:
+        return base.alone(groups)

@@ -14,9 +14,9 @@ from typing import Any
 
 from grm.config.judge import JudgeSpec
 from grm.data.constraints import METADATA_KEY
-from grm.engines.base import GenerationEngine
 from grm.judges import base, instructions
 from grm.judges.cost import JudgeCost
+from grm.judges.engine_slot import EngineSlot
 from grm.judges.errors import JudgeError
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.verifiers import check
@@ -25,24 +25,16 @@ from grm.judges.verifiers import check
 class RuleJudge:
     """Scores ``Sample.response`` with ``spec.rule``."""
 
-    def __init__(self, spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> None:
+    def __init__(self, spec: JudgeSpec, base_dir: Path, slot: EngineSlot) -> None:
         if spec.rule is None:
             raise JudgeError(f"judge '{spec.name}': mode 'rule' needs a rule")
         self.spec = spec
         self.rule = spec.rule
-        self.base_dir = Path(base_dir) if base_dir else Path.cwd()
+        self.base_dir = base_dir
         self.spec_hash = base.hash_spec(spec)
-        self._engine = engine  # judges nothing; named in provenance as for every judge
+        self.slot = slot  # judges nothing; an engine given is named in provenance as for every judge
         self.cost = JudgeCost()
         """Calls only (one per sample verified): a verifier has no tokens."""
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def engine(self) -> GenerationEngine:
-        raise JudgeError(f"judge '{self.spec.name}' is a rule verifier; it has no model engine")
 
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         t0 = time.perf_counter()
@@ -79,24 +71,9 @@ class RuleJudge:
             error=None if score is not None else why,
         )
 
-    def score(self, sample: Sample) -> JudgeResult:
-        return self.score_batch([sample])[0]
-
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
-        return base.score_alone(self, groups)
-
-    def render(self, sample: Sample) -> list[dict[str, Any]]:
-        sample.check_for(self.spec.mode, self.spec.reference)
-        return []
-
-    def rescore(self, stored: dict[str, Any], n_responses: int) -> JudgeResult:
-        raise JudgeError("rule verifiers keep no raw output to rescore; re-run them instead")
+        plan = base.alone(groups)
+        return plan.regroup(self.score_batch(plan.items) if plan.items else [])
 
     def provenance(self) -> dict[str, Any]:
-        return base.provenance(self.spec, self.spec_hash, engine=self._engine)
-
-    def normalize(self, x: float | None) -> float | None:
-        return base.normalize(self.spec, x)
-
-    def score_range(self) -> tuple[float, float] | None:
-        return base.score_range(self.spec)
+        return base.provenance(self.spec, self.spec_hash, engine=self.slot.loaded)

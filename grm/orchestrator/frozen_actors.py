@@ -83,6 +83,7 @@ class JudgeActor(_HostsReference):
         set_threads(threads)
         self.cores = ledger(lend)
         from grm.judges import build_judge
+        from grm.judges.runtime import load_engine
 
         engine = None
         if spec.mode != "rule" and spec.engine.type == "hf":
@@ -91,7 +92,8 @@ class JudgeActor(_HostsReference):
             engine = build_engine(spec.engine, spec.model, device=actor_device())
         self.judge = build_judge(spec, base_dir, engine)
         # load the model now, not inside the first timed call
-        self.engine_info = engine_dtype(self.judge.engine) if spec.mode != "rule" else {}
+        loaded = load_engine(self.judge)
+        self.engine_info = engine_dtype(loaded) if loaded is not None else {}
         self.cores.watch(getattr(engine, "model", None))
         if reference is not None:
             self._load_reference(*reference, engine=engine)

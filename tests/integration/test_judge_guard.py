@@ -5,13 +5,15 @@ import pytest
 
 from grm.judges import Sample, load
 from grm.judges.guard import RESERVE_TOKENS
+from grm.judges.render import render
+from grm.judges.runtime import load_engine
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_response_past_the_context_window_is_cut_scored_and_counted():
     judge = load("builtin:pointwise-logprob")
-    engine = judge.engine
+    engine = load_engine(judge)
     assert engine.model.config.max_position_embeddings == 8192  # the window the guard reads
     # The same code path on a window of 1,024: the model's config is what the guard reads, and a
     # prefill of ~1,000 tokens takes a second where the real 8,192 took ~50 s of the suite.
@@ -25,7 +27,7 @@ def test_a_response_past_the_context_window_is_cut_scored_and_counted():
     assert (long_r.truncated, short_r.truncated) == (1, 0)
     for r in (long_r, short_r):
         assert not r.masked and 1 <= r.score <= 10 and r.parse_failures == 0
-    (stage,) = judge.render(batch[0])
+    (stage,) = render(judge, batch[0])
     sent = engine.prompt_text(stage["request"])
     assert "tokens truncated ...]" in sent and "So the answer is 42." in sent  # head, marker and tail
     n = len(engine.encode(stage["request"]))

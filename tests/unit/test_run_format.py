@@ -144,7 +144,7 @@ ROWS = [{"prompt": f"{i}+{i}?", "response": f"The answer is {2 * i}.", "human_sc
 def evaluated(tmp_path, monkeypatch):
     """A finished ``grm eval`` of a pointwise judge on a scripted engine over 3 items: its out dir."""
     monkeypatch.setattr(report, "_plots", lambda out, results, names: [])
-    monkeypatch.setattr("grm.judges.sampler.shared_engine", lambda model, spec: ScriptedEngine(lambda *a: "Score: 7"))
+    monkeypatch.setattr("grm.judges.engine_slot.shared_engine", lambda model, spec: ScriptedEngine(lambda *a: "Score: 7"))
     (tmp_path / "t.j2").write_text("{# expects: prompt, response #}Q: {{ prompt }} A: {{ response }}")
     spec = "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, range: [0, 10]}\n"
     (tmp_path / "pw.yaml").write_text(spec)

@@ -8,6 +8,7 @@ from grm.config import validate_tree
 from grm.config.paths import builtin_dir, list_builtin
 from grm.judges.cli import read_samples
 from grm.judges.lint import lint_file
+from grm.judges.render import render
 
 ROOT = Path(__file__).resolve().parents[2]
 YAMLS = sorted(p for d in ("policy", "judges", "pipelines", "benchmarks/peer") for p in (ROOT / d).glob("*.yaml"))
@@ -32,7 +33,7 @@ def test_every_judge_renders_its_fixture(path):
 
     judge = load(path)
     for sample in read_samples(str(fixture)):
-        stages = judge.render(sample)
+        stages = render(judge, sample)
         if judge.spec.mode == "rule":
             assert stages == []
             continue

@@ -176,3 +176,26 @@ def test_parquet_rows_are_named_from_0_and_a_damaged_parquet_names_the_file(tmp_
     path.write_bytes(b"")
     with pytest.raises(DataError, match=rf"^{path}: empty file, no rows"):
         load_rows(str(path))
+
+
+# Found by the fuzzers (tests/unit/fuzz): each was a traceback or a silent default before its fix.
+def test_fuzz_found_data_rows_are_named_or_read(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(
+        b'{"prompt": "a", "response": "b"}\n{"prompt": "\xff", "response": "b"}\n'
+    )  # was pyarrow's UnicodeDecodeError
+    with pytest.raises(DataError, match=f"{bad}:2: not valid UTF-8"):
+        load_rows(str(bad))
+    mixed = tmp_path / "mixed.jsonl"  # one column, two types: datasets refused the file without naming a row
+    mixed.write_text('{"prompt": "q", "response": "r", "label": 1}\n{"prompt": "q2", "response": "r", "label": "x"}\n')
+    assert [r["label"] for r in load_rows(str(mixed))] == [1, "x"]
+    csv = tmp_path / "d.csv"  # pandas read "12" as 12.0 (then refused: not a string) and "NA" as missing
+    csv.write_text("prompt,response,reference,human_score\n12,NA,42,3\n,x,,4\n" + "q,r,," + "y" * 2**20 + "\n")
+    rows = load_rows(str(csv))
+    assert rows[0] == {"prompt": "12", "response": "NA", "reference": "42", "human_score": "3"}
+    assert rows[1]["prompt"] is None and rows[1]["reference"] is None
+    with pytest.raises(DataError, match=f"{csv}:3: missing column 'prompt'"):
+        to_items(rows, default_map(str(csv), set(rows[0])), str(csv))
+    nan = [{"prompt": "q", "response": "r", "human_score": float("nan")}]
+    with pytest.raises(DataError, match="row 0: human_score must be a finite number"):
+        to_items(nan, default_map("x", set(nan[0])), "x")

@@ -39,7 +39,7 @@ def test_eval_records_each_batchs_cost_and_reports_it_per_judge(tmp_path, monkey
     from tests.unit.judges.fake_engine import ScriptedEngine
 
     engine = ScriptedEngine(lambda *a: "Score: 7 ok")
-    monkeypatch.setattr("grm.judges.sampler.shared_engine", lambda model, spec: engine)
+    monkeypatch.setattr("grm.judges.engine_slot.shared_engine", lambda model, spec: engine)
     (tmp_path / "t.j2").write_text("{# expects: prompt, response #}Q: {{ prompt }} A: {{ response }}")
     (tmp_path / "pw.yaml").write_text(
         "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, range: [0, 10]}\nsampling: {n: 2}\n"

@@ -165,8 +165,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def names_row(msg: str, path: str) -> bool:
-    """The message names the file, and a row when it blames one ('row 3', 'line 4')."""
-    return path in msg and (not re.search(r"\b(row|line|item)\b", msg) or re.search(r"\b(row|line|item) \d+", msg) is not None)
+    """The message names the file, and a row when it blames one ('row 3', 'line 4', 'FILE:4:')."""
+    numbered = re.search(r"\b(row|line|item) \d+", msg) or re.search(re.escape(path) + r":\d+", msg)
+    return path in msg and (not re.search(r"\b(row|line|item)\b", msg) or numbered is not None)
 
 
 def check_items(items: list[Any]) -> None:

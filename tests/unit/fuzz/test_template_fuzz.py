@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from grm.judges.cli import read_samples
 from grm.judges.errors import JudgeError
+from grm.judges.render import render
 from grm.judges.runtime import load
 from grm.judges.sandbox import RenderLimits
 from grm.judges.templates import TemplateLimitError, parse_template
@@ -132,7 +133,7 @@ def test_lint_and_render_any_template(folder, source, mode, extra):
         judge_obj = load(judge)
         [sample_obj] = read_samples(str(sample))
         before = copy.deepcopy(sample_obj)
-        judge_obj.render(sample_obj)
+        render(judge_obj, sample_obj)
         assert sample_obj == before, "rendering changed the sample"
 
 

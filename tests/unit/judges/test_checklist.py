@@ -9,8 +9,11 @@ from pydantic import ValidationError
 
 from grm.config import JudgeSpec
 from grm.judges import JudgeError, Sample, build_judge
+from grm.judges.base import score_one
 from grm.judges.checklist import ChecklistJudge, checklist_score, parse_written
 from grm.judges.limits import prompts_per_sample, tokens_per_sample
+from grm.judges.render import render
+from grm.judges.rescore import rescore
 from tests.unit.judges.fake_engine import ScriptedEngine
 
 LN = math.log
@@ -75,7 +78,7 @@ def test_p_yes_is_renormalised_over_yes_and_no_and_weighted(tmp_path):
     judge = build_judge(spec(tmp_path, "data"), tmp_path, eng)
     assert isinstance(judge, ChecklistJudge)
     checklist = ["q1", {"question": "q2", "weight": 3}]
-    res = judge.score(Sample(prompt="p", response="r", metadata={"checklist": checklist}, id="a"))
+    res = score_one(judge, Sample(prompt="p", response="r", metadata={"checklist": checklist}, id="a"))
     assert [a["p_yes"] for a in res.checklist] == pytest.approx([0.75, 0.2])
     assert [(a["question"], a["weight"]) for a in res.checklist] == [("q1", 1.0), ("q2", 3.0)]
     assert res.score == res.reward == pytest.approx((0.75 + 3 * 0.2) / 4)  # 0.3375
@@ -83,7 +86,7 @@ def test_p_yes_is_renormalised_over_yes_and_no_and_weighted(tmp_path):
     assert [r.view for r in res.samples] == [0, 1] and res.parse_failures == 0
     assert [r.candidate_logprobs[" Yes"] for r in res.samples] == pytest.approx([LN(0.3), LN(0.1)])
     # round trip through the stored form: the same answers from the stored log-probs
-    again = judge.rescore(res.to_dict(), 1)
+    again = rescore(judge, res.to_dict(), 1)
     assert again.score == pytest.approx(res.score) and again.checklist == res.checklist
 
 
@@ -137,7 +140,7 @@ def test_a_checklist_that_cannot_be_written_masks_the_prompt_and_is_retried_late
     assert a.masked and b.masked and a.checklist == [] and "wrote no checklist question" in a.error
     assert (a.parse_failures, b.parse_failures) == (2, 0)  # both attempts, counted on the first response
     assert [(r.view, r.attempt, r.error is not None) for r in a.samples] == [(-1, 0, True), (-1, 1, True)]
-    again = judge.score(Sample(prompt="A", response="r0"))  # not cached: written again
+    again = score_one(judge, Sample(prompt="A", response="r0"))  # not cached: written again
     assert again.score == pytest.approx(0.6) and len(eng.calls) == 3
 
 
@@ -148,7 +151,7 @@ def test_data_checklist_missing_or_malformed_is_a_clear_error(tmp_path):
             [Sample(prompt="p", response="r", metadata={"checklist": ["q"]}), Sample(prompt="p", response="r", id="x7")]
         )
     with pytest.raises(JudgeError, match=r"item 0: metadata.checklist item 1: 'weight' must be a number above 0"):
-        judge.score(Sample(prompt="p", response="r", metadata={"checklist": ["q", {"question": "q2", "weight": 0}]}))
+        score_one(judge, Sample(prompt="p", response="r", metadata={"checklist": ["q", {"question": "q2", "weight": 0}]}))
 
 
 def test_a_data_checklist_longer_than_max_items_is_refused_naming_the_item_never_cut(tmp_path):
@@ -159,19 +162,19 @@ def test_a_data_checklist_longer_than_max_items_is_refused_naming_the_item_never
     with pytest.raises(
         JudgeError, match=r"item x3: metadata.checklist: 3 questions, more than judge 'ck' asks \(its checklist.max_items is 2\)"
     ):
-        judge.score(Sample(prompt="p", response="r", id="x3", metadata={"checklist": ["q1", "q2", "q3"]}))
+        score_one(judge, Sample(prompt="p", response="r", id="x3", metadata={"checklist": ["q1", "q2", "q3"]}))
     assert eng.score_calls == 0  # refused before any reading
-    fits = judge.score(Sample(prompt="p", response="r", metadata={"checklist": ["q1", "q2"]}))
+    fits = score_one(judge, Sample(prompt="p", response="r", metadata={"checklist": ["q1", "q2"]}))
     assert fits.score == pytest.approx(0.7) and [a["question"] for a in fits.checklist] == ["q1", "q2"]
 
 
 def test_render_shows_the_writing_and_one_prompt_per_question(tmp_path):
     s = Sample(prompt="What?", response="That.", metadata={"checklist": ["q1", "q2"]})
-    written = build_judge(spec(tmp_path), tmp_path, ScriptedEngine(lambda *a: "")).render(s)
+    written = render(build_judge(spec(tmp_path), tmp_path, ScriptedEngine(lambda *a: "")), s)
     assert [st["stage"] for st in written] == ["checklist", "judge"]
     assert "Write a checklist for: What?" in written[0]["request"].messages[-1]["content"]
     assert "Question: <a question" in written[1]["request"].messages[0]["content"]
-    data = build_judge(spec(tmp_path, "data"), tmp_path, ScriptedEngine(lambda *a: "")).render(s)
+    data = render(build_judge(spec(tmp_path, "data"), tmp_path, ScriptedEngine(lambda *a: "")), s)
     assert [(st["stage"], st["view"], st["question"]) for st in data] == [("judge", 0, "q1"), ("judge", 1, "q2")]
     assert data[1]["request"].messages[-1] == {"role": "assistant", "content": "Verdict:"}  # the prefill, continued
 

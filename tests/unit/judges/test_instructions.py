@@ -8,6 +8,7 @@ import pytest
 
 from grm.config.judge import JudgeSpec
 from grm.data.constraints import ARGS
+from grm.judges.base import score_one
 from grm.judges.errors import JudgeError
 from grm.judges.instructions import CHECKS, check_constraint
 from grm.judges.runtime import build_judge, load
@@ -131,17 +132,17 @@ def test_verifier_is_strict_and_keeps_per_type_details():
 def test_verifier_masks_a_sample_without_constraints():
     judge = verifier()
     for meta in ({}, {"constraints": None}, {"constraints": []}):
-        r = judge.score(Sample(prompt="p", response="tea", metadata=meta))
+        r = score_one(judge, Sample(prompt="p", response="tea", metadata=meta))
         assert r.masked and r.score is None and r.reward is None and r.details is None
         assert r.parse_failures == 1 and "no constraints to verify" in r.error
 
 
 def test_verifier_names_the_item_with_malformed_constraints():
     with pytest.raises(JudgeError, match=r"item x7: metadata.constraints item 0: unknown constraint type 'loud'"):
-        verifier().score(Sample(prompt="p", response="tea", metadata={"constraints": [{"type": "loud"}]}, id="x7"))
+        score_one(verifier(), Sample(prompt="p", response="tea", metadata={"constraints": [{"type": "loud"}]}, id="x7"))
 
 
 def test_constraints_rule_in_a_judge_spec(tmp_path):
     spec = JudgeSpec(name="c", mode="rule", rule={"type": "constraints"})
-    r = build_judge(spec, tmp_path).score(Sample(prompt="p", response="x", metadata={"constraints": '[{"type": "title"}]'}))
+    r = score_one(build_judge(spec, tmp_path), Sample(prompt="p", response="x", metadata={"constraints": '[{"type": "title"}]'}))
     assert r.score == 0.0 and r.details == {"title": 0.0}  # JSON text, as a CSV cell holds it

@@ -13,6 +13,7 @@ import grm.judges.runtime as runtime
 from grm.cli import main
 from grm.judges.cli import read_samples
 from grm.judges.errors import JudgeError
+from grm.judges.render import render
 from grm.terminal import escape_controls
 from tests.unit.judges.fake_engine import ScriptedEngine
 
@@ -48,7 +49,7 @@ def cli(stdout: io.StringIO, *argv: str, stderr: io.StringIO | None = None) -> i
 
 
 def rendered_prompt(judge: Path, sample: Path) -> str:
-    [stage] = runtime.load(judge).render(read_samples(str(sample))[0])
+    [stage] = render(runtime.load(judge), read_samples(str(sample))[0])
     [message] = stage["request"].messages
     return message["content"]
 

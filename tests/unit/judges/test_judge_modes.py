@@ -9,7 +9,7 @@ import pytest
 from grm.config import JudgeSpec
 from grm.config.parsers import LogprobParser, ParserSpec
 from grm.judges import JudgeError, Sample, build_judge
-from grm.judges.base import Judge
+from grm.judges.base import Judge, score_one
 from grm.judges.checklist import ChecklistJudge
 from grm.judges.listwise import ListwiseMode, as_list, ungroup
 from grm.judges.model import JudgeMode, ModelJudge
@@ -17,7 +17,7 @@ from grm.judges.pairwise import PairwiseMode
 from grm.judges.parsers import PARSERS, build_parser
 from grm.judges.pointwise import PointwiseMode
 from grm.judges.rule import RuleJudge
-from grm.judges.runtime import JUDGES
+from grm.judges.runtime import JUDGES, load_engine
 from grm.judges.views import Mode
 from tests.unit.judges.fake_engine import ScriptedEngine
 
@@ -68,11 +68,17 @@ def test_registry_builds_the_judge_for_every_mode(tmp_path):
             assert [m for m in mode_members if not hasattr(judge.mode, m)] == []
         else:
             assert type(judge) is expected[mode]
-        assert judge.name == spec.name and judge.spec is spec and judge.base_dir == tmp_path
+        assert judge.spec is spec and judge.base_dir == tmp_path
         missing = [m for m in members if not (hasattr(type(judge), m) or m in vars(judge))]
         assert missing == [], f"{type(judge).__name__} lacks {missing}"
-    with pytest.raises(JudgeError, match="rule verifier"):
-        _ = build_judge(specs["rule"]).engine
+    assert load_engine(build_judge(specs["rule"])) is None  # a rule verifier has no model
+
+
+def test_judge_protocol_is_what_callers_use():
+    # score_batch, score_groups, the spec (and where it was read), its hash and its cost: rendering,
+    # rescoring, normalising and provenance are functions over the spec, not members every class restates
+    members = {m for m in vars(Judge) if not m.startswith("_")} | set(typing.get_type_hints(Judge))
+    assert members == {"score_batch", "score_groups", "spec", "base_dir", "spec_hash", "cost"}
 
 
 def test_pointwise_score_groups_keeps_group_order_and_masks(tmp_path, monkeypatch):
@@ -94,7 +100,7 @@ def test_pointwise_score_groups_keeps_group_order_and_masks(tmp_path, monkeypatc
     def no_model(*a):
         raise AssertionError("an empty step loaded the judge model")
 
-    monkeypatch.setattr("grm.judges.sampler.shared_engine", no_model)
+    monkeypatch.setattr("grm.judges.engine_slot.shared_engine", no_model)
     assert build_judge(pointwise_spec(tmp_path), tmp_path).score_groups([[]]) == [[]]
 
 
@@ -154,7 +160,7 @@ def test_a_word_where_a_score_belongs_is_a_failure(tmp_path):
         on_failure={"retries": 0},
         parser={"type": "target", "target": "tests.unit.judges.test_judge_modes:word"},
     )
-    r = build_judge(spec, tmp_path, ScriptedEngine(lambda *a: "fine")).score(Sample(prompt="q", response="r"))
+    r = score_one(build_judge(spec, tmp_path, ScriptedEngine(lambda *a: "fine")), Sample(prompt="q", response="r"))
     assert r.masked and r.parse_failures == 1 and "returned 'excellent'; expected a finite number" in r.samples[0].error
 
 

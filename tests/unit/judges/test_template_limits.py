@@ -9,6 +9,7 @@ import pytest
 
 from grm.config import JudgeSpec
 from grm.judges import Sample, build_judge
+from grm.judges.base import score_one
 from grm.judges.errors import JudgeError
 from grm.judges.lint import lint_file
 from grm.judges.sandbox import RenderLimitError, RenderLimits, size_of
@@ -198,9 +199,9 @@ def test_a_judge_renders_within_its_spec_limits(tmp_path):
     (tmp_path / "t.j2").write_text("{# expects: prompt, response #}{% for c in response %}{{ c }}{% endfor %} Score:")
     spec = JudgeSpec(name="j", mode="pointwise", model="m", template="t.j2", limits={"template_max_steps": 100})
     judge = build_judge(spec, tmp_path, ScriptedEngine(lambda p, j, c: "Score: 5"))
-    assert judge.score(Sample(prompt="p", response="short")).score == 5.0
+    assert score_one(judge, Sample(prompt="p", response="short")).score == 5.0
     with pytest.raises(JudgeError, match=r"t.j2:1: template stopped: .* \(limits.template_max_steps: 100\)"):
-        judge.score(Sample(prompt="p", response="long " * 100))
+        score_one(judge, Sample(prompt="p", response="long " * 100))
 
 
 @pytest.mark.parametrize(

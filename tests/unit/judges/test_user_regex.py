@@ -12,6 +12,7 @@ from grm.config.judge import RuleSpec
 from grm.config.parsers import RegexParser
 from grm.config.user_regex import backtracking_risk, compile_user_regex
 from grm.judges import Sample, build_judge
+from grm.judges.base import score_one
 from grm.judges.checklist import parse_written
 from grm.judges.guard import escape
 from grm.judges.parsers import build_parser
@@ -97,7 +98,7 @@ def test_a_judge_counts_and_masks_a_timed_out_parse(tmp_path):
         limits={"regex_timeout_s": 0.05},
     )
     judge = build_judge(spec, tmp_path, ScriptedEngine(lambda p, j, c: "1" + "a" * 60 + "!"))
-    res = judge.score(Sample(prompt="p", response="r"))
+    res = score_one(judge, Sample(prompt="p", response="r"))
     assert res.masked and res.score is None and res.parse_failures == 1
     assert "regex timed out" in res.samples[0].error
 

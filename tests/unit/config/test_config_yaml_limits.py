@@ -15,6 +15,7 @@ from grm.config import ConfigError, load
 from grm.config import yaml_reader as reader
 from grm.config.loading import load_yaml, parse_override
 from grm.config.yaml_reader import MAX_BYTES, MAX_DEPTH, MAX_NODES
+from tests.unit.fuzz.support import assert_clean_failure, run_cli
 
 GOOD = "name: x\nmodel: m\n"
 
@@ -135,3 +136,22 @@ def test_a_fifo_or_device_is_refused_without_reading_it(tmp_path):
         load_yaml(fifo)
     with pytest.raises(ConfigError, match="not a regular file"):
         load_yaml("/dev/zero")
+
+
+# Found by the fuzzers (tests/unit/fuzz): a hang and a refused merge key before their fixes.
+def test_yaml_alias_bomb_is_refused_fast(tmp_path):
+    lines = ["a0: &a0 [" + ", ".join(["x"] * 9) + "]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]  # 9**9 values expanded
+    f = tmp_path / "bomb.yaml"
+    f.write_text(GOOD + "\n".join(lines) + "\n")
+    t0 = time.perf_counter()
+    res = run_cli("validate", str(f))
+    assert time.perf_counter() - t0 < 10
+    assert_clean_failure(res, f)
+    assert f"{f}:7: more than 10000 values once its aliases are expanded" in res.err  # a4 holds 9**5
+
+
+def test_yaml_merge_keys_work(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text(GOOD + "engine:\n  <<: {type: hf, dtype: bf16}\n  dtype: fp32\n")  # was "no constructor for merge"
+    assert run_cli("validate", str(f)).code == 0

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ValidationError
 
 from grm.config import ConfigError, load
 from grm.config.base import MAX_FLOAT, MAX_INT
-from tests.unit.config_models import reachable_models
+from tests.unit.config.config_models import reachable_models
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _leaves(ann: Any) -> set[type]:

@@ -16,7 +16,7 @@ import pytest
 import grm.config
 from grm.config import MODELS
 from grm.config.base import Strict
-from tests.unit.config_models import reachable_models
+from tests.unit.config.config_models import reachable_models
 
 
 def fields() -> list[tuple[str, str | None]]:

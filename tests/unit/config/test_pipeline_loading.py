@@ -7,8 +7,9 @@ import pytest
 
 from grm.config import ConfigError, validate_tree
 from grm.config.resolve import load_pipeline
+from tests.unit.fuzz.support import assert_clean_failure, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
@@ -166,3 +167,16 @@ def test_the_old_pipeline_judge_deadline_is_refused_naming_where_it_lives_now(tm
     new = BASE.replace("  - {spec: builtin:numeric-answer}", role)
     (judge,) = load_pipeline(write(tmp_path, new, "new.yaml")).judges
     assert judge.spec.limits.deadline_s == 900
+
+
+# Found by the fuzzers (tests/unit/fuzz): was accepted, then failed at run time.
+def test_listwise_judge_needs_groups(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "name: lw\npools: {train: {cpus: 1}, judge: {cpus: 1}}\npolicy: {spec: builtin:smollm2-135m-instruct, pool: train}\n"
+        "judges:\n  - {spec: builtin:listwise-grm, pool: judge}\ndata: {prompts: builtin:arith-prompts}\n"
+        "algorithm: {type: reinforce_pp, group_size: 1, prompts_per_step: 4}\n"
+    )
+    res = run_cli("validate", str(f))
+    assert_clean_failure(res, f)
+    assert f"{f}:5: judge 'listwise-grm' is listwise" in res.err and "group_size >= 2" in res.err
