@@ -131,10 +131,32 @@ class _api:
         return judge.provenance()  # each judge class's own (not part of the Judge protocol)
 
 
+def _without_added(old: Any, new: Any, added: set[str]) -> Any:
+    """``new`` without the keys ``old`` lacks whose value is empty (a field added at its default),
+    naming them in ``added``: a new field that changes nothing is not a difference."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = {}
+        for k, v in new.items():
+            if k not in old and v in (None, 0, [], {}, False):
+                added.add(k)
+                continue
+            out[k] = _without_added(old.get(k), v, added)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [_without_added(o, n, added) for o, n in zip(old, new, strict=True)]
+    return new
+
+
 def compare(a: Path, b: Path) -> int:
     old, new = json.loads(a.read_text()), json.loads(b.read_text())
+    added: set[str] = set()
+    new = {k: _without_added(old.get(k), v, added) if k in old else v for k, v in new.items()}
+    if added:
+        print(f"fields added at their defaults (ignored): {', '.join(sorted(added))}")
+    for name in sorted(set(new) - set(old)):
+        print(f"{name:36s} new judge (not compared)")
     bad = 0
-    for name in sorted(set(old) | set(new)):
+    for name in sorted(old):
         if old.get(name) == new.get(name):
             print(f"{name:36s} identical")
             continue
@@ -142,7 +164,7 @@ def compare(a: Path, b: Path) -> int:
         for part in sorted(set(old.get(name, {})) | set(new.get(name, {}))):
             if old.get(name, {}).get(part) != new.get(name, {}).get(part):
                 print(f"{name:36s} DIFFERS in {part}")
-    print(f"{len(set(old) | set(new)) - bad} judges identical, {bad} differ")
+    print(f"{len(old) - bad} judges identical, {bad} differ")
     return 1 if bad else 0
 
 

@@ -10,12 +10,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, check_file
 from grm.config.checklist import ChecklistSpec, check_checklist_judge
+from grm.config.judge_trajectory import TrajectoryJudgeSpec, check_trajectory_judge
 from grm.config.names import SafeName
-from grm.config.parsers import (
-    ParserSpec,
-    RegexParser,
-    is_number,
-)
+from grm.config.parsers import ParserSpec, RegexParser, is_number
 from grm.config.policy import EngineSpec, HFEngineSpec
 from grm.config.sampling import JudgeSampling
 from grm.config.user_regex import compile_user_regex
@@ -324,6 +321,8 @@ class JudgeSpec(Strict):
     """Optional SPCT principles stage, fed to the template as ``principles``."""
     checklist: ChecklistSpec | None = None
     """(mode: checklist) where each prompt's yes/no questions come from."""
+    trajectory: TrajectoryJudgeSpec = TrajectoryJudgeSpec()
+    """(judging trajectories) each observation's budget, the signals shown, the process judge option."""
     sampling: JudgeSampling = JudgeSampling()
     """How critiques are sampled: n per item, temperature, token budget, stops, seed."""
     parser: ParserSpec = RegexParser()
@@ -355,6 +354,7 @@ class JudgeSpec(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> JudgeSpec:
         check_checklist_judge(self)
+        check_trajectory_judge(self)
         if self.mode == "rule":
             if self.rule is None:
                 raise ValueError("mode 'rule' needs a rule: {type: numeric-answer|exact-match|regex-format|length|constraints}")

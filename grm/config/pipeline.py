@@ -8,6 +8,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 
 from grm.config.algorithm import AlgorithmSpec, GRPOSpec
 from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, check_file
+from grm.config.env import EnvSpec
 from grm.config.judge_checks import CanarySpec, GateSpec, check_source
 from grm.config.names import SafeName, check_out_dir
 
@@ -242,7 +243,10 @@ class PipelineSpec(Strict):
     algorithm: AlgorithmSpec = GRPOSpec()
     """RL algorithm and the global batch sizes (``type`` picks the variant; default grpo)."""
     rollout: RolloutSpec = RolloutSpec()
-    """How the policy samples its responses during the run."""
+    """How the policy samples its responses during the run (each turn's, in an episode)."""
+    env: EnvSpec | None = None
+    """Multi-turn, tool-using episodes instead of single answers: the environment each prompt row
+    starts (``grm.envs``) and the limits of an episode. None: one answer per prompt."""
     train: TrainSpec = TrainSpec()
     """Steps, optimizer and trainer backend."""
     schedule: ScheduleSpec = ScheduleSpec()

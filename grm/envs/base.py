@@ -21,15 +21,14 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from grm.base import GrmError
+from grm.config.env import SHIPPED_ENVS
 from grm.data.trajectory import ToolCall
 from grm.envs.sandbox import ToolResult
 from grm.envs.tool_calls import ToolCallError, tool_name
 
-ENVIRONMENTS: dict[str, str] = {
-    "calc": "grm.envs.calc:CalcEnv",
-}
-"""Shipped environments by name (``env: {type: python, path: calc}``); any other is given as
-``path/to/file.py:Class`` or ``package.module:Class``."""
+ENVIRONMENTS: dict[str, str] = SHIPPED_ENVS
+"""Shipped environments by name (``env: {type: calc}``, one home: ``grm.config.env``); any other is
+given as ``path/to/file.py:Class`` or ``package.module:Class``."""
 
 
 class EnvError(GrmError):

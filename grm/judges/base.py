@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grm.config.judge import GroupSpec, GuardSpec, JudgeSpec
+from grm.config.judge_trajectory import TrajectoryJudgeSpec
 from grm.engines.base import GenerationEngine
 from grm.judges.cost import JudgeCost
 from grm.judges.types import JudgeResult, Sample
@@ -77,7 +78,7 @@ def alone(groups: Sequence[Sequence[Sample]]) -> GroupPlan:
     return GroupPlan([s for g in groups for s in g], regroup)
 
 
-LATER_FIELDS = {"guard": GuardSpec(), "groups": GroupSpec(), "checklist": None}
+LATER_FIELDS = {"guard": GuardSpec(), "groups": GroupSpec(), "checklist": None, "trajectory": TrajectoryJudgeSpec()}
 """Spec sections added after specs were first hashed, with their defaults: left out of the hash
 while at those defaults, so a spec written before they existed keeps its hash (and ``grm eval``
 resumes); set otherwise (fencing, a group strategy) they change what is judged, and the hash."""

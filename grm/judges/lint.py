@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from grm.config import ConfigError, JudgeSpec, load_judge
+from grm.config.judge_trajectory import TrajectoryJudgeSpec
 from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, RegexParser, VerdictParser
 from grm.config.paths import resolve_path
+from grm.data.trajectory import Task, ToolCall, Trajectory, Turn
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import build_parser
 from grm.judges.sandbox import RenderLimits
@@ -26,6 +29,7 @@ from grm.judges.templates import (
     load_template,
     render_limits,
 )
+from grm.judges.trajectory_view import Episode
 
 _META = set(".^$*+?{}[]\\|()")
 
@@ -67,6 +71,26 @@ def parser_cues(spec: JudgeSpec) -> list[str]:
     return []
 
 
+def lint_episode(answer: str) -> dict[str, Any]:
+    """A made-up calculator episode as a template sees it (one tool call, its result, the answer)."""
+    call = ToolCall("calculator", {"expression": "2 + 2"}, "call_0_0")
+    t = Trajectory(
+        id=f"lint-{answer}",
+        task=Task(
+            {}, [{"role": "user", "content": "What is 2 + 2?"}], [{"type": "function", "function": {"name": "calculator"}}]
+        ),
+        turns=[
+            Turn("assistant", "I will use the calculator.", tool_calls=[call]),
+            Turn("tool", "4", tool_name="calculator", tool_call_id=call.id),
+            Turn("assistant", f"ANSWER: {answer}"),
+        ],
+        end_reason="done",
+        signals={"success": 1.0},
+        final_answer=answer,
+    )
+    return Episode.of(t, TrajectoryJudgeSpec(signals=["success"]), len, "characters").variables()
+
+
 LINT_SAMPLE = {
     "prompt": "What is 2 + 2?",
     "messages": [{"role": "user", "content": "What is 2 + 2?"}],
@@ -77,6 +101,8 @@ LINT_SAMPLE = {
     "metadata": {},
     "critique": "The answer is right. Score: 9",
     "question": "Is the answer right?",
+    "trajectory": lint_episode("4"),
+    "trajectories": [lint_episode("4"), lint_episode("5"), lint_episode("4")],
 }
 """The made-up sample ``grm judge lint`` renders every template with."""
 
@@ -85,7 +111,9 @@ def render_problems(t: Template, limits: RenderLimits | None = None, mode: str |
     """Problems rendering ``t`` shows whatever the data: it passes its limits (a loop of 10^10
     steps, a 100 MB output) or the sandbox refuses it. Other render errors depend on the data (a
     ``metadata`` field the made-up sample lacks); ``grm judge render --sample`` shows those."""
-    variables = dict(LINT_SAMPLE, responses=LINT_SAMPLE["responses"][:2] if mode == "pairwise" else LINT_SAMPLE["responses"])
+    variables = dict(LINT_SAMPLE)
+    if mode == "pairwise":
+        variables.update(responses=LINT_SAMPLE["responses"][:2], trajectories=LINT_SAMPLE["trajectories"][:2])
     try:
         t.render(limits=limits or DEFAULT_LIMITS, **variables)
     except (TemplateLimitError, TemplateSandboxError) as e:
@@ -121,10 +149,20 @@ def lint_judge(path: Path) -> list[str]:
         problems += render_problems(template, render_limits(spec.limits), spec.mode)
         if spec.reference and "reference" not in template.used_variables():
             problems.append(f"{path}: reference: true but {template.path} never uses 'reference'")
-        if spec.mode in ("pairwise", "listwise") and "responses" not in template.used_variables():
-            problems.append(f"{path}: a {spec.mode} judge's template must use 'responses'")
-        if spec.mode in ("pointwise", "checklist") and "response" not in template.used_variables():
-            problems.append(f"{path}: a {spec.mode} judge's template must use 'response'")
+        used = template.used_variables()
+        if spec.mode in ("pairwise", "listwise") and not {"responses", "trajectories"} & used:
+            problems.append(f"{path}: a {spec.mode} judge's template must use 'responses' (or 'trajectories')")
+        if spec.mode == "pointwise" and not {"response", "trajectory"} & used:
+            problems.append(f"{path}: a pointwise judge's template must use 'response' (or 'trajectory')")
+        if spec.mode == "checklist" and "response" not in used:
+            problems.append(f"{path}: a checklist judge's template must use 'response'")
+        wrong = "trajectories" if spec.mode == "pointwise" else "trajectory" if spec.mode in ("pairwise", "listwise") else None
+        if wrong in used:
+            problems.append(
+                f"{path}: a {spec.mode} judge's template gets no '{wrong}' (one episode is 'trajectory', several 'trajectories')"
+            )
+        if spec.trajectory.first_faulty_turn and "first faulty turn" not in template.source.lower():
+            problems.append(f"{path}: trajectory.first_faulty_turn but {template.path} never asks for 'First faulty turn: N'")
         if spec.mode == "checklist" and "question" not in template.used_variables():
             problems.append(f"{path}: a checklist judge's template must use 'question' (the checklist item it asks)")
         problems += _lint_writer(spec, path) + _lint_principles(spec, path)

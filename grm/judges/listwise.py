@@ -21,11 +21,16 @@ from grm.judges.views import View
 
 
 def as_list(group: Sequence[Sample]) -> Sample:
-    """One listwise sample for the pointwise samples of one prompt's responses, in group order."""
+    """One listwise sample for the pointwise samples of one prompt's responses, in group order; a
+    group of episodes (``Sample.trajectory``) becomes ``trajectories`` (with their final answers as
+    ``responses``)."""
     first = group[0]
     responses = [s.response for s in group if s.response is not None]
     if len(responses) != len(group):
         raise JudgeError(f"group of item {first.id}: every sample of a group needs 'response'")
+    trajectories = [s.trajectory for s in group if s.trajectory is not None]
+    if trajectories and len(trajectories) != len(group):
+        raise JudgeError(f"group of item {first.id}: either every sample of a group has a 'trajectory' or none has")
     return Sample(
         prompt=first.prompt,
         messages=first.messages,
@@ -33,12 +38,14 @@ def as_list(group: Sequence[Sample]) -> Sample:
         reference=first.reference,
         metadata=first.metadata,
         id=None if first.id is None else f"{first.id}/group",
+        trajectories=trajectories or None,
     )
 
 
 def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
     """Per-response results from one listwise result: copies carrying response k's score and reward.
-    The group's counters (parse failures, truncated responses, text aimed at the judge) stay on the first copy only, so a
+    The group's counters (parse failures, truncated responses, text aimed at the judge, observations
+    cut) stay on the first copy only, so a
     step's sums over responses count each judged group once."""
     if result is None:
         return [None] * size
@@ -48,7 +55,7 @@ def ungroup(result: JudgeResult | None, size: int) -> list[JudgeResult | None]:
         one.score = result.scores[k] if result.scores else None
         one.reward = result.rewards[k] if result.rewards else None
         if k:
-            one.parse_failures = one.truncated = one.judge_directed = 0
+            one.parse_failures = one.truncated = one.judge_directed = one.observations_cut = 0
         out.append(one)
     return out
 

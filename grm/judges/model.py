@@ -90,6 +90,7 @@ class ModelJudge:
         res.parse_failures = sum(1 for r in recs if r.error is not None)
         res.truncated = max((v.truncated for v in views), default=0)
         res.judge_directed = max((v.judge_directed for v in views), default=0)
+        res.observations_cut = max((v.observations_cut for v in views), default=0)
         res.provenance = self.provenance()
         return res
 

@@ -13,6 +13,7 @@ from typing import Any
 from grm.config.judge import GroupSpec, JudgeSpec
 from grm.judges.aggregate import combine_swap, final_attempts, verdict_of, vote
 from grm.judges.base import GroupPlan
+from grm.judges.errors import JudgeError
 from grm.judges.groups import Pair, group_results, plan_pairs
 from grm.judges.parsers import JudgeParsers, ParsedScore, fail
 from grm.judges.types import JudgeResult, Sample
@@ -80,12 +81,28 @@ class PairwiseMode:
         used: list[dict[str, Any] | None] = []
         for g in groups:
             key = group_key(g)
+            episodes = [s.trajectory for s in g if s.trajectory is not None]
+            if episodes and (len(episodes) != len(g) or gs.strategy == "anchor"):
+                raise JudgeError(
+                    f"group {key}: a group of episodes needs a 'trajectory' on every sample and groups.strategy"
+                    " 'round_robin' or 'circular' (an anchor is a text answer, not an episode)"
+                )
             anchor, info = anchor_of(g, gs) if g and gs.strategy == "anchor" else (None, None)
             used.append(info)
             pairs = plan_pairs(len(g), gs, key) if g and (anchor is not None or gs.strategy != "anchor") else []
             for i, j in pairs:
                 other, name = (anchor, "anchor") if j == len(g) else (g[j].response, str(j))
-                items.append(replace(g[i], response=None, responses=[g[i].response, other], id=f"{key}/{i}v{name}"))
+                pair = [episodes[i], episodes[j]] if episodes else None
+                items.append(
+                    replace(
+                        g[i],
+                        response=None,
+                        responses=[g[i].response, other],
+                        trajectory=None,
+                        trajectories=pair,
+                        id=f"{key}/{i}v{name}",
+                    )
+                )
             planned.append(pairs)
         sizes = [len(g) for g in groups]
 
@@ -106,7 +123,10 @@ class PairwiseMode:
 
 
 def group_key(group: Sequence[Sample]) -> str:
-    """The group's name for ids and seeds: its first response's id without the ``/k`` suffix."""
+    """The group's name for ids and seeds: its key in a run, else its first response's id without
+    the ``/k`` suffix (``grm eval``'s groups)."""
+    if group and group[0].group is not None:
+        return group[0].group
     first = group[0].id if group else None
     return "group" if first is None else first.rsplit("/", 1)[0]
 
@@ -114,21 +134,20 @@ def group_key(group: Sequence[Sample]) -> str:
 def anchor_of(group: Sequence[Sample], spec: GroupSpec) -> tuple[str | None, dict[str, Any] | None]:
     """The answer every response of the group is compared with (``groups.strategy: anchor``) and
     what it is (``{source, policy_version, step}``): the prompt's reference, the greedy response the
-    rollout put in ``metadata["anchor"]``, or the earlier step's greedy response the run's store put
-    in ``metadata["previous_anchor"]`` (``groups.fallback`` when there is none). (None, None) when
+    rollout put in ``Sample.anchor``, or the earlier step's greedy response the run's store put in
+    ``Sample.previous_anchor`` (``groups.fallback`` when there is none). (None, None) when
     the group has none: nothing is compared and its responses are masked, as a rule verifier masks
     a response without a reference."""
     first = group[0]
     source = spec.anchor
     if source == "previous":
-        prev = first.metadata.get("previous_anchor")
-        if isinstance(prev, dict) and isinstance(prev.get("text"), str):
-            info = {"source": "previous", "policy_version": prev.get("policy_version"), "step": prev.get("step")}
-            return prev["text"], info
+        if first.previous_anchor is not None:
+            return first.previous_anchor.text, first.previous_anchor.info()
         source = spec.fallback
     if source == "reference":
         text, info = first.reference, {"source": "reference", "policy_version": None, "step": None}
+    elif first.anchor is not None:
+        text, info = first.anchor.text, first.anchor.info()
     else:
-        text = first.metadata.get("anchor")
-        info = {"source": "greedy", "policy_version": first.metadata.get("anchor_version"), "step": None}
+        text, info = None, None
     return (text, info) if isinstance(text, str) else (None, None)

@@ -1,4 +1,5 @@
-"""Pointwise judges: each response scored on its own; the n critiques of an item vote."""
+"""Pointwise judges: each response (or episode) scored on its own; the n critiques of an item vote.
+A process judge of an episode also names its first faulty turn (``grm.judges.process``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from grm.judges import base
 from grm.judges.aggregate import final_attempts, vote
 from grm.judges.base import GroupPlan
 from grm.judges.parsers import JudgeParsers, ParsedScore, expected_value, fail
+from grm.judges.process import read_faulty_turn, vote_faulty_turn
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import View
 
@@ -37,8 +39,14 @@ class PointwiseMode:
         return expected_value(logprobs, values)
 
     def combine(self, views: list[View], n_responses: int) -> JudgeResult:
-        score = vote(self.spec.aggregate, final_attempts(views[0].records))
-        return JudgeResult(judge=self.spec.name, score=score, reward=base.normalize(self.spec, score))
+        final = final_attempts(views[0].records)
+        score = vote(self.spec.aggregate, final)
+        res = JudgeResult(judge=self.spec.name, score=score, reward=base.normalize(self.spec, score))
+        if self.spec.trajectory.first_faulty_turn:
+            for r in views[0].records:
+                r.faulty_turn = read_faulty_turn((self.spec.prefill or "") + r.text, views[0].turns)
+            res.faulty_turn = vote_faulty_turn([r.faulty_turn for r in final if r.parsed is not None])
+        return res
 
     def group(self, groups: Sequence[Sequence[Sample]]) -> GroupPlan:
         return base.alone(groups)

@@ -25,6 +25,7 @@ def rescore(judge: Judge, stored: dict[str, Any], n_responses: int) -> JudgeResu
     if isinstance(judge, ModelJudge):
         res = _reread(judge, stored, n_responses)
         res.truncated = stored.get("truncated", 0)  # what the judge was shown does not change on a re-parse
+        res.observations_cut = stored.get("observations_cut", 0)
         return res
     raise JudgeError("rule verifiers keep no raw output to rescore; re-run them instead")
 

@@ -1,7 +1,8 @@
 """Judge prompt templates: Jinja2, sandboxed, strict about undefined variables.
 
 Templates receive structured data (``prompt``, ``response``, ``responses``, ``reference``,
-``principles``, ``metadata``; a checklist judge's ``question``), never pre-rendered strings. Each template starts with a
+``principles``, ``metadata``; a checklist judge's ``question``; a judge of episodes' ``trajectory``
+or ``trajectories``), never pre-rendered strings. Each template starts with a
 ``{# expects: a, b, c #}`` header naming the variables it uses; ``grm judge lint`` checks it.
 """
 
@@ -22,8 +23,21 @@ from grm.config.judge import JudgeLimits
 from grm.judges.errors import JudgeError
 from grm.judges.sandbox import BoundedSandbox, RenderLimitError, RenderLimits, budget
 
-VARIABLES = ("prompt", "messages", "response", "responses", "reference", "principles", "metadata", "critique", "question")
-"""Every variable a judge template may use."""
+VARIABLES = (
+    "prompt",
+    "messages",
+    "response",
+    "responses",
+    "reference",
+    "principles",
+    "metadata",
+    "critique",
+    "question",
+    "trajectory",
+    "trajectories",
+)
+"""Every variable a judge template may use (``trajectory``/``trajectories``: episodes, see
+``grm.judges.trajectory_view``)."""
 
 # "(.*?)\s*-?#\}" tried every split of a run of spaces inside the header (0.2 s at 4,000, minutes
 # at 100,000: a hang on load and lint); "[^#]*" reads it in one pass.

@@ -5,11 +5,29 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from grm.data.trajectory import Trajectory, TrajectoryError
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import Value
 
 Verdict = Literal["1", "2", "tie"]
 """Pairwise outcome in terms of the item's own responses: response 1 wins, response 2 wins, tie."""
+
+
+@dataclass(frozen=True)
+class AnchorAnswer:
+    """An answer a pairwise judge compares a group's responses with (``groups.strategy: anchor``):
+    the policy's greedy response this step (``source: greedy``) or in an earlier step (``previous``)."""
+
+    text: str
+    source: Literal["greedy", "previous"]
+    policy_version: int | None
+    """Weights version that produced it."""
+    step: int | None = None
+    """(previous) The step (1-based) whose rollout produced it."""
+
+    def info(self) -> dict[str, Any]:
+        """What a comparison against it records in samples.jsonl (its text is recorded once per group)."""
+        return {"source": self.source, "policy_version": self.policy_version, "step": self.step}
 
 
 @dataclass
@@ -20,6 +38,10 @@ class Sample:
     checklist: ``response``, and ``metadata["checklist"]`` when the checklist comes from the data.
     ``prompt`` is the user's request (or ``messages`` for a conversation; ``prompt`` is then its
     last user turn). ``critique`` is only set for meta judges, which rate another judge's critique.
+
+    A judge of whole episodes gets ``trajectory`` (pointwise) or ``trajectories`` (pairwise: 2,
+    listwise: >= 2) instead; ``response``/``responses`` then default to their final answers (''
+    for one without), so the input guard, rule verifiers and meta judges read the answers as ever.
     """
 
     prompt: str | None = None
@@ -30,14 +52,44 @@ class Sample:
     metadata: dict[str, Any] = field(default_factory=dict)
     critique: str | None = None
     id: str | None = None
+    group: str | None = None
+    """(in a run) The key of the prompt's group of responses (``s<step>r<round>g<i>``)."""
+    anchor: AnchorAnswer | None = None
+    """(in a run with ``rollout.greedy_anchor``) The policy's greedy response to this prompt."""
+    previous_anchor: AnchorAnswer | None = None
+    """(in a run, ``groups.anchor: previous``) The greedy response of an earlier step, if remembered."""
+    trajectory: Trajectory | None = None
+    """(judging an episode, pointwise) The whole episode; set by a run, or read from a sample file."""
+    trajectories: list[Trajectory] | None = None
+    """(judging episodes, pairwise and listwise) The episodes compared, in the item's own order."""
+
+    FILE_FIELDS = (
+        "prompt",
+        "messages",
+        "response",
+        "responses",
+        "reference",
+        "metadata",
+        "critique",
+        "id",
+        "trajectory",
+        "trajectories",
+    )
+    """What a sample file's object may hold; ``group`` and the anchors are set by a run, not read."""
+
+    def __post_init__(self) -> None:
+        if self.response is None and self.trajectory is not None:
+            self.response = self.trajectory.final_answer or ""
+        if self.responses is None and self.trajectories is not None:
+            self.responses = [t.final_answer or "" for t in self.trajectories]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "sample") -> Sample:
         if not isinstance(data, dict):
             raise JudgeError(f"{where}: expected a JSON object with prompt/response(s), found {type(data).__name__}")
-        unknown = set(data) - set(cls.__dataclass_fields__)
+        unknown = set(data) - set(cls.FILE_FIELDS)
         if unknown:
-            raise JudgeError(f"{where}: unknown field(s) {sorted(unknown)}; expected: {', '.join(cls.__dataclass_fields__)}")
+            raise JudgeError(f"{where}: unknown field(s) {sorted(unknown)}; expected: {', '.join(cls.FILE_FIELDS)}")
         data = dict(data)
         if isinstance(data.get("id"), int) and not isinstance(data["id"], bool):
             data["id"] = str(data["id"])
@@ -58,23 +110,55 @@ class Sample:
             data.pop("metadata", None)
         elif not isinstance(data["metadata"], dict):
             raise JudgeError(f"{where}: 'metadata' must be an object, found {type(data['metadata']).__name__}")
+        _read_trajectories(data, where)
         s = cls(**data)
         if s.prompt is None and s.messages:
             users = [m.get("content", "") for m in s.messages if m.get("role") == "user"]
             s.prompt = users[-1] if users else ""
+        episode = s.trajectory or (s.trajectories[0] if s.trajectories else None)
+        if s.prompt is None and episode is not None:
+            users = [str(m.get("content") or "") for m in episode.task.messages if m.get("role") == "user"]
+            s.prompt = users[-1] if users else ""
         if s.prompt is None:
-            raise JudgeError(f"{where}: missing 'prompt' (or 'messages')")
+            raise JudgeError(f"{where}: missing 'prompt' (or 'messages', or a 'trajectory')")
         return s
 
     def check_for(self, mode: str, needs_reference: bool, where: str = "sample") -> None:
         if mode in ("pointwise", "checklist", "rule") and self.response is None:
-            raise JudgeError(f"{where}: a {mode} judge needs 'response'")
+            raise JudgeError(f"{where}: a {mode} judge needs 'response'" + (" or 'trajectory'" if mode == "pointwise" else ""))
+        if self.trajectory is not None and self.trajectories is not None:
+            raise JudgeError(f"{where}: a sample holds 'trajectory' (pointwise) or 'trajectories', not both")
+        if self.trajectories is not None and len(self.trajectories) != len(self.responses or []):
+            raise JudgeError(
+                f"{where}: 'trajectories' and 'responses' differ in length"
+                f" ({len(self.trajectories)} vs {len(self.responses or [])})"
+            )
         if mode == "pairwise" and (self.responses is None or len(self.responses) != 2):
-            raise JudgeError(f"{where}: a pairwise judge needs 'responses' with exactly 2 entries")
+            raise JudgeError(f"{where}: a pairwise judge needs 'responses' (or 'trajectories') with exactly 2 entries")
         if mode == "listwise" and (self.responses is None or len(self.responses) < 2):
-            raise JudgeError(f"{where}: a listwise judge needs 'responses' with at least 2 entries")
+            raise JudgeError(f"{where}: a listwise judge needs 'responses' (or 'trajectories') with at least 2 entries")
         if needs_reference and self.reference is None:
             raise JudgeError(f"{where}: this judge is reference-guided and needs 'reference'")
+
+
+def _read_trajectories(data: dict[str, Any], where: str) -> None:
+    """A sample file's ``trajectory``/``trajectories`` objects read in place (``Trajectory.from_dict``)."""
+    try:
+        if data.get("trajectory") is not None:
+            data["trajectory"] = Trajectory.from_dict(data["trajectory"])
+        got = data.get("trajectories")
+        if got is not None:
+            if not isinstance(got, list):
+                raise JudgeError(f"{where}: 'trajectories' must be a list of trajectory objects, found {type(got).__name__}")
+            read = []
+            for k, t in enumerate(got):
+                try:
+                    read.append(Trajectory.from_dict(t))
+                except TrajectoryError as e:
+                    raise JudgeError(f"{where}: trajectories[{k}]: {e}") from None
+            data["trajectories"] = read
+    except TrajectoryError as e:
+        raise JudgeError(f"{where}: trajectory: {e}") from None
 
 
 @dataclass
@@ -98,6 +182,9 @@ class SampleRecord:
     """(logprob parser) log-probability of each candidate after the score prefix."""
     meta_rating: float | None = None
     """(meta aggregation) the meta judge's rating of this critique."""
+    faulty_turn: int | Literal["none"] | None = None
+    """(``trajectory.first_faulty_turn``) the turn this critique names as the first faulty one (its
+    index in the trajectory's turns, 0-based), ``"none"`` when it says no turn was, None unread."""
 
 
 @dataclass
@@ -144,7 +231,16 @@ class JudgeResult:
     (``guard.neutralise``)."""
     truncated: int = 0
     """Judged responses of this item cut to fit the judge's context (``guard``); the judge saw a
-    marker where their middle was."""
+    marker where their middle was. With trajectories: their final answers cut so (the guard) plus
+    the trajectories shortened to fit (oldest turns left out, long texts cut:
+    ``grm.judges.trajectory_view``)."""
+    observations_cut: int = 0
+    """Observations (tool results, user turns) of this item's trajectories cut to the per-observation
+    budget (``trajectory.observation_tokens``/``observation_chars``) before the judge read them."""
+    faulty_turn: int | Literal["none"] | None = None
+    """(``trajectory.first_faulty_turn``) the first faulty turn the critiques name (0-based index in
+    the trajectory's turns): the most named among the final attempts, ties to the earlier turn;
+    ``"none"`` when most say no turn was; None when no critique said."""
     tokens: int = 0
     """Tokens generated for this item (all stages, retries included)."""
     seconds: float = 0.0

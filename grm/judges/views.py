@@ -26,9 +26,13 @@ class View:
     """None for a view rebuilt from stored records: rescoring sends nothing."""
     records: list[SampleRecord] = field(default_factory=list)
     truncated: int = 0
+    """The item's responses (and trajectories) cut to fit the judge's context (the same in every view of the item)."""
     judge_directed: int = 0
     """Spans aimed at the judge taken out of the item's responses (``guard.neutralise``)."""
-    """The item's responses cut to fit the judge's context (the same in every view of the item)."""
+    observations_cut: int = 0
+    """Observations of the item's trajectories cut to their budget (``trajectory.observation_tokens``)."""
+    turns: int | None = None
+    """(judging one trajectory) How many turns it has: a faulty turn the judge names must be one of them."""
 
 
 class Mode(Protocol):

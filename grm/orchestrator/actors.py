@@ -7,19 +7,42 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import ray
 
 from grm.orchestrator.cores import CoreShare, ledger, set_threads
-from grm.orchestrator.types import Group, Rollout
+from grm.orchestrator.handles import Placement
+from grm.orchestrator.types import Group, Prepared, Rollout, Synced
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+    from grm.algorithms import Algorithm
+    from grm.config.pipeline import PipelineSpec
+    from grm.config.policy import PolicySpec
+    from grm.data.prompts import Prompt
+    from grm.training import TrainBatch, TrainerBackend
+    from grm.training.distributed import RankFailure
+
+T = TypeVar("T")
 
 
-def _gather(own: Any, others: Sequence[Any], combine: Any) -> Any:
+def _gather(own: T, others: Sequence[ObjectRef[T]], combine: Callable[[list[T]], T]) -> T:
     """Rank 0 of a policy group: its result combined with the other ranks' (their refs)."""
     return combine([own, *ray.get(list(others))]) if others else own
+
+
+class RankOf(NamedTuple):
+    """Where a rank of a multi-rank policy group stands: its rank, the group's size, and the
+    rendezvous (address, port) of rank 0."""
+
+    rank: int
+    world: int
+    address: str
+    port: int
 
 
 @ray.remote(num_cpus=0)
@@ -47,13 +70,13 @@ REFERENCE_DTYPE = "fp32"
 """The frozen reference's dtype: its log-probs enter the KL against the fp32 trainer's."""
 
 
-def engine_dtype(engine: Any) -> dict[str, Any]:
+def engine_dtype(engine: object) -> dict[str, str]:
     """``{"dtype": ...}`` for an hf engine (what ``dtype: auto`` chose, for placement.json), else {}."""
     name = getattr(engine, "dtype_name", None)
     return {"dtype": name} if isinstance(name, str) else {}
 
 
-def where() -> dict[str, Any]:
+def where() -> Placement:
     """Node, resources and torch threads of the calling actor (asserted by placement tests), read
     on the thread that runs its calls."""
     import torch
@@ -73,15 +96,15 @@ class PolicyActor:
 
     def __init__(
         self,
-        cfg: Any,
-        policy: Any,
-        algorithm: Any,
+        cfg: PipelineSpec,
+        policy: PolicySpec,
+        algorithm: Algorithm,
         threads: int,
         with_reference: bool,
-        dist: tuple[int, int, str, int] | None = None,
+        dist: RankOf | None = None,
         lend: CoreShare | None = None,
     ) -> None:
-        """``dist``: (rank, world size, rendezvous address, port) of a multi-rank worker group;
+        """``dist``: where this rank stands in a multi-rank worker group;
         ``lend``: this process's place in the run's core ledger when idle cores are lent
         (``grm.orchestrator.cores``)."""
         set_threads(threads)
@@ -148,7 +171,7 @@ class PolicyActor:
             critic,
         )
 
-    def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> Any:
+    def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> TrainerBackend:
         b = self.cfg.train.backend
         if b.type == "deepspeed":
             from grm.training.deepspeed_backend import DeepSpeedTrainer
@@ -167,7 +190,7 @@ class PolicyActor:
 
         return TorchTrainer(module, device=self.device, **common, **kw)
 
-    def where(self, role: str = "policy") -> dict[str, Any]:
+    def where(self, role: str = "policy") -> Placement:
         """Where this actor runs, and the dtype of ``role``'s model here (the rollout engine's for
         the policy; the reference's when it is colocated)."""
         if role == "reference":
@@ -176,7 +199,12 @@ class PolicyActor:
 
     # ------------------------------------------------------------- rollout
     def rollout(
-        self, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int, others: Sequence[Any] = ()
+        self,
+        prompts: Sequence[Prompt],
+        keys: Sequence[str],
+        n: int,
+        seed: int,
+        others: Sequence[ObjectRef[tuple[list[Group], float]]] = (),
     ) -> tuple[list[Group], float]:
         """``n`` responses per prompt with the current weights, as one group per prompt keyed by
         ``keys``; returns (groups, seconds). Rank 0 of a group appends the ``others`` ranks' parts."""
@@ -189,7 +217,7 @@ class PolicyActor:
             groups = self._rollout(prompts, keys, n, seed)
         return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
 
-    def _rollout(self, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int) -> list[Group]:
+    def _rollout(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
         from grm.engines.base import SamplingParams, chat_request
 
         r = self.cfg.rollout
@@ -228,10 +256,10 @@ class PolicyActor:
 
     # ------------------------------------------------------------- reference, values
     def prepare(
-        self, rollouts: Sequence[Rollout], positions: Sequence[int] | None = None, others: Sequence[Any] = ()
-    ) -> tuple[Any, ...]:
+        self, rollouts: Sequence[Rollout], positions: Sequence[int] | None = None, others: Sequence[ObjectRef[Prepared]] = ()
+    ) -> Prepared:
         """Token batch with old (trainer) log-probs, behaviour (rollout) log-probs, reference log-probs
-        when the reference is colocated, and critic values for PPO; returns (batch, seconds). A rank
+        when the reference is colocated, and critic values for PPO, and the seconds they took. A rank
         of a group gets its shard of the rollouts and their ``positions``; rank 0 puts the shards'
         batches back together in the rollouts' order."""
         from grm.orchestrator.policy_group import gather_prepared
@@ -239,12 +267,12 @@ class PolicyActor:
         with self.cores.busy():
             batch, secs = self._prepare(rollouts)
         if positions is None:
-            return batch, secs
+            return Prepared(batch, secs)
         if self.rank:
-            return batch, secs, positions
-        return _gather((batch, secs, positions), others, partial(gather_prepared, pad_id=self.pad_id))
+            return Prepared(batch, secs, list(positions))
+        return _gather(Prepared(batch, secs, list(positions)), others, partial(gather_prepared, pad_id=self.pad_id))
 
-    def _prepare(self, rollouts: Sequence[Rollout]) -> tuple[Any, float]:
+    def _prepare(self, rollouts: Sequence[Rollout]) -> tuple[TrainBatch, float]:
         import torch
 
         from grm.training import TrainBatch
@@ -270,7 +298,7 @@ class PolicyActor:
         return batch.with_fields(**fields), time.perf_counter() - t0
 
     # ------------------------------------------------------------- train, sync
-    def train(self, batch: Any, others: Sequence[Any] = ()) -> dict[str, float]:
+    def train(self, batch: TrainBatch, others: Sequence[ObjectRef[dict[str, float]]] = ()) -> dict[str, float]:
         """Every optimizer step of one batch (policy, then critic); the engine's version advances by
         one. Each rank of a group trains its shard of the batch (the trainer picks it)."""
         from grm.orchestrator.policy_group import gather_first
@@ -302,31 +330,30 @@ class PolicyActor:
         """Policy version = batches trained (a batch may take several optimizer steps)."""
         return self.trainer.step_count // self.algorithm.steps_per_batch
 
-    def sync(self, others: Sequence[Any] = ()) -> float:
-        """Push trainer weights into the rollout engine (in process); the engine's version advances.
-        Every rank of a group takes part (ZeRO-3 gathers the weights from all of them)."""
-        from grm.orchestrator.policy_group import gather_max
+    def sync(self, others: Sequence[ObjectRef[Synced]] = ()) -> Synced:
+        """Push trainer weights into the rollout engine (in process); the engine's version advances
+        to the trainer's, which is returned with the seconds of the push. Every rank of a group
+        takes part (ZeRO-3 gathers the weights from all of them)."""
+        from grm.orchestrator.policy_group import gather_synced
         from grm.training.sync import push_weights
 
+        version = self.version_of_trainer()
         if self.shared:
-            self.engine.version = self.version_of_trainer()
-            return _gather(0.0, others, gather_max)
+            self.engine.version = version
+            return _gather(Synced(version, 0.0), others, gather_synced)
         state = self.trainer.state_dict()
-        secs = push_weights(self.engine, state, self.version_of_trainer()) if self.engine is not None else 0.0
-        return _gather(secs, others, gather_max)
-
-    def version(self) -> int:
-        return self.engine.version
+        secs = push_weights(self.engine, state, version) if self.engine is not None else 0.0
+        return _gather(Synced(version, secs), others, gather_synced)
 
     @ray.method(concurrency_group="progress")  # answers while a call waits in a collective
-    def failure(self) -> Any:
+    def failure(self) -> RankFailure | None:
         """What this rank's trainers saw fail first (``grm.training.distributed.RankFailure``), or None:
         how the driver tells which rank a group's failure started on."""
         from grm.training.distributed import first_failure
 
         return first_failure()
 
-    def save(self, path: str, others: Sequence[Any] = ()) -> None:
+    def save(self, path: str, others: Sequence[ObjectRef[None]] = ()) -> None:
         """Collective: each rank writes its ZeRO shard under ``path`` (a directory every rank can reach)."""
         from grm.orchestrator.policy_group import gather_first
 
@@ -335,7 +362,7 @@ class PolicyActor:
             self.critic.save(os.path.join(path, "critic"))
         return _gather(None, others, gather_first)
 
-    def load(self, path: str, others: Sequence[Any] = ()) -> int:
+    def load(self, path: str, others: Sequence[ObjectRef[int]] = ()) -> int:
         from grm.orchestrator.policy_group import gather_first
 
         self.trainer.load(os.path.join(path, "policy"))
@@ -344,7 +371,7 @@ class PolicyActor:
         self.sync()
         return _gather(self.version_of_trainer(), others, gather_first)
 
-    def export(self, path: str, others: Sequence[Any] = ()) -> float:
+    def export(self, path: str, others: Sequence[ObjectRef[float]] = ()) -> float:
         """Full weights as safetensors (rank 0 writes; every rank takes part in the ZeRO-3 gather)."""
         from grm.models.weights import save_weights
         from grm.orchestrator.policy_group import gather_max

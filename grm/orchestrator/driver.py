@@ -1,7 +1,10 @@
 """``grm run``: the step loop. One step reads like the data flow:
 
-    rollout (policy pool) -> judges (their pools, each chunk as it lands) -> rewards
-    -> reference log-probs (+ critic values) -> advantages -> train -> weight sync
+    rollout (policy pool) -> judges (their pools, each chunk as it lands) -> rewards [-> filtering]
+    -> batch pass: reference log-probs (+ critic values) -> advantages -> train -> weight sync
+
+Each remote call is on a line of its own in ``run``; what a step made is gathered in one
+``StepOutcome``, which the recorder turns into the step's metrics line.
 
 What runs when is the scheduler's; where each role runs, roles' and pools' (the policy may be a worker
 group of N ranks, the same handle); what is written, the recorder's; the math, the algorithm's."""
@@ -13,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+from grm.config.pipeline import PipelineSpec
 from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import prompt_stream
 from grm.orchestrator.anchors import remember, store_for
@@ -26,7 +30,16 @@ from grm.orchestrator.recorder import Recorder, sample_rows, step_metrics
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
-from grm.orchestrator.types import Group, StepWork
+from grm.orchestrator.types import Group, StepOutcome, StepWork, rollouts_of
+
+
+def early_batch_pass(cfg: PipelineSpec) -> bool:
+    """Whether a step queues its batch pass as soon as its rollouts are in, beside the judges (the
+    pass needs no rewards). Not when phases run alone (sync mode, ``schedule.phases_alone``: each
+    phase takes the other pools' cores, so side by side they would oversubscribe them), nor with
+    dynamic filtering, which may still change the batch: then the pass is queued once the groups
+    are final, so no pass is thrown away."""
+    return not cfg.schedule.phases_alone and not cfg.algorithm.dynamic_filtering
 
 
 class Driver:
@@ -47,13 +60,16 @@ class Driver:
         self.weights = {j.name: j.weight for j in self.roles.judges}
         self.required = {j.name: j.required for j in self.roles.judges}
         self.start_step = 0
+        self.version = 0
+        """The policy version: a fresh rollout engine's is 0; a resume's and each sync's say what it is."""
+        self.early_pass = early_batch_pass(self.cfg)
 
     def resume(self) -> None:
         state = self.recorder.resume_state(self.roles.policy)
         self.stream.restore(state["stream"])
         if self.anchors is not None and state.get("anchors") is not None:
             self.anchors.restore(state["anchors"])
-        self.start_step = state["step"]
+        self.start_step, self.version = state["step"], state["policy_version"]
         self.canaries.restore(self.recorder.metrics())
 
     def run(self) -> Path:
@@ -66,37 +82,38 @@ class Driver:
                 if self.scheduler.stop_requested:
                     raise Interrupted()
                 show.begin(step)
-                work = self.scheduler.take(step)
-                groups = self.scheduler.collect(work)  # rollout + judges
-                reward_stats = self.rewards(groups)  # rewards
-                extra: dict[str, Any] = {}
+                s = StepOutcome(step, self.scheduler.take(step), self.version)  # rollouts: queued now, or ahead (async)
+                rollouts = self.scheduler.rollouts(s.work)  # each chunk goes to every judge as it lands
+                if self.early_pass:
+                    self.scheduler.prepare(s.work, rollouts)  # batch pass, beside the judges
+                self.scheduler.fill_ahead(step)  # async: the next steps' rollouts, behind this step's work
+                s.groups = self.scheduler.collect(s.work)  # judges
+                s.reward_stats = self.rewards(s.groups)  # rewards
                 if cfg.algorithm.dynamic_filtering:
-                    kept, extra = refill(groups, cfg.algorithm.prompts_per_step, partial(self.more, work))
-                    if not same_groups(kept, groups):
-                        groups, reward_stats = kept, self.rewards(kept)
-                        self.scheduler.prepare(work, [r for g in groups for r in g.rollouts])
+                    self.filter(s)  # uninformative groups out, judged groups of fresh prompts in
+                if s.work.prepared is None:
+                    self.scheduler.prepare(s.work, rollouts_of(s.groups))  # batch pass over the final groups
                 show.set_phase("reference")
-                batch, ref_s = self.scheduler.prepared(work)  # reference + values
-                version = ray.get(policy.version.remote())
-                batch, adv_stats = with_advantages(self.algorithm, batch, groups, version)  # advantages
+                prepared = self.scheduler.prepared(s.work)  # reference + values
+                s.reference_s = prepared.seconds
+                s.batch, s.advantage_stats = with_advantages(self.algorithm, prepared.batch, s.groups, s.version)  # advantages
                 show.set_phase("training")
-                train = self.scheduler.wait(policy.train.remote(batch))  # train
+                s.train = self.scheduler.wait(policy.train.remote(s.batch))  # train
                 show.set_phase("weight sync")
-                sync_s = ray.get(policy.sync.remote())  # weight sync
-                extra.update(self.canaries.after_step(step + 1, self.roles.judges))  # canary: judges re-score labelled pairs
+                synced = ray.get(policy.sync.remote())  # weight sync
+                self.version, s.sync_s = synced.version, synced.seconds
+                s.canary = self.canaries.after_step(step + 1, self.roles.judges)  # canary: judges re-score labelled pairs
                 now = time.perf_counter()
-                metrics = step_metrics(
-                    step, work, groups, reward_stats, {**adv_stats, **extra}, train, ref_s, sync_s, now - t_prev, version
-                )
-                t_prev = now
-                self.recorder.log_step(metrics, sample_rows(step, groups, row_advantages(batch)))
+                s.seconds, t_prev = now - t_prev, now
+                metrics = step_metrics(s)
+                self.recorder.log_step(metrics, sample_rows(step, s.groups, row_advantages(s.batch)))
                 if self.anchors is not None:  # trained and logged: later steps may compare with its answers
-                    remember(self.anchors, step + 1, groups)
+                    remember(self.anchors, step + 1, s.groups)
                 self.scheduler.trained()
                 show.done(metrics)
-                if metrics["masked"] > cfg.faults.max_masked_fraction * len(batch):
+                if metrics["masked"] > cfg.faults.max_masked_fraction * len(s.batch):
                     raise RunError(
-                        f"step {step + 1}: {metrics['masked']} of {len(batch)} samples masked (> faults."
+                        f"step {step + 1}: {metrics['masked']} of {len(s.batch)} samples masked (> faults."
                         f"max_masked_fraction {cfg.faults.max_masked_fraction}); by judge: {metrics['masked_by_judge']}"
                     )
                 if cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and step + 1 < cfg.train.steps:
@@ -125,6 +142,14 @@ class Driver:
 
     def rewards(self, groups: list[Group]) -> dict[str, Any]:
         return reward_groups(groups, self.weights, self.required, self.cfg.algorithm)  # overlong penalty, length control
+
+    def filter(self, s: StepOutcome) -> None:
+        """Dynamic filtering: keep ``prompts_per_step`` groups, informative ones first, refilled with
+        judged groups of fresh prompts (``grm.orchestrator.filtering.refill``); the rewards are
+        recomputed over the kept groups when they changed."""
+        kept, s.filtering = refill(s.groups, self.cfg.algorithm.prompts_per_step, partial(self.more, s.work))
+        if not same_groups(kept, s.groups):
+            s.groups, s.reward_stats = kept, self.rewards(kept)
 
     def more(self, work: StepWork, salt: int) -> list[Group]:
         """Judged and rewarded groups of fresh prompts for a refill round."""

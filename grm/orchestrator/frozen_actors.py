@@ -8,13 +8,20 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from grm.orchestrator.actors import REFERENCE_DTYPE, actor_device, engine_dtype, where
 from grm.orchestrator.cores import CoreLedger, CoreShare, NoLedger, ledger, set_threads
-from grm.orchestrator.types import Judged
+from grm.orchestrator.handles import Placement
+from grm.orchestrator.types import Judged, Prepared
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from grm.config.judge import JudgeSpec
+    from grm.judges.types import JudgeResult, Sample
 
 
 def same_frozen_weights(engine: Any, model: str) -> bool:
@@ -46,14 +53,12 @@ class _HostsReference:
         self.ref = ReferenceModel(module, dtype=REFERENCE_DTYPE, micro_batch_size=micro_batch_size, device=actor_device())
         self.cores.watch(self.ref.module)
 
-    def logprobs(self, prepared: Any) -> tuple[Any, float]:
-        """Reference log-probs of a batch, or of ``PolicyActor.prepare``'s ``(batch, seconds)``
-        (passed as an object ref, so the pass starts as soon as the batch exists); returns
-        (log-probs, seconds)."""
+    def logprobs(self, prepared: Prepared) -> tuple[Tensor, float]:
+        """Reference log-probs ``[B, L-1]`` of the batch of ``PolicyActor.prepare`` (passed as its
+        object ref, so the pass starts as soon as the batch exists), and the seconds they took."""
         t0 = time.perf_counter()
-        batch = prepared[0] if isinstance(prepared, tuple) else prepared
         with self.cores.busy():
-            out = self.ref.logprobs(batch)
+            out = self.ref.logprobs(prepared.batch)
         return out, time.perf_counter() - t0
 
 
@@ -66,7 +71,7 @@ class ReferenceActor(_HostsReference):
         self.cores = ledger(lend)
         self._load_reference(model, micro_batch_size)
 
-    def where(self, role: str = "reference") -> dict[str, Any]:
+    def where(self, role: str = "reference") -> Placement:
         return {**where(), "dtype": REFERENCE_DTYPE, "weights": "own"}
 
 
@@ -78,7 +83,12 @@ class JudgeActor(_HostsReference):
     take turns on the pool's cores."""
 
     def __init__(
-        self, spec: Any, base_dir: str, threads: int, reference: tuple[str, int] | None = None, lend: CoreShare | None = None
+        self,
+        spec: JudgeSpec,
+        base_dir: str,
+        threads: int,
+        reference: tuple[str, int] | None = None,
+        lend: CoreShare | None = None,
     ) -> None:
         set_threads(threads)
         self.cores = ledger(lend)
@@ -99,7 +109,7 @@ class JudgeActor(_HostsReference):
             self._load_reference(*reference, engine=engine)
 
     @ray.method(max_task_retries=0)
-    def score_groups(self, groups: Sequence[Sequence[Any]]) -> Judged:
+    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> Judged:
         """Per group of one prompt's responses, one result per response (the judge's mode decides
         how: one call per response, one listwise call per group, ...), and what the call cost. Not
         retried by Ray when the actor dies: the scheduler re-issues the call at once, to another
@@ -110,7 +120,7 @@ class JudgeActor(_HostsReference):
             return costed(self.judge, self.judge.score_groups, groups)
 
     @ray.method(max_task_retries=0)
-    def score_batch(self, samples: Sequence[Any]) -> list[Any]:
+    def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         """Each sample scored on its own (a pair as one pairwise call): the judge canary's calls."""
         with self.cores.busy():
             return self.judge.score_batch(samples)
@@ -118,7 +128,7 @@ class JudgeActor(_HostsReference):
     def pid(self) -> int:
         return os.getpid()
 
-    def where(self, role: str = "judge") -> dict[str, Any]:
+    def where(self, role: str = "judge") -> Placement:
         """Where this actor runs, and the dtype of ``role``'s model here (the judge's engine, or the
         reference's when this actor hosts it)."""
         if role == "reference":

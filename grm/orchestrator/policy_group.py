@@ -30,9 +30,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from grm.orchestrator.health import RoleLost
+from grm.orchestrator.types import Prepared, Synced
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+
+    from grm.data.prompts import Prompt
+    from grm.orchestrator.handles import LoadCall, PrepareCall, ProgressCall, RolloutCall, SaveCall, SyncCall, TrainCall
+    from grm.orchestrator.types import Group, Rollout
+    from grm.training.distributed import RankFailure
+
+T = TypeVar("T")
+Args = tuple[object, ...]
+"""One rank's arguments of a call: the handle's protocols (``grm.orchestrator.handles``) say which."""
 
 
 class GroupMethod:
@@ -41,7 +55,7 @@ class GroupMethod:
     def __init__(self, group: PolicyGroup, name: str) -> None:
         self.group, self.name = group, name
 
-    def remote(self, *args: Any) -> Any:
+    def remote(self, *args: object) -> ObjectRef:
         if self.group.ranks > 1:  # one copy in the object store for every rank (a batch is large)
             import ray
 
@@ -50,14 +64,22 @@ class GroupMethod:
 
 
 class PolicyGroup:
-    def __init__(self, actors: Sequence[Any], hf_rollout: bool) -> None:
+    """The ``PolicyHandle`` (``grm.orchestrator.handles``): the actor's methods, each one call per
+    rank (rank 0 gathering), rank 0 alone, or with its first argument cut across the ranks."""
+
+    rollout: RolloutCall
+    prepare: PrepareCall
+    train: TrainCall
+    sync: SyncCall
+    save: SaveCall
+    load: LoadCall
+    train_progress: ProgressCall
+
+    def __init__(self, actors: Sequence[ActorHandle], hf_rollout: bool) -> None:
         self.actors = list(actors)
         self.hf_rollout = hf_rollout
         """hf engines on every rank (rollouts split across ranks); otherwise rank 0's engine only."""
-        # the actor's methods, each one call per rank (rank 0 gathering), rank 0 alone, or with its
-        # first argument cut across the ranks
         self.sync, self.save, self.load, self.train = (GroupMethod(self, m) for m in ("sync", "save", "load", "train"))
-        self.version = _Rank0(self, "version")
         self.train_progress = _Rank0(self, "train_progress")  # rank 0's micro-batches (each rank trains a shard)
         self.rollout = _Split(self, "rollout", split_rollout if hf_rollout else None)
         self.prepare = _Split(self, "prepare", split_prepare)
@@ -66,7 +88,7 @@ class PolicyGroup:
     def ranks(self) -> int:
         return len(self.actors)
 
-    def call(self, method: str, args: Sequence[tuple[Any, ...]]) -> Any:
+    def call(self, method: str, args: Sequence[Args]) -> ObjectRef:
         """``method`` on every rank with its own arguments; rank 0's ref, which gathers the others'."""
         others = [getattr(a, method).remote(*a_args) for a, a_args in zip(self.actors[1:], args[1:], strict=True)]
         return (
@@ -98,7 +120,7 @@ class PolicyGroup:
             gathered = (named[-1], _first_line(cause if isinstance(cause, BaseException) else error))
         refs = [a.failure.remote() for a in self.actors]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-        seen: dict[int, Any] = {}
+        seen: dict[int, RankFailure | None] = {}
         dead: dict[int, str] = dict([dead_in_error] if dead_in_error else [])
         for r, ref in enumerate(refs):
             if ref in ready:
@@ -108,7 +130,7 @@ class PolicyGroup:
                     dead.setdefault(r, _first_line(e))
         return blame(self.ranks, seen, dead, gathered)
 
-    def actor_roles(self) -> dict[str, Any]:
+    def actor_roles(self) -> dict[str, ActorHandle]:
         """Role name -> actor: ``policy`` for one rank, ``policy#R`` for each of several."""
         if self.ranks == 1:
             return {"policy": self.actors[0]}
@@ -116,18 +138,18 @@ class PolicyGroup:
 
 
 class _Rank0(GroupMethod):
-    def remote(self, *args: Any) -> Any:
+    def remote(self, *args: object) -> ObjectRef:
         return getattr(self.group.actors[0], self.name).remote(*args)
 
 
 class _Split(GroupMethod):
     """A method whose first argument is cut across ranks by ``split`` (None: rank 0 does it all)."""
 
-    def __init__(self, group: PolicyGroup, name: str, split: Callable[..., list[tuple[Any, ...]]] | None) -> None:
+    def __init__(self, group: PolicyGroup, name: str, split: Callable[..., Sequence[Args]] | None) -> None:
         super().__init__(group, name)
         self.split = split
 
-    def remote(self, *args: Any) -> Any:
+    def remote(self, *args: object) -> ObjectRef:
         if self.group.ranks == 1 or self.split is None:
             return getattr(self.group.actors[0], self.name).remote(*args)
         return self.group.call(self.name, self.split(self.group.ranks, *args))
@@ -136,13 +158,15 @@ class _Split(GroupMethod):
 # --------------------------------------------------------------------------- splitting work
 
 
-def split_rollout(ranks: int, prompts: Sequence[Any], keys: Sequence[str], n: int, seed: int) -> list[tuple[Any, ...]]:
+def split_rollout(
+    ranks: int, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int
+) -> list[tuple[list[Prompt], list[str], int, int]]:
     """A chunk's prompts (and group keys) cut into ``ranks`` contiguous parts, as even as they go."""
     bounds = [len(prompts) * r // ranks for r in range(ranks + 1)]
     return [(list(prompts[a:b]), list(keys[a:b]), n, seed) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
-def split_prepare(ranks: int, rollouts: Sequence[Any]) -> list[tuple[Any, ...]]:
+def split_prepare(ranks: int, rollouts: Sequence[Rollout]) -> list[tuple[list[Rollout], list[int]]]:
     """Rollouts cut into ``ranks`` equal shards balanced by tokens; each shard carries the rollouts'
     positions so rank 0 can put the batch back in order."""
     from grm.training.batch import balanced_partition
@@ -155,30 +179,35 @@ def split_prepare(ranks: int, rollouts: Sequence[Any]) -> list[tuple[Any, ...]]:
 # --------------------------------------------------------------------------- gathering results
 
 
-def gather_rollouts(parts: Sequence[tuple[list[Any], float]]) -> tuple[list[Any], float]:
+def gather_rollouts(parts: Sequence[tuple[list[Group], float]]) -> tuple[list[Group], float]:
     """Groups of every rank in rank order (the chunk's prompt order); seconds of the slowest rank."""
     return [g for groups, _ in parts for g in groups], max(s for _, s in parts)
 
 
-def gather_prepared(parts: Sequence[tuple[Any, float, Sequence[int]]], pad_id: int = 0) -> tuple[Any, float]:
+def gather_prepared(parts: Sequence[Prepared], pad_id: int = 0) -> Prepared:
     """Shard batches back into one batch in the rollouts' order; seconds of the slowest rank."""
     import torch
 
     from grm.training.batch import concat_batches
 
-    order = [i for _, _, positions in parts for i in positions]
-    batch = concat_batches([b for b, _, _ in parts], pad_id)
+    order = [i for p in parts for i in p.positions or ()]
+    batch = concat_batches([p.batch for p in parts], pad_id)
     inverse = sorted(range(len(order)), key=order.__getitem__)
-    return batch.select(torch.tensor(inverse)), max(s for _, s, _ in parts)
+    return Prepared(batch.select(torch.tensor(inverse)), max(p.seconds for p in parts))
 
 
-def gather_first(parts: Sequence[Any]) -> Any:
+def gather_first(parts: Sequence[T]) -> T:
     """Rank 0's result (train metrics are reduced across ranks by the trainer already)."""
     return parts[0]
 
 
 def gather_max(parts: Sequence[float]) -> float:
     return max(parts)
+
+
+def gather_synced(parts: Sequence[Synced]) -> Synced:
+    """Rank 0's version (every rank trained the same steps); seconds of the slowest rank."""
+    return Synced(parts[0].version, max(p.seconds for p in parts))
 
 
 # --------------------------------------------------------------------------- which rank failed
@@ -205,7 +234,9 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0][:300] if lines else ''}"
 
 
-def blame(ranks: int, seen: dict[int, Any], dead: dict[int, str], gathered: tuple[int, str] | None) -> RoleLost | None:
+def blame(
+    ranks: int, seen: dict[int, RankFailure | None], dead: dict[int, str], gathered: tuple[int, str] | None
+) -> RoleLost | None:
     """The ``RoleLost`` for the rank a group's failure started on, from what each rank answered
     (``seen``: rank -> its first ``RankFailure`` or None), the ranks whose actor died (``dead``), and
     a peer's error rank 0 gathered. In that order of trust: a failure that is not a broken collective

@@ -18,8 +18,9 @@ from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.canary import report_lines
 from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, driver_state, failure_words
 from grm.orchestrator.errors import RunError
+from grm.orchestrator.handles import PolicyHandle
 from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
-from grm.orchestrator.types import Group, StepWork, rollouts_of
+from grm.orchestrator.types import Group, StepOutcome, rollouts_of
 from grm.report_files import markdown_table, new_figure, save_figure
 from grm.run_format import read_row, stamp
 
@@ -178,7 +179,7 @@ class Recorder:
     def checkpoint(
         self,
         step: int,
-        policy: Any,
+        policy: PolicyHandle,
         stream: PromptStream,
         untrained_prompts: int,
         keep: int,
@@ -208,10 +209,11 @@ class Recorder:
             raise RunError(f"{self.checkpoint_dir(step)}: writing the checkpoint failed ({why}); {kept}") from None
         self.prune(keep, self.checkpoint_dir(step))
 
-    def resume_state(self, policy: Any, get: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    def resume_state(self, policy: PolicyHandle, get: Callable[[Any], Any] | None = None) -> dict[str, Any]:
         """Load the latest complete checkpoint into ``policy``, drop log lines of later steps;
-        returns its driver state (step, stream, and the previous-anchor store when one was saved).
-        ``get`` waits for the policy's load (``ray.get``)."""
+        returns its driver state (step, stream, and the previous-anchor store when one was saved)
+        with ``policy_version``, the version the policy's load reports. ``get`` waits for the
+        policy's load (``ray.get``)."""
         import ray
 
         ckpt = self.latest_checkpoint()
@@ -219,7 +221,7 @@ class Recorder:
             raise RunError(f"{self.path}: no complete checkpoint to resume from")
         state = driver_state(ckpt)
         try:
-            (get or ray.get)(policy.load.remote(str(ckpt)))
+            state["policy_version"] = (get or ray.get)(policy.load.remote(str(ckpt)))
         except ray.exceptions.RayTaskError as e:  # a checkpoint that does not fit the model, or a rank that failed
             lost = policy.diagnose(e) if hasattr(policy, "diagnose") else None
             cause = getattr(e, "cause", None) or e
@@ -237,22 +239,13 @@ class Recorder:
 # --------------------------------------------------------------------------- what a step records
 
 
-def step_metrics(
-    step: int,
-    work: StepWork,
-    groups: list[Group],
-    reward_stats: dict[str, Any],
-    extra: dict[str, float],
-    train: dict[str, float],
-    ref_s: float,
-    sync_s: float,
-    step_s: float,
-    version: int,
-) -> dict[str, Any]:
+def step_metrics(out: StepOutcome) -> dict[str, Any]:
     """One metrics.jsonl line: rewards (overall and per judge), masking, lengths and how rewards follow
     them (``length_corr/...``), staleness, seconds per phase and the judges' share of the step,
     samples and seconds per judge replica, what each judge's calls cost (``judge_cost/<judge>/...``),
-    advantage and trainer statistics."""
+    advantage, filtering, canary and trainer statistics."""
+    work, groups, reward_stats, train, version = out.work, out.groups, out.reward_stats, out.train, out.version
+    ref_s, sync_s, step_s = out.reference_s, out.sync_s, out.seconds
     rollouts = rollouts_of(groups)
     rewards = [x for g in groups for x in g.rewards]
     valid = [x for x in rewards if not math.isnan(x)]
@@ -260,7 +253,7 @@ def step_metrics(
     train_s = train.get("train_seconds", 0.0)
     judging = work.judge_window_s
     m: dict[str, Any] = {
-        "step": step + 1,
+        "step": out.step + 1,
         "policy_version": version,
         "reward_mean": mean,
         "reward_std": (sum((x - mean) ** 2 for x in valid) / len(valid)) ** 0.5 if valid else float("nan"),
@@ -284,7 +277,9 @@ def step_metrics(
         # within-group correlation of each judge's reward and of the combined reward (before and
         # after algorithm.length_control) with response length; None when undefined
         **reward_stats.get("length", {}),
-        **extra,
+        **out.advantage_stats,
+        **out.filtering,
+        **out.canary,
         **{k: v for k, v in train.items() if k != "train_seconds"},
     }
     for name in groups[0].judged if groups else ():

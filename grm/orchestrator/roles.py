@@ -4,15 +4,25 @@ and the handles the scheduler calls them through (``Roles``, ``JudgeHandle``).""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from grm.config.pipeline import PipelineSpec
 from grm.config.resolve import LoadedPipeline
 from grm.judges.limits import CallLimits, call_limits
 from grm.judges.types import Sample
 from grm.orchestrator.cores import CoreShares
+from grm.orchestrator.handles import Placement, PolicyHandle, ReferenceHandle
 from grm.orchestrator.pools import Pool, bundles_of, create_pools, judge_roles, phase_threads
 from grm.orchestrator.ray_head import start_ray
+from grm.orchestrator.types import Judged
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+
+    from grm.algorithms import Algorithm
+    from grm.judges.base import Judge
 
 
 @dataclass
@@ -24,13 +34,14 @@ class JudgeHandle:
     name: str
     weight: float
     required: bool
-    actor: Any = None
+    actor: ActorHandle | None = None
     """Its first replica's actor (the one hosting a reference placed on the judge's pool)."""
-    local: Any = None
+    local: Judge | None = None
+    """A judge without a pool, built in this process."""
     limits: CallLimits = CallLimits()
     """Deadline and concurrency cap of the judge's calls (from its spec's ``limits``; the cap is
     per replica); a local judge's calls run at once in this process and are not timed."""
-    replicas: list[Any] = field(default_factory=list)
+    replicas: list[ActorHandle] = field(default_factory=list)
     """Every actor of the judge (``replicas: R`` in the pipeline), ``actor`` first."""
 
     def __post_init__(self) -> None:
@@ -43,7 +54,7 @@ class JudgeHandle:
         """Replica ``replica``'s role name (placement.json, lost-role messages)."""
         return judge_roles(self.name, len(self.replicas))[replica]
 
-    def submit(self, groups: list[list[Sample]], replica: int = 0) -> Any:
+    def submit(self, groups: list[list[Sample]], replica: int = 0) -> Judged | ObjectRef[Judged]:
         """A local judge's ``Judged`` answer (results, cost), or a Ray ref to an actor's."""
         if self.local is not None:
             from grm.judges.cost import costed
@@ -51,7 +62,7 @@ class JudgeHandle:
             return costed(self.local, self.local.score_groups, groups)
         return self.replicas[replica].score_groups.remote(groups)
 
-    def probe(self, replica: int) -> Any:
+    def probe(self, replica: int) -> ObjectRef[int]:
         """A ref that resolves once replica ``replica`` is up again (Ray queues calls to a
         restarting actor), or fails with ``RayActorError`` when its restarts are spent."""
         return self.replicas[replica].pid.remote()
@@ -63,13 +74,15 @@ class Roles:
     actor, colocated in the policy's, or none) and the judges."""
 
     pools: dict[str, Pool]
-    policy: Any
-    reference: Any
+    policy: PolicyHandle
+    reference: ReferenceHandle | None
+    """A reference on a pool of its own or hosted in a judge's actor; None when colocated in the
+    policy's actor (its log-probs come with the batch pass) or when the pipeline has none."""
     judges: list[JudgeHandle]
     cores_key: str | None = None
     """The run's core ledger (``grm.orchestrator.cores``), when its processes lend idle cores."""
 
-    def placement(self) -> dict[str, dict[str, Any]]:
+    def placement(self) -> dict[str, Placement]:
         """Node, pid, resources and pool of every role, reported from inside its actor."""
         import ray
 
@@ -86,7 +99,7 @@ class Roles:
         return info
 
 
-def started(ray: Any, refs: dict[str, Any]) -> dict[str, Any]:
+def started(ray: ModuleType, refs: dict[str, ObjectRef[Placement]]) -> dict[str, Placement]:
     """``{role: ray.get(ref)}``, taking each answer as it comes: a role whose actor failed to start
     (a policy rank whose model would not load) stops the run now with ``RoleLost``, instead of
     after the roles before it, which may wait for it (rank 0 at the rendezvous, up to
@@ -110,15 +123,15 @@ def started(ray: Any, refs: dict[str, Any]) -> dict[str, Any]:
 def start_policy(
     cfg: PipelineSpec,
     loaded: LoadedPipeline,
-    algorithm: Any,
+    algorithm: Algorithm,
     pool: Pool,
     with_reference: bool,
     solo: dict[str, int],
     shares: CoreShares,
-) -> Any:
+) -> PolicyHandle:
     """The policy's worker group: one PolicyActor, or ``ranks`` of them (one per bundle of its pool)
     joined in one torch.distributed group whose rendezvous is on rank 0's node."""
-    from grm.orchestrator.actors import PolicyActor, rendezvous
+    from grm.orchestrator.actors import PolicyActor, RankOf, rendezvous
     from grm.orchestrator.policy_group import PolicyGroup
 
     args = (cfg, loaded.policy, algorithm)
@@ -133,14 +146,14 @@ def start_policy(
     threads = max(1, int(bundles_of(pool.spec, pool.ranks)[0]["CPU"]))
     actors = [
         PolicyActor.options(**pool.rank_options(r)).remote(
-            *args, solo.get(f"policy#{r}", threads), with_reference, (r, pool.ranks, addr, port), lend=shares(threads)
+            *args, solo.get(f"policy#{r}", threads), with_reference, RankOf(r, pool.ranks, addr, port), lend=shares(threads)
         )
         for r in range(pool.ranks)
     ]
     return PolicyGroup(actors, hf)
 
 
-def place_roles(loaded: LoadedPipeline, algorithm: Any, address: str | None) -> Roles:
+def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | None) -> Roles:
     """Start (or join) Ray, reserve every pool and start each role's actor in its pool."""
     from grm.judges import build_judge
     from grm.orchestrator.frozen_actors import JudgeActor, ReferenceActor

@@ -26,16 +26,23 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.judges.cost import JudgeCost
 from grm.orchestrator.anchors import AnchorStore, attach
+from grm.orchestrator.handles import RayCalls
 from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.live import NoProgress, StepProgress
 from grm.orchestrator.roles import JudgeHandle, Roles
-from grm.orchestrator.types import Group, JudgeCall, Judged, Replica, StepWork, rollouts_of
+from grm.orchestrator.types import Group, JudgeCall, Judged, Prepared, Replica, Rollout, StepWork, rollouts_of
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+T = TypeVar("T")
 
 
 class Interrupted(Exception):
@@ -64,7 +71,7 @@ class Scheduler:
         cfg: PipelineSpec,
         roles: Roles,
         stream: PromptStream,
-        ray: Any,
+        ray: RayCalls,
         watch: NodeWatch | None = None,
         progress: StepProgress | None = None,
         anchors: AnchorStore | None = None,
@@ -82,14 +89,12 @@ class Scheduler:
         self.ahead = cfg.schedule.max_staleness if cfg.schedule.mode == "async" else 0
         self.waiting: dict[str, deque[Issued]] = {j.name: deque() for j in roles.judges}
         """Per judge: calls held back by its concurrency cap, in the order they will be issued."""
-        self.running: dict[Any, Issued] = {}
+        self.running: dict[ObjectRef[Judged], Issued] = {}
         """Every judge call in flight (of any step), by its Ray ref."""
         self.replicas = {j.name: [Replica(i) for i in range(len(j.replicas))] for j in roles.judges}
         """Per judge: its actors' dispatch state (none for a local judge)."""
-        self.probes: dict[Any, tuple[JudgeHandle, Replica]] = {}
+        self.probes: dict[ObjectRef[int], tuple[JudgeHandle, Replica]] = {}
         """Restarting replicas, by the ref of the probe call that returns once they are back."""
-        # what a dead actor's call raises (unit tests' fake rays have none: nothing to catch)
-        self.actor_died: Any = getattr(getattr(ray, "exceptions", None), "RayActorError", ())
 
     # ------------------------------------------------------------------ prompts and rollouts
     def take(self, step: int) -> StepWork:
@@ -145,36 +150,38 @@ class Scheduler:
         )
 
     def fill_ahead(self, step: int) -> None:
-        """Queue the rollouts of the next ``max_staleness`` steps (async) behind this step's work."""
+        """Queue the rollouts of the next ``max_staleness`` steps (async) behind this step's work:
+        they are generated and judged while this step trains."""
         while self.next_submit <= min(step + self.ahead, self.cfg.train.steps - 1):
             self.queue.append(self._submit(self.next_submit))
             self.next_submit += 1
 
     # ------------------------------------------------------------------ collecting a step
-    def collect(self, work: StepWork, prepare: bool = True) -> list[Group]:
-        """Wait for the step's rollout chunks, judging each as it lands; once all are in, queue the
-        reference/values pass (it needs no rewards) and the rollouts ahead. Returns the judged groups.
-        When phases run alone (sync mode, ``schedule.phases_alone``), that pass waits for the judges:
-        each uses the other pools' cores too, so side by side they would oversubscribe them."""
-        early = prepare and not self.cfg.schedule.phases_alone
-        while not work.complete:
+    def rollouts(self, work: StepWork) -> list[Rollout]:
+        """Wait for the step's rollout chunks, each handed to every judge as it lands (judge calls
+        finish meanwhile); returns the rollouts in chunk order."""
+        self._until(work, lambda: len(work.landed) == len(work.chunks))
+        return rollouts_of([g for c in sorted(work.landed) for g in work.landed[c]])
+
+    def collect(self, work: StepWork) -> list[Group]:
+        """Wait for the step's rollouts and every judge's results; returns the judged groups."""
+        self._until(work, lambda: work.complete)
+        return work.groups()
+
+    def _until(self, work: StepWork, done: Callable[[], bool]) -> None:
+        while not done():
             if self.stop_requested:
                 raise Interrupted()
-            if early and work.prepared is None and len(work.landed) == len(work.chunks):
-                self.prepare(work, rollouts_of([g for c in sorted(work.landed) for g in work.landed[c]]))
             # short waits: a stop signal is honoured within a second (it only sets a flag)
             self._advance({ref: (work, c) for c, ref in enumerate(work.chunks) if c not in work.landed}, timeout=1.0)
             if self.watch is not None:
                 self.watch.check()
-        if prepare and work.prepared is None:
-            self.prepare(work, rollouts_of(work.groups()))
-        return work.groups()
 
     def more(self, work: StepWork, salt: int) -> list[Group]:
         """Judged groups of fresh prompts for this step (dynamic filtering's refill round ``salt``)."""
         extra = self._submit(work.step, salt=salt)
         work.extra_prompts += len(extra.prompts)
-        groups = self.collect(extra, prepare=False)
+        groups = self.collect(extra)
         for name, n in extra.judge_timeouts.items():
             work.judge_timeouts[name] = work.judge_timeouts.get(name, 0) + n
         for name, cost in extra.judge_cost.items():
@@ -184,34 +191,38 @@ class Scheduler:
             work.replica_s[key] = work.replica_s.get(key, 0.0) + extra.replica_s[key]
         return groups
 
-    def prepare(self, work: StepWork, rollouts: list[Any]) -> None:
-        """Queue the policy's batch pass and, on its own pool, the reference pass over that batch;
-        then the next steps' rollouts, so they overlap this step's judging."""
-        work.prepared = self.roles.policy.prepare.remote(rollouts)
-        ref = self.roles.reference
-        work.reference = ref.logprobs.remote(work.prepared) if ref is not None and ref is not self.roles.policy else None
-        self.fill_ahead(work.step)
-
-    def prepared(self, work: StepWork) -> tuple[Any, float]:
-        """(batch with reference log-probs and values, seconds of those passes). The last point where
-        a stop is honoured before the step trains: a step whose rollouts and judgments all landed
-        within one wait would otherwise train (and, as the last step, end the run) after the signal."""
-        if self.stop_requested:  # before waiting: nothing of it will be trained
-            raise Interrupted()
-        get = self.watch.get if self.watch is not None else self.ray.get
-        batch, secs = get(work.prepared)
-        if work.reference is not None:
-            ref_lp, ref_s = get(work.reference)  # a reference on a judge's pool: its node may go
-            batch, secs = batch.with_fields(ref_logprobs=ref_lp), secs + ref_s
+    def prepare(self, work: StepWork, rollouts: Sequence[Rollout]) -> None:
+        """Queue the policy's batch pass over ``rollouts`` (the rows the step trains, in order) and,
+        on its own pool, the reference pass over that batch; a stopping run queues none."""
         if self.stop_requested:
             raise Interrupted()
-        return batch, secs
+        assert work.prepared is None, "one batch pass per step"
+        work.prepared = self.roles.policy.prepare.remote(rollouts)
+        ref = self.roles.reference
+        work.reference = ref.logprobs.remote(work.prepared) if ref is not None else None
 
-    def wait(self, ref: Any) -> Any:
+    def prepared(self, work: StepWork) -> Prepared:
+        """The batch with reference log-probs and values, and the seconds of those passes. The last
+        point where a stop is honoured before the step trains: a step whose rollouts and judgments
+        all landed within one wait would otherwise train (and, as the last step, end the run) after
+        the signal."""
+        if self.stop_requested:  # before waiting: nothing of it will be trained
+            raise Interrupted()
+        assert work.prepared is not None, "prepared() before prepare()"
+        get = self.watch.get if self.watch is not None else self.ray.get
+        out = get(work.prepared)
+        if work.reference is not None:
+            ref_lp, ref_s = get(work.reference)  # a reference on a judge's pool: its node may go
+            out = Prepared(out.batch.with_fields(ref_logprobs=ref_lp), out.seconds + ref_s)
+        if self.stop_requested:
+            raise Interrupted()
+        return out
+
+    def wait(self, ref: ObjectRef[T]) -> T:
         """``ray.get(ref)`` of a training call that meanwhile hands the chunks of queued (async) steps
         to the judges as they land and keeps the judges' calls flowing, so judges work on step t+1
         while step t trains; a live display is told the micro-batches trained, once a second."""
-        progress = getattr(self.roles.policy, "train_progress", None) if self.progress.wants_training else None
+        progress = self.roles.policy.train_progress if self.progress.wants_training else None
         while True:
             landing = {r: (w, c) for w in self.queue for c, r in enumerate(w.chunks) if c not in w.landed}
             if self._advance(landing, ref, timeout=1.0 if progress is not None else 5.0):
@@ -219,7 +230,9 @@ class Scheduler:
             if progress is not None:
                 self.progress.training(*self.ray.get(progress.remote()))
 
-    def _advance(self, landing: dict[Any, tuple[StepWork, int]], target: Any = None, timeout: float = 5.0) -> bool:
+    def _advance(
+        self, landing: dict[ObjectRef, tuple[StepWork, int]], target: ObjectRef | None = None, timeout: float = 5.0
+    ) -> bool:
         """Wait (up to ``timeout`` s) for a rollout chunk of ``landing``, any judge call in flight, a replica's
         probe or ``target``; land or finish what is ready, then time out judge calls past their
         deadline. True once ``target`` is ready."""
@@ -235,7 +248,7 @@ class Scheduler:
                 issued = self.running.pop(r)
                 try:
                     results = self.ray.get(r)
-                except self.actor_died as e:
+                except self.ray.exceptions.RayActorError as e:
                     self._replica_died(issued, e)
                     continue
                 self._finish(issued.work, issued.call, results)
@@ -246,7 +259,7 @@ class Scheduler:
         return hit
 
     # ------------------------------------------------------------------ judges: one fan-out
-    def _land(self, work: StepWork, c: int, ref: Any) -> None:
+    def _land(self, work: StepWork, c: int, ref: ObjectRef[tuple[list[Group], float]]) -> None:
         """Rollout chunk ``c`` is in: keep its groups and hand them to every judge."""
         work.landed[c], secs = self.ray.get(ref)
         work.rollout_s += secs
@@ -329,14 +342,14 @@ class Scheduler:
         )
         self._issue(judge)
 
-    def _probed(self, ref: Any) -> None:
+    def _probed(self, ref: ObjectRef[int]) -> None:
         """A restarting replica's probe returned: it is back (and takes calls), or lost for good; when
         every replica of the judge is lost, the probe's ``RayActorError`` ends the run."""
         judge, rep = self.probes.pop(ref)
         rep.probe = None
         try:
             self.ray.get(ref)
-        except self.actor_died:
+        except self.ray.exceptions.RayActorError:
             rep.state = "lost"
             left = [r.index for r in self.replicas[judge.name] if r.state != "lost"]
             print(f"judge '{judge.name}' replica {rep.index} is lost (faults.judge_restarts spent); replicas left: {left}")

@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from grm.data.prompts import Prompt
 from grm.judges.cost import JudgeCost
-from grm.judges.types import JudgeResult, Sample
+from grm.judges.types import AnchorAnswer, JudgeResult, Sample
 
 if TYPE_CHECKING:
     from ray import ObjectRef
+    from torch import Tensor
+
+    from grm.training import TrainBatch
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Rollout:
             reference=self.prompt.reference,
             metadata=dict(self.prompt.metadata),
             id=self.id,
+            group=self.group,
         )
 
 
@@ -76,14 +80,14 @@ class Group:
 
     def samples(self) -> list[Sample]:
         out = [r.sample() for r in self.rollouts]
-        extra: dict[str, Any] = {}
+        greedy = previous = None
         if self.anchor is not None:  # sampled with the group's weights
-            extra.update(anchor=self.anchor, anchor_version=self.rollouts[0].version if self.rollouts else None)
+            greedy = AnchorAnswer(self.anchor, "greedy", self.rollouts[0].version if self.rollouts else None)
         if self.previous is not None:
-            extra["previous_anchor"] = self.previous
-        if extra:
-            for s in out:
-                s.metadata = {**s.metadata, **extra}
+            p = self.previous
+            previous = AnchorAnswer(p["text"], "previous", p.get("policy_version"), p.get("step"))
+        for s in out:
+            s.anchor, s.previous_anchor = greedy, previous
         return out
 
 
@@ -158,10 +162,10 @@ class StepWork:
     abandoned past its deadline is not counted: its answer never arrives)."""
     first_judge_start: float | None = None
     last_judge_end: float = 0.0
-    prepared: ObjectRef | None = None
-    """The policy's batch pass (old log-probs, colocated reference, critic values)."""
-    reference: ObjectRef | None = None
-    """The remote reference's pass over the prepared batch."""
+    prepared: ObjectRef[Prepared] | None = None
+    """The policy's batch pass (old log-probs, colocated reference, critic values), once queued."""
+    reference: ObjectRef[tuple[Tensor, float]] | None = None
+    """The remote reference's pass over the prepared batch: (log-probs, seconds)."""
 
     @property
     def complete(self) -> bool:
@@ -189,3 +193,55 @@ class StepWork:
 
 def rollouts_of(groups: list[Group]) -> list[Rollout]:
     return [r for g in groups for r in g.rollouts]
+
+
+@dataclass
+class Prepared:
+    """The policy's batch pass over a step's rollouts (``PolicyActor.prepare``): the token batch with
+    old log-probs, colocated reference log-probs and critic values as the algorithm needs them, and
+    the seconds it took. A rank of a worker group returns its shard with the rows' ``positions`` in
+    the whole batch, so rank 0 can put the shards back in the rollouts' order."""
+
+    batch: TrainBatch
+    seconds: float
+    positions: list[int] | None = None
+    """A shard's rows' places in the whole batch; None for a whole batch."""
+
+
+@dataclass
+class Synced:
+    """What a weight sync left (``PolicyActor.sync``): the rollout engine's policy version, and the
+    seconds the push took (0 when the engine shares the trainer's module)."""
+
+    version: int
+    seconds: float
+
+
+@dataclass
+class StepOutcome:
+    """What one training step made, filled in by the driver as the step runs, in the order of its
+    data flow; ``grm.orchestrator.recorder.step_metrics`` turns it into the step's metrics line."""
+
+    step: int
+    """0-based step index (logged 1-based)."""
+    work: StepWork
+    version: int
+    """The policy version the step starts from: it sampled on-policy rollouts and trains the batch."""
+    groups: list[Group] = field(default_factory=list)
+    """The judged, rewarded groups the step trains on (after dynamic filtering)."""
+    reward_stats: dict[str, Any] = field(default_factory=dict)
+    """``reward_groups``' statistics of ``groups``: masked counts, length correlations."""
+    filtering: dict[str, int] = field(default_factory=dict)
+    """Dynamic filtering's statistics (``groups_kept_informative``, ``refill_rounds``); empty when off."""
+    reference_s: float = 0.0
+    """Seconds of the batch pass (and the remote reference's pass)."""
+    batch: TrainBatch | None = None
+    """The training batch, with advantages."""
+    advantage_stats: dict[str, float] = field(default_factory=dict)
+    train: dict[str, float] = field(default_factory=dict)
+    """The trainer's metrics (``train_seconds`` among them)."""
+    sync_s: float = 0.0
+    canary: dict[str, Any] = field(default_factory=dict)
+    """Readings of the canaries due after this step."""
+    seconds: float = 0.0
+    """Wall time since the previous step was logged."""

@@ -4,12 +4,21 @@ through the object store). Versioned. Engines that reload from disk get ``grm.mo
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from torch import Tensor
 
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
-def push_weights(target: Any, state_dict: dict[str, Tensor], version: int) -> float:
+
+class TakesWeights(Protocol):
+    """An engine that takes weights in memory (``GenerationEngine.update_weights``)."""
+
+    def update_weights(self, state_dict: dict[str, Tensor], version: int) -> None: ...
+
+
+def push_weights(target: TakesWeights | ActorHandle, state_dict: dict[str, Tensor], version: int) -> float:
     """Send weights to an engine (or a Ray actor handle exposing ``update_weights``); returns seconds.
 
     For a Ray actor the tensors go into the object store once (``ray.put``) and the actor copies
@@ -26,5 +35,5 @@ def push_weights(target: Any, state_dict: dict[str, Tensor], version: int) -> fl
     return time.perf_counter() - t0
 
 
-def _is_actor(target: Any) -> bool:
+def _is_actor(target: object) -> bool:
     return type(target).__name__ == "ActorHandle"

@@ -87,6 +87,7 @@ def test_a_run_of_unversioned_lines_resumes_as_format_1(tmp_path):
     (run / "samples.jsonl").write_text('{"step": 1, "id": "a"}\n{"step": 3, "id": "b"}\n')
     Recorder.create(_cfg(run), str(run))
     state = Recorder(run).resume_state(FakePolicy("v2"), get=lambda ref: ref)
+    assert state.pop("policy_version") == str(run / "checkpoints" / "step-2")  # what the policy's load answered
     assert state == {"step": 2, "stream": {"epoch": 0, "index": 8}}
     assert (run / "samples.jsonl").read_text() == '{"step": 1, "id": "a"}\n'  # step 3 cut: it is redone
 

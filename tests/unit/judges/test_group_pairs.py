@@ -11,6 +11,7 @@ from grm.config.judge import GroupSpec
 from grm.judges import Sample, build_judge
 from grm.judges.groups import bradley_terry, plan_pairs
 from grm.judges.limits import call_limits
+from grm.judges.types import AnchorAnswer
 from tests.unit.judges.fake_engine import ScriptedEngine
 
 
@@ -41,7 +42,7 @@ def group(responses, reference=None, key="s1r0g0", anchor=None):
     out = [Sample(prompt="q", response=r, reference=reference, id=f"{key}/{k}") for k, r in enumerate(responses)]
     if anchor is not None:
         for s in out:
-            s.metadata = {"anchor": anchor}
+            s.anchor = AnchorAnswer(anchor, "greedy", None)
     return out
 
 
@@ -139,10 +140,11 @@ def test_a_previous_anchor_is_the_earlier_answer_else_the_fallback_and_each_comp
     judge = build_judge(pair_spec(tmp_path, strategy="anchor", anchor="previous"), tmp_path, eng)
     earlier = group(["a", "bbbb"], anchor="ccc")
     for s in earlier:
-        s.metadata = {**s.metadata, "anchor_version": 7, "previous_anchor": {"text": "cc", "policy_version": 4, "step": 2}}
+        s.anchor = AnchorAnswer("ccc", "greedy", 7)
+        s.previous_anchor = AnchorAnswer("cc", "previous", 4, 2)
     first_epoch = group(["a", "bbbb"], key="s1r0g1", anchor="ccc")
     for s in first_epoch:
-        s.metadata = {**s.metadata, "anchor_version": 7}
+        s.anchor = AnchorAnswer("ccc", "greedy", 7)
     got, fell_back = judge.score_groups([earlier, first_epoch])
     assert all("cc" in shown(p) and "ccc" not in shown(p) for p in eng.prompts[:4])  # the earlier answer, not today's
     assert all("ccc" in shown(p) for p in eng.prompts[4:])

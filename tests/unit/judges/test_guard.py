@@ -20,6 +20,7 @@ from grm.judges.render import render
 from grm.judges.rescore import rescore
 from grm.judges.runtime import load
 from grm.judges.templates import load_template
+from grm.judges.trajectory_view import Episode
 from tests.unit.judges.fake_engine import ScriptedEngine
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -188,7 +189,14 @@ def _expected_user_text(judge, sample, order, principles, question=None):
     reader = getattr(judge, "reader", judge)  # a checklist judge reads its questions with a model judge
     t = load_template(reader.prompts.template.path)
     responses = [sample.responses[i] for i in order] if sample.responses is not None else None
+    # a judge of episodes: each as rendering before the model loads shows it (characters)
+    episodes = [Episode.of(x, judge.spec.trajectory, len, "characters").variables() for x in sample.trajectories or []]
+    trajectory = (
+        Episode.of(sample.trajectory, judge.spec.trajectory, len, "characters").variables() if sample.trajectory else None
+    )
     return t.render(
+        trajectory=trajectory,
+        trajectories=[episodes[i] for i in order] if episodes else None,
         prompt=sample.prompt,
         messages=sample.messages or [{"role": "user", "content": sample.prompt}],
         response=sample.response,

@@ -1,4 +1,5 @@
-"""Ray-free stand-ins for the scheduler's unit tests: refs, a ray module, a policy actor, judges.
+"""Ray-free stand-ins for the scheduler's unit tests: refs, a ray module (``RayCalls``), a policy
+actor, judges, and the driver's sequence of scheduler calls for one step's data.
 
 They replace only Ray and the models; the scheduler, filtering, rewards and recorder code under
 test is the real one.
@@ -12,7 +13,7 @@ from grm.data.prompts import Prompt
 from grm.judges.cost import JudgeCost, costed
 from grm.judges.types import JudgeResult
 from grm.orchestrator.roles import JudgeHandle, Roles
-from grm.orchestrator.types import Group, Rollout
+from grm.orchestrator.types import Group, Prepared, Rollout, StepOutcome, StepWork, rollouts_of
 
 
 class Ref:
@@ -22,7 +23,19 @@ class Ref:
         self.value, self.ready = value, ready
 
 
+class FakeActorError(Exception):
+    """Stands in for ``ray.exceptions.RayActorError``: what a call to a dead actor raises."""
+
+    def __init__(self, actor_id: str) -> None:
+        super().__init__(f"The actor {actor_id} died unexpectedly")
+        self.actor_id = actor_id
+
+
 class FakeRay:
+    """The ``RayCalls`` the scheduler waits with: a ref is ready when the test made it so."""
+
+    exceptions = SimpleNamespace(RayActorError=FakeActorError)
+
     def __init__(self) -> None:
         self.cancelled: list[Ref] = []
 
@@ -48,7 +61,7 @@ class Method:
 
 
 def fake_policy(rewards_text=lambda prompt, k: f"answer {k}"):
-    """A policy actor whose rollouts are deterministic texts; prepare returns a marker batch."""
+    """A policy actor whose rollouts are deterministic texts; prepare's batch is the rollouts' ids."""
 
     def rollout(prompts, keys, n, seed):
         groups = []
@@ -70,7 +83,7 @@ def fake_policy(rewards_text=lambda prompt, k: f"answer {k}"):
             groups.append(Group(key, rs))
         return Ref((groups, 0.25))
 
-    return SimpleNamespace(rollout=Method(rollout), prepare=Method(lambda rollouts: Ref(([r.id for r in rollouts], 0.5))))
+    return SimpleNamespace(rollout=Method(rollout), prepare=Method(lambda rollouts: Ref(Prepared([r.id for r in rollouts], 0.5))))
 
 
 class LengthJudge:
@@ -149,3 +162,23 @@ def timed_actor_judge(ray: TimedRay, seconds=lambda k: 3.0):
         return ref
 
     return SimpleNamespace(score_groups=Method(remote), log=log)
+
+
+def gather_step(sched, work, early: bool = True) -> list[Group]:
+    """What ``Driver.run`` does with the scheduler until the batch pass is queued (no filtering):
+    rollouts in, the batch pass beside the judges when ``early``, the rollouts ahead (async), the
+    judged groups, and the batch pass after the judges when not ``early``."""
+    rollouts = sched.rollouts(work)
+    if early:
+        sched.prepare(work, rollouts)
+    sched.fill_ahead(work.step)
+    groups = sched.collect(work)
+    if work.prepared is None:
+        sched.prepare(work, rollouts_of(groups))
+    return groups
+
+
+def outcome(groups: list[Group], reward_stats: dict, work: StepWork | None = None) -> StepOutcome:
+    """A step's outcome for ``step_metrics``: step 0 at policy version 0, 1 s long, nothing trained."""
+    work = work or StepWork(step=0, prompts=[], chunks=[])
+    return StepOutcome(0, work, 0, groups=groups, reward_stats=reward_stats, seconds=1.0)

@@ -149,10 +149,10 @@ class Seen:
     """A local judge recording the anchors its samples carried."""
 
     def __init__(self) -> None:
-        self.metadata: list[dict] = []
+        self.seen: list = []
 
     def score_groups(self, groups):
-        self.metadata += [g[0].metadata for g in groups]
+        self.seen += [g[0] for g in groups]
         return [[None for _ in g] for g in groups]
 
 
@@ -168,13 +168,14 @@ def test_the_scheduler_gives_landed_groups_the_previous_steps_greedy_answers():
     remember(store, 1, first)
     sched.trained()
     second = sched.collect(sched.take(1))
-    assert [m.get("previous_anchor") for m in judge.metadata[:2]] == [None, None]  # step 1: nothing earlier
+    assert [s.previous_anchor for s in judge.seen[:2]] == [None, None]  # step 1: nothing earlier
     step1 = [g.anchor for g in first]
-    assert [m["previous_anchor"]["text"] for m in judge.metadata[2:]] == step1  # the same prompts' step-1 answers
-    assert [m["previous_anchor"]["step"] for m in judge.metadata[2:]] == [1, 1]
-    assert judge.metadata[2]["previous_anchor"]["policy_version"] == first[0].rollouts[0].version
+    assert [s.previous_anchor.text for s in judge.seen[2:]] == step1  # the same prompts' step-1 answers
+    assert [s.previous_anchor.step for s in judge.seen[2:]] == [1, 1]
+    assert judge.seen[2].previous_anchor.policy_version == first[0].rollouts[0].version
     assert [g.previous["text"] for g in second] == step1  # what samples.jsonl records
-    assert judge.metadata[2]["anchor"] == second[0].anchor != step1[0]  # the current greedy answer stays beside it
+    assert judge.seen[2].anchor.text == second[0].anchor != step1[0]  # the current greedy answer stays beside it
+    assert judge.seen[2].group == second[0].key and "anchor" not in judge.seen[2].metadata  # typed fields, not metadata keys
 
 
 def test_attach_and_remember_key_groups_by_their_prompt():
@@ -185,7 +186,9 @@ def test_attach_and_remember_key_groups_by_their_prompt():
     remember(store, 1, [g, no_greedy])
     attach(store, 2, [g])
     assert g.previous == {"text": "greedy", "policy_version": 3, "step": 1}
-    assert g.samples()[0].metadata["previous_anchor"] == g.previous and g.samples()[0].metadata["anchor_version"] == 3
+    s = g.samples()[0]
+    assert s.previous_anchor is not None and s.previous_anchor.info() == {"source": "previous", "policy_version": 3, "step": 1}
+    assert s.previous_anchor.text == g.previous["text"] and s.anchor is not None and s.anchor.policy_version == 3
 
 
 def test_a_checkpoint_carries_the_store_and_a_resume_hands_it_back(tmp_path, monkeypatch):

@@ -65,10 +65,10 @@ def test_refill_tops_up_with_flat_groups_after_the_last_round():
 
 def test_step_metrics_count_responses_cut_to_fit_each_judge():
     from grm.orchestrator.recorder import step_metrics
-    from grm.orchestrator.types import StepWork
+    from tests.unit.orchestrator.fakes import outcome
 
     g = group("a", [1.0, 0.5, 0.2])
     g.judged["j"][1].truncated = 1
     stats = reward_groups([g], {"j": 1.0}, {"j": True})
-    m = step_metrics(0, StepWork(step=0, prompts=[], chunks=[]), [g], stats, {}, {}, 0.0, 0.0, 1.0, 0)
+    m = step_metrics(outcome([g], stats))
     assert m["judge_truncated/j"] == 1 and m["parse_failures/j"] == 0

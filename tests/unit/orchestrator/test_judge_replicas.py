@@ -18,22 +18,12 @@ from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import JudgeHandle
 from grm.orchestrator.scheduler import least_loaded
 from grm.orchestrator.types import Replica
-from tests.unit.orchestrator.fakes import Clock, LengthJudge, Method, Ref, TimedRay, judged
+from tests.unit.orchestrator.fakes import Clock, FakeActorError, LengthJudge, Method, Ref, TimedRay, judged, outcome
 from tests.unit.orchestrator.test_scheduler import CHUNKED, config, make
-
-
-class FakeActorError(Exception):
-    """Stands in for ``ray.exceptions.RayActorError``."""
-
-    def __init__(self, actor_id: str) -> None:
-        super().__init__(f"The actor {actor_id} died unexpectedly")
-        self.actor_id = actor_id
 
 
 class ReplicaRay(TimedRay):
     """A timed fake ray whose refs may hold an error (raised by ``get``), as a dead actor's do."""
-
-    exceptions = SimpleNamespace(RayActorError=FakeActorError)
 
     def get(self, ref):
         value = super().get(ref)
@@ -82,7 +72,7 @@ def replicated(*replicas: FakeReplica, cap: int = 1) -> JudgeHandle:
 
 def metrics_of(work, groups):
     rewards = reward_groups(groups, {"model": 1.0}, {"model": True})
-    return step_metrics(0, work, groups, rewards, {}, {}, 0.0, 0.0, 1.0, 0)
+    return step_metrics(outcome(groups, rewards, work))
 
 
 # ---------------------------------------------------------------- the choice itself

@@ -16,8 +16,8 @@ from grm.orchestrator.rewards import (
     regress_out_length,
     reward_groups,
 )
-from grm.orchestrator.types import Group, Rollout, StepWork
-from tests.unit.orchestrator.fakes import prompts
+from grm.orchestrator.types import Group, Rollout
+from tests.unit.orchestrator.fakes import outcome, prompts
 
 
 def pearson(x, y):
@@ -140,7 +140,7 @@ def test_reward_groups_regress_logs_correlations_before_and_after():
     assert length["length_corr/reward"] == pytest.approx(pearson(combined, LENGTHS))
     assert length["length_corr/reward_controlled"] == pytest.approx(0.0, abs=1e-9)
 
-    m = step_metrics(0, StepWork(step=0, prompts=[], chunks=[]), [g], stats, {}, {}, 0.0, 0.0, 1.0, 0)
+    m = step_metrics(outcome([g], stats))
     for key, v in length.items():
         assert m[key] == v
     rows = sample_rows(0, [g], {r.id: 0.0 for r in g.rollouts})

@@ -7,7 +7,7 @@ import pytest
 
 from grm.orchestrator.pools import Pool, phase_threads, role_pools
 from grm.orchestrator.roles import JudgeHandle
-from tests.unit.orchestrator.fakes import fake_actor_judge, fake_policy
+from tests.unit.orchestrator.fakes import fake_actor_judge, fake_policy, gather_step
 from tests.unit.orchestrator.test_scheduler import config, make
 
 
@@ -89,7 +89,10 @@ def test_unknown_nodes_leave_threads_alone():
 
 @pytest.mark.parametrize("sync_threads,alone", [("node", True), ("pool", False)])
 def test_the_batch_pass_waits_for_the_judges_when_phases_run_alone(sync_threads, alone):
+    from grm.orchestrator.driver import early_batch_pass
+
     sched_cfg = config(schedule={"mode": "sync", "sync_threads": sync_threads})
+    assert early_batch_pass(sched_cfg) is not alone
     policy = fake_policy()
     actor = fake_actor_judge()
     sched, _, _ = make(sched_cfg, [JudgeHandle("model", 1.0, True, actor=actor)], policy=policy)
@@ -97,6 +100,14 @@ def test_the_batch_pass_waits_for_the_judges_when_phases_run_alone(sync_threads,
     inner = policy.prepare.fn
     policy.prepare.fn = lambda rollouts: running_at_prepare.append(len(sched.running)) or inner(rollouts)
     work = sched.take(0)
-    sched.collect(work)
+    gather_step(sched, work, early=early_batch_pass(sched_cfg))
     assert len(policy.prepare.calls) == 1 and work.prepared is not None
     assert running_at_prepare == ([0] if alone else [1])  # alone: no judge call in flight beside it
+
+
+def test_with_dynamic_filtering_the_batch_pass_waits_for_the_final_groups():
+    """Filtering may swap groups after judging: a pass queued before it could be thrown away."""
+    from grm.orchestrator.driver import early_batch_pass
+
+    assert early_batch_pass(config(schedule={"mode": "async"}))
+    assert not early_batch_pass(config(schedule={"mode": "async"}, algorithm={"dynamic_filtering": True}))

@@ -60,6 +60,7 @@ def test_prepare_shards_are_balanced_and_put_back_in_the_rollouts_order():
     import torch
 
     from grm.orchestrator.policy_group import gather_prepared, split_prepare
+    from grm.orchestrator.types import Prepared
     from grm.training.batch import TrainBatch, balanced_partition
 
     assert balanced_partition([5, 1, 9, 3, 7, 2, 8, 4], 2) == [[0, 1, 2, 7], [3, 4, 5, 6]]  # 19 vs 20 tokens
@@ -79,10 +80,11 @@ def test_prepare_shards_are_balanced_and_put_back_in_the_rollouts_order():
             behaviour_logprobs=[[-float(len(r.token_ids))] * len(r.token_ids) for r in rs],
         )
 
-    parts = [(batch(rs), 1.0 + k, pos) for k, (rs, pos) in enumerate(shards)]
-    merged, secs = gather_prepared(parts)
+    parts = [Prepared(batch(rs), 1.0 + k, pos) for k, (rs, pos) in enumerate(shards)]
+    merged = gather_prepared(parts)
     whole = batch(rollouts)
-    assert merged.ids == whole.ids and secs == 2.0
+    assert merged.batch.ids == whole.ids and merged.seconds == 2.0 and merged.positions is None
+    merged = merged.batch
     for got, want in [(merged.input_ids, whole.input_ids), (merged.loss_mask, whole.loss_mask)]:
         assert torch.equal(got, want)
     assert torch.equal(merged["behaviour_logprobs"], whole["behaviour_logprobs"])

@@ -3,6 +3,7 @@ prompt accounting for checkpoints, interrupts, judge deadlines and concurrency c
 
 import math
 import time
+from collections import deque
 from itertools import pairwise
 
 import pytest
@@ -14,6 +15,7 @@ from grm.orchestrator.recorder import step_metrics
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import JudgeHandle
 from grm.orchestrator.scheduler import Interrupted, Scheduler
+from grm.orchestrator.types import rollouts_of
 from tests.unit.orchestrator.fakes import (
     Clock,
     FakeRay,
@@ -21,6 +23,8 @@ from tests.unit.orchestrator.fakes import (
     Ref,
     TimedRay,
     fake_actor_judge,
+    gather_step,
+    outcome,
     prompts,
     roles,
     timed_actor_judge,
@@ -71,7 +75,18 @@ def test_every_judge_scores_every_group_with_stable_ids():
         # results follow rollout order: reward = len("answer k") / 10
         assert [x.reward for x in g.judged["model"]] == [0.8, 0.8]
     assert local.calls == 1 and len(actor.score_groups.calls) == 1  # one call per chunk per judge
-    assert work.prepared is not None and sched.ray.get(work.prepared)[0][0] == "s0r0g0/0"
+    assert work.prepared is None and sched.queue == deque()  # collect only collects: the driver queues the rest
+    sched.prepare(work, rollouts_of(groups))
+    assert sched.ray.get(work.prepared).batch[0] == "s0r0g0/0"
+
+
+def test_rollouts_returns_once_every_chunk_landed_while_judge_calls_may_still_run():
+    actor = fake_actor_judge(ready=False)
+    sched, _, _ = make(config(), [JudgeHandle("model", 1.0, True, actor=actor)])
+    work = sched.take(0)
+    rollouts = sched.rollouts(work)
+    assert [r.id for r in rollouts][:3] == ["s0r0g0/0", "s0r0g0/1", "s0r0g1/0"] and len(rollouts) == 6
+    assert len(sched.running) == 1 and not work.complete  # the judge's call is in flight
 
 
 def test_chunks_are_judged_as_they_land():
@@ -86,7 +101,7 @@ def test_async_queues_ahead_and_counts_untrained_prompts():
     cfg = config(schedule={"mode": "async", "max_staleness": 1}, train={"steps": 3})
     sched, stream, _ = make(cfg, [JudgeHandle("rule", 1.0, True, local=LengthJudge())])
     work = sched.take(0)
-    sched.collect(work)
+    gather_step(sched, work)
     assert [w.step for w in sched.queue] == [1]  # step 1's rollout queued behind step 0's batch pass
     assert stream.index == 6
     assert sched.untrained_prompts() == 6  # in flight (0) + queued (1)
@@ -116,7 +131,7 @@ def test_abandon_cancels_the_rollouts_queued_ahead_and_every_judge_call_but_keep
     work = sched.take(0)
     sched.watch = type("W", (), {"check": lambda self: setattr(sched, "stop_requested", work.prepared is not None)})()
     with pytest.raises(Interrupted):
-        sched.collect(work)
+        gather_step(sched, work)
     ahead = sched.queue[0].chunks
     judging = list(sched.running)  # one call in flight (the judge's cap), two waiting for a slot
     assert len(ahead) == 3 and len(judging) == 1 and len(sched.waiting["model"]) == 2 and ray.cancelled == []
@@ -204,7 +219,7 @@ def test_a_timed_out_call_takes_its_slot_again_before_waiting_calls_then_is_mask
     assert len(ray.cancelled) == 2 and work.judge_timeouts == {"model": 2}
     assert groups[0].judged["model"] == [None, None]
     assert all(x is not None for g in groups[1:] for x in g.judged["model"])
-    m = step_metrics(0, work, groups, reward_groups(groups, {"model": 1.0}, {"model": True}), {}, {}, 0.0, 0.0, 1.0, 0)
+    m = step_metrics(outcome(groups, reward_groups(groups, {"model": 1.0}, {"model": True}), work))
     assert m["judge_timeouts/model"] == 2 and m["masked"] == 2
 
 
@@ -213,7 +228,7 @@ def test_queued_steps_keep_their_judge_calls_flowing_while_a_step_trains(timed):
     judge = JudgeHandle("model", 1.0, True, actor=actor, limits=CallLimits(max_concurrent_calls=1))
     cfg = config(schedule={"mode": "async", "max_staleness": 1, "stream_prompts": 1}, train={"steps": 2})
     sched, _, _ = make(cfg, [judge], ray=timed)
-    sched.collect(sched.take(0))
+    gather_step(sched, sched.take(0))
     ahead = sched.queue[0]
     training = Ref("trained", ready=False)
     training.done_at = timed.clock.now + 30.0
@@ -231,7 +246,7 @@ def test_judge_cost_is_summed_per_step_per_judge_and_logged():
     work = sched.take(0)
     groups = sched.collect(work)
     assert {n: c.calls for n, c in work.judge_cost.items()} == {"rule": 6, "model": 6}
-    m = step_metrics(0, work, groups, reward_groups(groups, {"rule": 1.0, "model": 1.0}, {}), {}, {}, 0.0, 0.0, 1.0, 0)
+    m = step_metrics(outcome(groups, reward_groups(groups, {"rule": 1.0, "model": 1.0}, {}), work))
     assert m["judge_cost/rule/calls"] == 6 and m["judge_cost/model/calls"] == 6 and m["judge_cost/model/retries"] == 0
     assert m["judge_cost/model/seconds"] >= 0 and "judge_cost/model/usage_requests" not in m
     # a refill round's calls count toward the step that asked for it

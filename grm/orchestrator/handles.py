@@ -1,0 +1,131 @@
+"""The handles the driver and scheduler call the policy and the reference through, typed where a
+call crosses into another process.
+
+A handle's method is called as ``handle.NAME.remote(...)`` and returns a Ray ``ObjectRef``, so every
+remote call stays visible where it is made (STYLE 15); the protocols below say what each call takes
+and what its ref holds. ``PolicyGroup`` (``grm.orchestrator.policy_group``) is the ``PolicyHandle``:
+one ``PolicyActor`` or a worker group of N ranks behind the same handle. A ``ReferenceActor`` or
+``JudgeActor`` (``grm.orchestrator.frozen_actors``) handle is a ``ReferenceHandle``. ``RayCalls`` is
+the part of Ray the scheduler waits with.
+
+Ray-free: the names in annotations are imported for type checkers only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+    from torch import Tensor
+
+    from grm.data.prompts import Prompt
+    from grm.orchestrator.health import RoleLost
+    from grm.orchestrator.types import Group, Prepared, Rollout, Synced
+    from grm.training import TrainBatch
+
+T = TypeVar("T")
+
+Placement = dict[str, object]
+"""Where a role's actor runs, as it reports it (``where``): node, pid, resources, threads, dtype."""
+
+
+class RolloutCall(Protocol):
+    def remote(
+        self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int, /
+    ) -> ObjectRef[tuple[list[Group], float]]:
+        """``n`` responses per prompt, one group per prompt keyed by ``keys``: (groups, seconds)."""
+        ...
+
+
+class PrepareCall(Protocol):
+    def remote(self, rollouts: Sequence[Rollout], /) -> ObjectRef[Prepared]:
+        """The batch pass over ``rollouts``, in their order."""
+        ...
+
+
+class TrainCall(Protocol):
+    def remote(self, batch: TrainBatch, /) -> ObjectRef[dict[str, float]]:
+        """Every optimizer step of one batch; the trainer's metrics."""
+        ...
+
+
+class SyncCall(Protocol):
+    def remote(self) -> ObjectRef[Synced]:
+        """Trainer weights into the rollout engine; the policy version they carry."""
+        ...
+
+
+class SaveCall(Protocol):
+    def remote(self, path: str, /) -> ObjectRef[None]: ...
+
+
+class LoadCall(Protocol):
+    def remote(self, path: str, /) -> ObjectRef[int]:
+        """Load a checkpoint into trainer and engine; the policy version it holds."""
+        ...
+
+
+class ProgressCall(Protocol):
+    def remote(self) -> ObjectRef[tuple[int, int | None]]:
+        """(micro-batches of the training call under way, how many the previous call ran)."""
+        ...
+
+
+class WhereCall(Protocol):
+    def remote(self, role: str = ..., /) -> ObjectRef[Placement]: ...
+
+
+class LogprobsCall(Protocol):
+    def remote(self, prepared: ObjectRef[Prepared], /) -> ObjectRef[tuple[Tensor, float]]:
+        """Reference log-probs ``[B, L-1]`` of the batch pass's batch, and the seconds they took."""
+        ...
+
+
+class PolicyHandle(Protocol):
+    """The policy as the driver, scheduler and recorder call it, however many ranks it has."""
+
+    rollout: RolloutCall
+    prepare: PrepareCall
+    train: TrainCall
+    sync: SyncCall
+    save: SaveCall
+    load: LoadCall
+    train_progress: ProgressCall
+
+    def diagnose(self, error: BaseException, wait_s: float = 10.0) -> RoleLost | None:
+        """The rank a failed call started from, as a ``RoleLost``; None when not known."""
+        ...
+
+    def actor_roles(self) -> dict[str, ActorHandle]:
+        """Role name (``policy``, or ``policy#R`` per rank) -> its actor."""
+        ...
+
+
+class ReferenceHandle(Protocol):
+    """A frozen reference in an actor of its own or in a judge's: log-probs of the policy's batch."""
+
+    logprobs: LogprobsCall
+    where: WhereCall
+
+
+class RayErrors(Protocol):
+    RayActorError: type[Exception]
+    """What a call to an actor that died raises."""
+
+
+class RayCalls(Protocol):
+    """The part of the ``ray`` module the scheduler uses: the driver passes ``ray`` itself; unit
+    tests pass a fake whose refs finish when the test says (``tests/unit/orchestrator/fakes.py``)."""
+
+    exceptions: RayErrors
+
+    def wait(
+        self, refs: list[ObjectRef], *, num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[ObjectRef], list[ObjectRef]]: ...
+
+    def get(self, ref: ObjectRef[T]) -> T: ...
+
+    def cancel(self, ref: ObjectRef, *, force: bool = False) -> None: ...
