@@ -54,7 +54,8 @@ class SamplingParams:
 
 @dataclass
 class GenerationRequest:
-    """One prompt: chat ``messages`` (the engine applies the model's chat template) or raw ``text``.
+    """One prompt: chat ``messages`` (the engine applies the model's chat template), raw ``text``,
+    or exact prompt ``token_ids``.
 
     ``continue_final`` leaves the last (assistant) message open so generation continues it, e.g.
     a prefilled ``"Critique:"``.
@@ -65,10 +66,16 @@ class GenerationRequest:
     continue_final: bool = False
     seed: int | None = None
     """Overrides ``SamplingParams.seed`` for this request (e.g. a retry of one failed sample)."""
+    token_ids: list[int] | None = None
+    """The prompt as token ids, used as given (never re-tokenised): a multi-turn episode's context
+    is the ids the policy sampled plus the observations' ids, and decoding then re-encoding them
+    would drift from what the log-probs were recorded on."""
 
     def __post_init__(self) -> None:
-        if (self.messages is None) == (self.text is None):
-            raise ValueError("GenerationRequest needs exactly one of messages= or text=")
+        if sum(x is not None for x in (self.messages, self.text, self.token_ids)) != 1:
+            raise ValueError("GenerationRequest needs exactly one of messages=, text= or token_ids=")
+        if self.token_ids is not None and self.continue_final:
+            raise ValueError("GenerationRequest: continue_final applies to messages, not token_ids")
 
 
 @dataclass
@@ -105,8 +112,11 @@ def chat_request(prompt: str, system_prompt: str | None = None, *, seed: int | N
 
 
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> str:
-    """The text a model sees for ``request``: its raw ``text``, or its messages through the
-    tokenizer's chat template (the last assistant message left open when ``continue_final``)."""
+    """The text a model sees for ``request``: its raw ``text``, its messages through the
+    tokenizer's chat template (the last assistant message left open when ``continue_final``), or
+    its ``token_ids`` decoded (for display: engines send those ids as they are)."""
+    if request.token_ids is not None:
+        return tokenizer.decode(request.token_ids)
     if request.messages is None:
         return request.text or ""
     kw = {"continue_final_message": True} if request.continue_final else {"add_generation_prompt": True}

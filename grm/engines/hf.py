@@ -82,6 +82,9 @@ class HFEngine:
 
     # ----------------------------------------------------------------- prompts
     def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids: ``token_ids`` as given, else the rendered prompt tokenised."""
+        if request.token_ids is not None:
+            return list(request.token_ids)
         return self.tokenizer(render_prompt(self.tokenizer, request), add_special_tokens=False)["input_ids"]
 
     def prompt_text(self, request: GenerationRequest) -> str:

@@ -174,6 +174,13 @@ class OpenAIEngine:
             body["stop"] = list(sp.stop)
         if seed is not None:
             body["seed"] = seed
+        if request.token_ids is not None:
+            # an OpenAI-compatible server re-renders or re-tokenises what it is sent, and returns no
+            # ids to check it against: an episode's exact context cannot be kept through it
+            raise EngineError(
+                "the openai engine cannot send exact prompt token ids (multi-turn episodes); "
+                "serve the policy with the hf or sglang engine"
+            )
         if self.endpoint == "chat":
             if request.messages is None or request.continue_final:
                 raise EngineError(

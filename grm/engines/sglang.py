@@ -204,6 +204,10 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ prompts
     def encode(self, request: GenerationRequest) -> list[int]:
+        """The prompt's token ids (sent as ``/generate``'s ``input_ids``): ``token_ids`` as given,
+        else the rendered prompt tokenised here."""
+        if request.token_ids is not None:
+            return list(request.token_ids)
         return self.tokenize(render_prompt(self.tokenizer, request))
 
     def tokenize(self, text: str) -> list[int]:

@@ -153,6 +153,14 @@ def test_chat_endpoint_refuses_prefill(server):
         )
 
 
+def test_exact_token_ids_are_refused_with_a_clear_error_and_nothing_is_sent(server):
+    for endpoint in ("completions", "chat"):
+        eng = OpenAIEngine(server.url, "m", tokenizer=Tok(), endpoint=endpoint, backoff_s=0.01)
+        with pytest.raises(EngineError, match="exact prompt token ids"):
+            eng.generate([Req(token_ids=[1, 2, 3])], SamplingParams())
+    assert server.bodies == []
+
+
 def test_update_weights_is_refused(server):
     with pytest.raises(EngineError, match="frozen"):
         _engine(server).update_weights({}, 1)

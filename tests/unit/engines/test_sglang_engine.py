@@ -111,6 +111,26 @@ def test_engine_splits_requests_across_servers_and_restores_order():
     assert eng.encode(Req(messages=[{"role": "user", "content": "q"}])) == [ord(c) for c in "<user>q<assistant>"]
 
 
+def test_exact_token_ids_go_to_generate_as_input_ids_untouched():
+    bodies = []
+
+    def post(url, body):
+        bodies.append(body)
+        return [
+            {
+                "text": "a",
+                "output_ids": [5],
+                "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-0.5, 5, None]]},
+            }
+        ]
+
+    eng = SGLangEngine(["http://a:1"], "m", Tok(), post=post)
+    ids = [900001, 2, 900002]  # no tokenizer would give these: they are sent, not re-encoded
+    gens = eng.generate([Req(token_ids=ids)], SamplingParams(max_new_tokens=4))
+    assert bodies[0]["input_ids"] == [ids] and gens[0].token_ids == [5]
+    assert eng.encode(Req(token_ids=ids)) == ids
+
+
 def test_weight_update_pauses_loads_flushes_and_resumes_every_server(tmp_path):
     calls = []
 
