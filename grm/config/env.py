@@ -16,6 +16,7 @@ _TARGET = re.compile(r"^[^:\x00]+:[A-Za-z_][A-Za-z0-9_]*$")
 
 SHIPPED_ENVS: dict[str, str] = {
     "calc": "grm.envs.calc:CalcEnv",
+    "clarify": "grm.envs.clarify:ClarifyEnv",
 }
 """Shipped environments by name (``env: {type: calc}``), each a ``package.module:Class``."""
 

@@ -25,6 +25,10 @@ _PKG = Path(__file__).resolve().parents[1]
 BUILTIN_DATA_SETS = (
     "arith-pairs",
     "arith-prompts",
+    "calc-train",
+    "calc-heldout",
+    "clarify-train",
+    "clarify-heldout",
     "constraints-train",
     "constraints-heldout",
     "constraints-pairs",

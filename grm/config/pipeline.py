@@ -286,4 +286,6 @@ class PipelineSpec(Strict):
             )
         if self.algorithm.kl.coef > 0 and self.reference is None:
             raise ValueError("kl.coef > 0 needs a reference: {pool: ...}")
+        if self.env is not None and self.rollout.greedy_anchor:
+            raise ValueError("rollout.greedy_anchor compares single answers; an env: run's episodes have none to compare")
         return self

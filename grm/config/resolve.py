@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grm.config.env import EnvSpec
 from grm.config.judge import JudgeSpec
 from grm.config.loading import ConfigError, apply_overrides, load_yaml, validate
 from grm.config.paths import resolve_judge, resolve_path
@@ -43,6 +44,18 @@ def _resolve(ref: str, base: Path, kind: str, where: str) -> Path:
         raise ConfigError(f"{where}: {e}") from None
 
 
+def _absolute_env(env: EnvSpec, base: Path, where: str) -> EnvSpec:
+    """``env.path``'s ``FILE.py`` made absolute against the pipeline's directory (checked to be a
+    file), so the policy actors load it whatever their working directory; a module path is kept."""
+    file, _, cls = str(env.path).rpartition(":")
+    if not (file.endswith(".py") or "/" in file):
+        return env
+    found = (base / file).resolve()
+    if not found.is_file():
+        raise ConfigError(f"{where}: environment file {file} not found (relative to {base})")
+    return env.model_copy(update={"path": f"{found}:{cls}"})
+
+
 def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipeline:
     """Load a pipeline YAML (path or builtin:NAME), its policy and judge specs, and check what only
     the combination can tell (a model judge without a pool, a judge mode pipelines cannot use, a
@@ -74,6 +87,8 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
         )
         spec = spec.model_copy(update={"policy": role})
     spec = _absolute_judge_data(spec, located, base)
+    if spec.env is not None and spec.env.path is not None:
+        spec = spec.model_copy(update={"env": _absolute_env(spec.env, base, located.where(("env", "path")))})
     check_ranks(spec, located)
     policy = load_policy(spec.policy.spec, base, spec.policy.overrides)
     judges = []

@@ -7,6 +7,10 @@ alternates so a judge that always picks one position scores 50%.
 ``constraints-train`` / ``constraints-heldout``: instruction-following prompts with verifiable
 constraints, disjoint splits (``grm.data.constraints``); ``constraints-pairs``: a following and a
 breaking response per held-out prompt (``grm.data.constraint_pairs``).
+``calc-train`` / ``calc-heldout``: arithmetic word problems for the ``calc`` environment's episodes,
+disjoint splits (``grm.data.calc_tasks``); each row names the seed the environment starts from.
+``clarify-train`` / ``clarify-heldout``: under-specified requests for the ``clarify`` environment's
+dialogues, disjoint splits (``grm.data.clarify_tasks``); rows as for ``calc``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from grm.data import clarify_tasks
+from grm.data.calc_tasks import prompt_rows
 from grm.data.constraint_pairs import constraints_pairs
 from grm.data.constraints import constraints_heldout, constraints_train
 
@@ -76,6 +82,10 @@ def arith_prompts(n: int = 256, seed: int = 0) -> list[dict[str, Any]]:
 
 SETS["arith-pairs"] = arith_pairs
 SETS["arith-prompts"] = arith_prompts
+SETS["calc-train"] = partial(prompt_rows, "train", 2000)
+SETS["calc-heldout"] = partial(prompt_rows, "held_out", 500)
+SETS["clarify-train"] = partial(clarify_tasks.prompt_rows, "train", 2000)
+SETS["clarify-heldout"] = partial(clarify_tasks.prompt_rows, "held_out", 500)
 SETS["constraints-train"] = constraints_train
 SETS["constraints-heldout"] = constraints_heldout
 SETS["constraints-pairs"] = constraints_pairs

@@ -26,6 +26,8 @@ class Prompt:
     ``constraints`` (``data.constraints_field``), checked by ``grm.data.constraints``."""
     where: str = ""
     """Where it was read (``FILE:LINE``, or ``SOURCE row N``), for messages about it."""
+    row: dict[str, Any] = field(default_factory=dict)
+    """The whole data row: what an environment's ``reset`` starts an episode from (``env:``)."""
 
 
 def load_prompts(spec: DataSpec) -> list[Prompt]:
@@ -53,6 +55,7 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
                 reference=None if ref is None else str(ref),
                 metadata=meta,
                 where=where,
+                row=dict(row),
             )
         )
     return out

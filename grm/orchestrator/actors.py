@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from grm.config.pipeline import PipelineSpec
     from grm.config.policy import PolicySpec
     from grm.data.prompts import Prompt
+    from grm.orchestrator.episodes import EpisodeRollout
     from grm.training import TrainBatch, TrainerBackend
     from grm.training.distributed import RankFailure
 
@@ -164,6 +165,8 @@ class PolicyActor:
             critic = ValueModel.from_pretrained(policy.model, "fp32")
             self.critic = self._trainer(critic, batch, {**common, "lr": cfg.algorithm.critic_lr}, forward=value_forward)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        self.episodes: EpisodeRollout | None = None
+        """Runs the episodes of an ``env:`` pipeline, made on the first rollout."""
         self.cores.watch(
             train_model,
             getattr(self.engine, "model", None),
@@ -214,8 +217,18 @@ class PolicyActor:
         if not prompts:
             return _gather(([], 0.0), others, gather_rollouts)
         with self.cores.busy():
-            groups = self._rollout(prompts, keys, n, seed)
+            groups = self._rollout(prompts, keys, n, seed) if self.cfg.env is None else self._episodes(prompts, keys, n, seed)
         return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
+
+    def _episodes(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
+        """``n`` episodes per prompt (``env:``), every turn on this engine: one group per prompt."""
+        from grm.orchestrator.episodes import run_groups
+
+        if self.episodes is None:
+            from grm.orchestrator.episodes import EpisodeRollout
+
+            self.episodes = EpisodeRollout(self.cfg, self.engine, self.tok, self.policy.generation.stop)
+        return run_groups(self.episodes, prompts, keys, n, seed, cancelled)
 
     def _rollout(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
         from grm.engines.base import SamplingParams, chat_request
@@ -283,6 +296,7 @@ class PolicyActor:
             [r.token_ids or [self.pad_id] for r in rollouts],
             pad_id=self.pad_id,
             ids=[r.id for r in rollouts],
+            completion_masks=[r.mask if r.token_ids else None for r in rollouts],
             behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts],
         )
         if self.cfg.train.share_prompts:  # each distinct prompt runs once in the passes below and in training

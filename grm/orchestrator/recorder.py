@@ -17,6 +17,7 @@ from grm.data.prompts import PromptStream
 from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.canary import report_lines
 from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, driver_state, failure_words
+from grm.orchestrator.episodes import episode_metrics
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.handles import PolicyHandle
 from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
@@ -281,6 +282,7 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
         **out.filtering,
         **out.canary,
         **{k: v for k, v in train.items() if k != "train_seconds"},
+        **episode_metrics([r.trajectory for r in rollouts if r.trajectory is not None]),
     }
     for name in groups[0].judged if groups else ():
         res = [x for g in groups for x in g.judged[name]]
@@ -316,6 +318,7 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                         **({"comparisons": x.comparisons} if x.comparisons is not None else {}),
                         **({"checklist": x.checklist} if x.checklist is not None else {}),
                         **({"details": x.details} if x.details is not None else {}),
+                        **({"faulty_turn": x.faulty_turn} if x.faulty_turn is not None else {}),
                     }
                 )
             rows.append(
@@ -334,6 +337,7 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                     "judges": judges,
                     **({"anchor": g.anchor} if g.anchor is not None else {}),
                     **({"previous_anchor": g.previous} if g.previous is not None else {}),
+                    **({"trajectory": r.trajectory.to_dict()} if r.trajectory is not None else {}),
                 }
             )
     return rows

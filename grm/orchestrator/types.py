@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from grm.data.prompts import Prompt
+from grm.data.trajectory import Trajectory
 from grm.judges.cost import JudgeCost
 from grm.judges.types import AnchorAnswer, JudgeResult, Sample
 
@@ -39,10 +40,15 @@ class Rollout:
     """Rollout engine's log-prob of each sampled token (behaviour policy)."""
     finish_reason: str
     version: int
-    """Policy weights version that sampled it."""
+    """Policy weights version that sampled it (an episode's: its first turn's, which staleness counts from)."""
+    mask: list[int] | None = None
+    """(an episode) 1 on each of ``token_ids`` the policy sampled, 0 on the observations and
+    template text between its turns, which are context, never trained on; None: all sampled."""
+    trajectory: Trajectory | None = None
+    """(an episode) The whole episode (``env:``); ``text`` is then its final answer."""
 
     def sample(self) -> Sample:
-        """What a judge scores for this rollout."""
+        """What a judge scores for this rollout (a whole episode when it is one)."""
         return Sample(
             prompt=self.prompt.text,
             response=self.text,
@@ -50,6 +56,7 @@ class Rollout:
             metadata=dict(self.prompt.metadata),
             id=self.id,
             group=self.group,
+            trajectory=self.trajectory,
         )
 
 

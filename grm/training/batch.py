@@ -130,11 +130,14 @@ class TrainBatch:
         completions: Sequence[Sequence[int]],
         pad_id: int,
         ids: Sequence[str] = (),
+        completion_masks: Sequence[Sequence[int] | None] | None = None,
         **token_values: Sequence[Sequence[float]] | Tensor,
     ) -> TrainBatch:
         """Build a batch from token id lists. ``token_values`` given as per-completion lists (one
         value per completion token, e.g. behaviour log-probs) are placed at their target positions;
-        tensors are taken as they are (``[B]`` sequence-level or ``[B, L-1]``)."""
+        tensors are taken as they are (``[B]`` sequence-level or ``[B, L-1]``). ``completion_masks``
+        (one per row, None for a plain completion) say which completion tokens are trained on: a
+        multi-turn episode's observations sit in its completion as context, masked 0."""
         B = len(prompts)
         L = max(len(p) + len(c) for p, c in zip(prompts, completions, strict=True))
         tokens = torch.full((B, L), pad_id, dtype=torch.long)
@@ -144,7 +147,13 @@ class TrainBatch:
             n = len(p) + len(c)
             tokens[b, :n] = torch.tensor(list(p) + list(c), dtype=torch.long)
             attn[b, :n] = 1
-            loss_mask[b, len(p) - 1 : n - 1] = 1
+            m = completion_masks[b] if completion_masks is not None else None
+            if m is None:
+                loss_mask[b, len(p) - 1 : n - 1] = 1
+            else:
+                if len(m) != len(c):
+                    raise ValueError(f"row {b}: completion mask has {len(m)} entries for {len(c)} tokens")
+                loss_mask[b, len(p) - 1 : n - 1] = torch.tensor(list(m), dtype=torch.float32)
         fields: dict[str, Tensor] = {}
         for name, vals in token_values.items():
             if isinstance(vals, Tensor):

@@ -51,6 +51,10 @@ class SampleRow(_Row):
     reward: float | None = None
     advantage: float | None = None
     judges: dict[str, JudgeView | None] = Field(default_factory=dict)
+    trajectory: Any = None
+    """A multi-turn episode (``Trajectory.to_dict``): read by ``grm.view.episode``, which names what is wrong."""
+    turn_credit: list[float | None] | None = None
+    """Per-turn credit (a process judge's first faulty turn), aligned with the trajectory's turns."""
 
 
 class CritiqueSample(_Row):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from grm.run_format import FORMAT_KEY, read_row
+from grm.view.episode import with_episode
 from grm.view.folder import SMALL_FILE_LIMIT, Folder
 from grm.view.index import MAX_ROW_BYTES, LineIndex, RowLog, bad_row, parse_row
 from grm.view.rows import SampleRow, check
@@ -253,7 +254,7 @@ class RunDir:
             taken.append(n)
         rows, bad = [], []
         for n, row in zip(taken, self.samples.rows(taken), strict=True):
-            row = check(SampleRow, row, self.samples.where(n))
+            row = with_episode(check(SampleRow, row, self.samples.where(n)), self.samples.where(n))
             (bad if "_error" in row else rows).append(row)
         groups = step_groups(rows, sort=sort, desc=desc, filt=filt)
         shown = groups[page * per_page : (page + 1) * per_page]

@@ -121,3 +121,31 @@ def test_eval_page_shows_a_metric_and_both_orders_critiques(served):
     assert f'data-item="{first["item_id"]}"' in dom
     png = screenshot(url + "#d=1", tmp / "eval.png", height=1800)
     assert png.stat().st_size > 20_000
+
+
+@pytest.fixture(scope="module")
+def episode_page(tmp_path_factory):
+    """A synthetic run of multi-turn episodes (no model needed), served in a thread."""
+    from grm.view.server import start_in_thread
+    from tests.unit.view.synthetic import write_episode_run
+
+    run = write_episode_run(tmp_path_factory.mktemp("episodes") / "run")
+    httpd, url = start_in_thread([str(run)])
+    yield url
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_an_episode_renders_turn_by_turn_with_its_mask_and_markers(episode_page):
+    dom = dump_dom(episode_page + "#d=0&step=1&only=samples", budget_ms=4000, timeout=60)
+    assert dom.count('data-episode="') == 2
+    assert dom.count('data-turn="') == 6  # three turns of each episode
+    assert dom.count('data-trained="1"') == 4 and dom.count('data-trained="0"') == 2  # the observations are context
+    assert "policy tokens, trained on (loss mask 1): 5" in dom and "masked out of the loss" in dom
+    assert "error: timeout" in dom and "output cut by the sandbox" in dom and "cut for this page" in dom
+    assert "end: max_turns" in dom and "credit 0.25" in dom and "first faulty turn: helpfulness" in dom
+    assert "success 1" in dom  # a signal
+    assert texts(dom, "args") and "7 * 6 &lt;b&gt;" in dom  # a tool call's arguments, as text
+    dom2 = dump_dom(episode_page + "#d=0&step=2&only=samples", budget_ms=4000, timeout=60)
+    assert dom2.count('data-episode="') == 1 and "3 bad rows in step 2" in dom2 and "turns[1].role: 'robot'" in dom2
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom2 and "<script>alert(1)" not in dom2  # tool output stays text

@@ -261,7 +261,7 @@ async function renderSamples(body, d, steps) {
 }
 
 function groupCard(g, diffs) {
-  const side = el("div", { class: "side" });
+  const side = el("div", { class: "side" + (g.rows.some((r) => r.episode) ? " episodes" : "") });
   for (const r of g.rows) side.appendChild(responseCard(r, diffs));
   return el("div", { class: "group" },
     el("div", { class: "prompt" }, el("div", { class: "label" }, `prompt · group ${g.group} · ${g.size} responses`), el("pre", {}, g.prompt || "")),
@@ -280,7 +280,8 @@ function responseCard(r, diffs) {
   const card = el("div", { class: "resp" + (r.best ? " best" : "") + (masked ? " masked" : ""), "data-sample": r.id },
     nums,
     masked ? el("div", { class: "err" }, r.masked_reasons.join("; ")) : null,
-    el("div", {}, el("div", { class: "label" }, "response"), el("pre", {}, r.response || "")));
+    el("div", {}, el("div", { class: "label" }, r.episode ? "final answer" : "response"), el("pre", {}, r.response || "")),
+    r.episode ? episodeBlock(r.episode, r.judges) : null);  // episode.js
   if (r.diff) {
     const pre = el("pre", {});
     for (const [op, text] of r.diff) pre.appendChild(op === "equal" ? document.createTextNode(text) : el(op === "insert" ? "ins" : "del", {}, text));
@@ -294,7 +295,8 @@ function responseCard(r, diffs) {
 
 function judgeBlock(name, j) {
   if (!j) return el("div", { class: "judge" }, el("b", {}, name), " ", pill("no result", "bad"));
-  const summary = el("summary", {}, name, pill("score " + fmt(j.score)), pill("reward " + fmt(j.reward), j.masked ? "bad" : "accent"), j.masked ? pill("masked", "bad") : null);
+  const summary = el("summary", {}, name, pill("score " + fmt(j.score)), pill("reward " + fmt(j.reward), j.masked ? "bad" : "accent"), j.masked ? pill("masked", "bad") : null,
+    Number.isInteger(j.faulty_turn) ? pill("first faulty turn " + (j.faulty_turn + 1), "warn") : j.faulty_turn === "none" ? pill("no faulty turn", "good") : null);
   const block = el("details", { class: "judge", open: true }, summary);
   (j.critiques || []).forEach((c, i) => {
     block.appendChild(el("div", { class: "crit" },

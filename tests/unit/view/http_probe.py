@@ -73,6 +73,6 @@ def crawl(url: str) -> list[tuple[str, int, bytes]]:
     for a in evals:
         for b in evals:
             fetch(f"/api/compare?a={a}&b={b}")
-    for name in ("index.html", "static/app.js", "static/style.css"):
+    for name in ("index.html", "static/app.js", "static/episode.js", "static/style.css"):
         fetch("/" + name)
     return seen

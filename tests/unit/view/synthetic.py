@@ -115,3 +115,65 @@ def write_eval(path: Path, verdicts: list | None = None, judge: str = "pairwise"
     (path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (path / "metrics.json").write_text(json.dumps({"judges": {judge: {"items": 3, "pairs": {"accuracy_average": 0.5}}}}))
     return path
+
+
+HUGE = 1_000_000
+"""Characters of the observation a tool printed in ``episode(huge=True)`` (10 MB is the sandbox's cap)."""
+
+
+def episode(eid: str, *, failed: bool = False, huge: bool = False) -> dict:
+    """``Trajectory.to_dict()`` of a calculator episode: user task | assistant (a tool call) | tool
+    observation (ok, or a timeout) | assistant answer; ``huge``: the observation is ``HUGE`` chars."""
+    from grm.data.trajectory import Task, ToolCall, Trajectory, Turn
+
+    call = ToolCall("calculator", {"expression": "7 * 6 <b>"}, "call_0_0")
+    out = "x" * (HUGE - 3) + "END" if huge else "42 <script>alert(1)</script>"
+    tool = Turn("tool", out, [20, 21, 22], tool_name="calculator", tool_call_id="call_0_0", seconds=0.2, cut=huge)
+    if failed:
+        tool = Turn("tool", "", [20], tool_name="calculator", tool_call_id="call_0_0", ok=False, error="timeout", seconds=5.0)
+    tools = [{"type": "function", "function": {"name": "calc"}}]
+    traj = Trajectory(
+        id=eid,
+        task=Task({"seed": 7}, [{"role": "user", "content": "What is 7 * 6?"}], tools),
+        prompt_ids=[1, 2, 3, 4],
+        turns=[
+            Turn("assistant", "<tool_call>calculator</tool_call>", [10, 11, 12], [-0.1, -0.2, -0.3], 3, "stop", [call]),
+            tool,
+            Turn("assistant", "The answer is \\boxed{42}.", [30, 31], [-0.5, -0.5], 3, "stop"),
+        ],
+        end_reason="max_turns" if failed else "done",
+        end_detail="turn limit 3" if failed else None,
+        signals={"success": 0.0 if failed else 1.0, "tool_errors": float(failed)},
+        final_answer=None if failed else "42",
+    )
+    return traj.to_dict()
+
+
+def episode_row(step: int, k: int, traj: object, credit: list | None = None) -> dict:
+    """A samples.jsonl row of an episode: the final answer as the response, a process judge's result."""
+    row = sample_row(step, 0, k, 0.5 * k)
+    row.update(response="42", trajectory=traj)
+    row["judges"]["helpfulness"]["faulty_turn"] = 1
+    if credit is not None:
+        row["turn_credit"] = credit
+    return row
+
+
+def write_episode_run(path: Path) -> Path:
+    """A run whose step 1 is two episodes of one group (one with a huge observation) and whose step 2
+    holds malformed ones: a bad role, a trajectory that is a string, a turn_credit of the wrong length."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.resolved.yaml").write_text("name: episodes\nalgorithm: {type: grpo}\n")
+    bad_role = episode("bad")
+    bad_role["turns"][1]["role"] = "robot"
+    rows = [
+        episode_row(1, 0, episode("ep-ok", huge=True), credit=[1.0, None, 0.5]),
+        episode_row(1, 1, episode("ep-fail", failed=True), credit=[0.25, -0.25]),
+        episode_row(2, 0, bad_role),
+        episode_row(2, 1, "not a trajectory"),
+        episode_row(2, 2, episode("ep-credit"), credit=[1.0]),
+        episode_row(2, 3, episode("ep-good")),
+    ]
+    (path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    return path

@@ -1,0 +1,100 @@
+"""Episodes as rollouts (a pipeline's ``env:``): each prompt row starts ``group_size`` episodes of
+the environment, run turn by turn on the policy's engine (``grm.envs.episodes``), and each episode
+becomes one ``Rollout`` whose tokens are the whole episode: the first prompt is its prompt, every
+later token its completion, with a mask that trains only the tokens the policy sampled.
+
+The rollout's version is the episode's first turn's, so async staleness counts from the episode's
+start; its text is the final answer (what a response judge reads); the judges over trajectories
+read ``Rollout.trajectory`` (``Sample.trajectory``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from grm.config.pipeline import PipelineSpec
+from grm.data.prompts import Prompt
+from grm.data.trajectory import Trajectory
+from grm.engines.base import GenerationEngine, SamplingParams
+from grm.envs.base import Environment, env_factory
+from grm.envs.episodes import EpisodeLimits, EpisodeRunner
+from grm.orchestrator.types import Group, Rollout
+
+
+class EpisodeRollout:
+    """A policy actor's episode runner: the environment factory (loaded once, so a bad class or
+    argument fails on the first rollout, naming the spec), the limits and the sampling of a turn."""
+
+    def __init__(self, cfg: PipelineSpec, engine: GenerationEngine, tokenizer: Any, stop: Sequence[str]) -> None:
+        env = cfg.env
+        assert env is not None, "episodes need the pipeline's env: block"
+        self.limits = EpisodeLimits(
+            max_turns=env.max_turns,
+            max_total_tokens=env.max_total_tokens,
+            wall_time_s=env.wall_time_s,
+            tool_time_s=env.tool_time_s,
+            observation_tokens=env.observation_tokens,
+            max_bad_tool_calls=env.max_bad_tool_calls,
+        )
+        self.runner = EpisodeRunner(engine, tokenizer, self.limits)
+        self.make_env: Callable[[], Environment] = env_factory(env.target, env.kwargs)
+        r = cfg.rollout
+        self.sampling = SamplingParams(
+            n=1, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens, stop=tuple(stop)
+        )
+
+
+def run_groups(
+    er: EpisodeRollout, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int, abort: Callable[[], bool]
+) -> list[Group]:
+    """``n`` episodes per prompt, all in lockstep, as one group per prompt keyed by ``keys``."""
+    rows = [p.row or {"prompt": p.text} for p in prompts for _ in range(n)]
+    ids = [f"{key}/{k}" for key in keys for k in range(n)]
+    # one seed per episode: the engine seeds a sample by (seed, sample index, prompt), and every
+    # episode of a group starts from the same prompt as sample 0
+    seeds = [seed + k for _ in keys for k in range(n)]
+    version = er.runner.engine.version  # an episode that ended before its first turn has no turn's
+    trajectories = er.runner.run(er.make_env, rows, er.sampling.replace(seed=seed, abort=abort), seeds=seeds, ids=ids)
+    groups = [Group(key, []) for key in keys]
+    for i, t in enumerate(trajectories):
+        g, p = groups[i // n], prompts[i // n]
+        g.rollouts.append(as_rollout(t, ids[i], p, g.key, version))
+    return groups
+
+
+def as_rollout(t: Trajectory, rid: str, prompt: Prompt, group: str, version: int) -> Rollout:
+    """One episode as a rollout: its first prompt, then every later token as the completion, the
+    mask 1 on the policy's own tokens only; an episode that generated nothing has an empty completion."""
+    view = t.training_view()
+    cut = view.prompt_len
+    last = next((turn for turn in reversed(t.turns) if turn.role == "assistant"), None)
+    return Rollout(
+        id=rid,
+        prompt=prompt,
+        group=group,
+        prompt_ids=view.token_ids[:cut],
+        token_ids=view.token_ids[cut:],
+        text=t.final_answer if t.final_answer is not None else (last.content if last is not None else ""),
+        logprobs=view.old_logprobs[cut:],
+        finish_reason=(last.finish_reason or "stop") if last is not None else "stop",
+        version=first if (first := t.first_version) is not None else version,
+        mask=view.loss_mask[cut:],
+        trajectory=t,
+    )
+
+
+def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """(an ``env:`` run) ``env/<signal>``: the mean of each environment signal over the step's
+    episodes (e.g. ``env/success``); ``env/turns``: mean policy turns; ``env/end/<reason>``: the
+    share of episodes that ended for each reason. None of these reach a judge."""
+    if not trajectories:
+        return {}
+    n = len(trajectories)
+    out: dict[str, float] = {"env/turns": sum(sum(t.role == "assistant" for t in tr.turns) for tr in trajectories) / n}
+    for name in sorted({k for tr in trajectories for k in tr.signals}):
+        vals = [tr.signals[name] for tr in trajectories if name in tr.signals]
+        out[f"env/{name}"] = sum(vals) / len(vals)
+    for reason in sorted({tr.end_reason or "unknown" for tr in trajectories}):
+        out[f"env/end/{reason}"] = sum((tr.end_reason or "unknown") == reason for tr in trajectories) / n
+    return out

@@ -1,0 +1,100 @@
+"""Episodes as rollouts: the trained tokens of an episode are exactly its assistant turns' ids,
+the observations between them are context (loss mask 0), and staleness counts from the first turn."""
+
+import math
+
+import pytest
+import torch
+
+from grm.data.prompts import Prompt
+from grm.data.trajectory import Task, Trajectory, Turn
+from grm.orchestrator.episodes import as_rollout, episode_metrics
+from grm.training import TrainBatch
+
+PROMPT = [1, 2, 3]
+TURN1, OBS, TURN2 = [10, 11, 12], [20, 21], [30, 31]
+
+
+def episode(success=1.0, end="done", v1=4, v2=5):
+    return Trajectory(
+        id="s0r0g0/0",
+        task=Task(row={"seed": 1}, messages=[{"role": "user", "content": "q"}]),
+        prompt_ids=list(PROMPT),
+        turns=[
+            Turn("assistant", "call", token_ids=list(TURN1), logprobs=[-0.1, -0.2, -0.3], policy_version=v1),
+            Turn("tool", "42", token_ids=list(OBS), tool_name="calculator"),
+            Turn("assistant", "Answer: 42", token_ids=list(TURN2), logprobs=[-0.4, -0.5], policy_version=v2),
+        ],
+        end_reason=end,
+        signals={"success": success},
+        final_answer="42",
+    )
+
+
+def test_an_episode_rollout_trains_only_the_policys_tokens():
+    p = Prompt(id="p", text="q", reference=None)
+    r = as_rollout(episode(), "s0r0g0/0", p, "s0r0g0", version=9)
+    assert r.prompt_ids == PROMPT and r.token_ids == TURN1 + OBS + TURN2
+    assert r.mask == [1, 1, 1, 0, 0, 1, 1]
+    assert r.logprobs == pytest.approx([-0.1, -0.2, -0.3, 0.0, 0.0, -0.4, -0.5])
+    assert r.version == 4  # the first turn's: async staleness counts from the episode's start
+    assert r.text == "42" and r.sample().trajectory is r.trajectory and r.sample().response == "42"
+    batch = TrainBatch.from_sequences(
+        [r.prompt_ids], [r.token_ids], pad_id=0, completion_masks=[r.mask], behaviour_logprobs=[r.logprobs]
+    )
+    # target t predicts token t + 1: the trained targets are exactly the assistant turns' ids
+    trained = [int(batch.input_ids[0, t + 1]) for t in range(batch.loss_mask.shape[1]) if batch.loss_mask[0, t] == 1]
+    assert trained == TURN1 + TURN2
+    lp = batch["behaviour_logprobs"][0][batch.loss_mask[0] == 1]
+    assert torch.allclose(lp, torch.tensor([-0.1, -0.2, -0.3, -0.4, -0.5]))
+    with pytest.raises(ValueError, match="completion mask has 2 entries for 7 tokens"):
+        TrainBatch.from_sequences([r.prompt_ids], [r.token_ids], pad_id=0, completion_masks=[[1, 1]])
+
+
+def test_an_episode_that_never_spoke_takes_the_engines_version_and_plain_rows_train_every_token():
+    t = episode()
+    t.turns = []
+    t.end_reason = "env_error"
+    r = as_rollout(t, "x/0", Prompt(id="p", text="q", reference=None), "x", version=7)
+    assert r.version == 7 and r.token_ids == [] and r.mask == []
+    plain = TrainBatch.from_sequences([[1, 2]], [[5, 6]], pad_id=0, completion_masks=[None])
+    assert plain.loss_mask.tolist() == [[0.0, 1.0, 1.0]]
+
+
+def test_episode_metrics_average_signals_and_share_end_reasons():
+    m = episode_metrics([episode(1.0), episode(0.0, end="max_turns"), episode(1.0)])
+    assert m["env/success"] == pytest.approx(2 / 3) and m["env/turns"] == 2
+    assert m["env/end/done"] == pytest.approx(2 / 3) and m["env/end/max_turns"] == pytest.approx(1 / 3)
+    assert episode_metrics([]) == {} and not any(math.isnan(v) for v in m.values())
+
+
+def test_the_env_block_names_a_shipped_environment_or_a_file_found_beside_the_pipeline(tmp_path):
+    from grm.config import ConfigError
+    from grm.config.env import EnvSpec
+    from grm.config.resolve import load_pipeline
+
+    assert EnvSpec(type="calc").target == "grm.envs.calc:CalcEnv"
+    for bad, why in (
+        ({"type": "nope"}, "neither python nor a shipped environment"),
+        ({"type": "python"}, "needs path"),
+        ({"type": "python", "path": "envs/x.py"}, "FILE.py:Class"),
+        ({"type": "calc", "path": "x.py:C"}, "only for type: python"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            EnvSpec(**bad)
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "mine.py").write_text("class Mine:\n    def reset(self, row): ...\n    def step(self, m): ...\n")
+    text = (
+        "name: e\npools: {p: {cpus: 1}}\npolicy: {spec: builtin:smollm2-135m-instruct, pool: p}\n"
+        "judges: [{spec: builtin:numeric-answer}]\ndata: {prompts: builtin:calc-train}\n"
+        "algorithm: {kl: {coef: 0}}\nenv: {type: python, path: ENV}\n"
+    )
+    (tmp_path / "ok.yaml").write_text(text.replace("ENV", "envs/mine.py:Mine"))
+    env = load_pipeline(tmp_path / "ok.yaml").spec.env
+    assert env is not None and env.target == f"{tmp_path / 'envs' / 'mine.py'}:Mine"  # absolute for the actors
+    (tmp_path / "missing.yaml").write_text(text.replace("ENV", "envs/gone.py:Mine"))
+    with pytest.raises(ConfigError, match=r"missing.yaml:7.*envs/gone.py not found"):
+        load_pipeline(tmp_path / "missing.yaml")
+    (tmp_path / "anchor.yaml").write_text(text.replace("ENV", "envs/mine.py:Mine") + "rollout: {greedy_anchor: true}\n")
+    with pytest.raises(ConfigError, match="greedy_anchor"):
+        load_pipeline(tmp_path / "anchor.yaml")
