@@ -112,15 +112,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from grm.evaluation import policy_cli
     from grm.evaluation.runner import EvalConfig, EvalError, run
 
     if args.policy is not None:
-        return cmd_eval_policy(args)
-    policy_only = [f"--{k.replace('_', '-')}" for k in POLICY_EVAL_ONLY if getattr(args, k) is not None]
+        return policy_cli.cmd_eval_policy(args)
+    policy_only = policy_cli.policy_only_flags(args)
     if args.data is None or not args.judges or policy_only:
         raise EvalError(
             "grm eval needs JUDGES --data SOURCE (judge a labelled data set) or [JUDGES] --policy POLICY --prompts SET "
-            "(evaluate a policy)" + (f"; {', '.join(policy_only)} only apply with --policy" if policy_only else "")
+            "(evaluate a policy) or --env ENV (its episodes)"
+            + (f"; {', '.join(policy_only)} only apply with --policy" if policy_only else "")
         )
     cfg = EvalConfig(
         judges=[j for j in args.judges.split(",") if j],
@@ -136,40 +138,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     run(cfg)
     print(f"wrote {cfg.out}/results.jsonl, metrics.json, report.md")
-    return 0
-
-
-POLICY_EVAL_ONLY = ("prompts", "against", "max_new_tokens", "temperature", "seed")
-
-
-def cmd_eval_policy(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from grm.evaluation.policy_eval import PolicyEvalConfig, run_policy_eval
-    from grm.evaluation.runner import EvalError
-
-    judge_only = [f for f, on in (("--data", args.data), ("--map", args.map), ("--length-control", args.length_control)) if on]
-    if args.prompts is None or judge_only:
-        raise EvalError(
-            "grm eval --policy needs --prompts SET (a prompt set, as data.prompts of a pipeline)"
-            + (f"; {', '.join(judge_only)} only apply to judging a labelled data set" if judge_only else "")
-        )
-    cfg = PolicyEvalConfig(
-        policy=args.policy,
-        prompts=args.prompts,
-        out=Path(args.out),
-        judges=[j for j in (args.judges or "").split(",") if j],
-        against=args.against,
-        limit=args.limit,
-        max_new_tokens=64 if args.max_new_tokens is None else args.max_new_tokens,
-        temperature=0.0 if args.temperature is None else args.temperature,
-        seed=0 if args.seed is None else args.seed,
-        batch_size=args.batch_size,
-        overrides=args.overrides,
-        force=args.force,
-    )
-    run_policy_eval(cfg)
-    print(f"wrote {cfg.out}/responses.jsonl, results.jsonl, summary.json, report.md")
     return 0
 
 
@@ -294,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=cli_args.model_ref,
         metavar="POLICY",
         help="policy mode: generate with POLICY (a run dir: its latest checkpoint; a checkpoint dir; a policy spec; "
-        "a model alias or local HF dir) on --prompts, then score the responses with JUDGES",
+        "a model alias or local HF dir) on --prompts (or in --env's episodes), then score the responses with JUDGES",
     )
     e.add_argument(
         "--prompts",
@@ -308,14 +276,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OTHER",
         help="policy mode: a second policy, generated and scored the same way; pairwise JUDGES give POLICY's win rate",
     )
-    e.add_argument("--max-new-tokens", type=cli_args.positive, metavar="N", help="policy mode: tokens per response at most (64)")
+    e.add_argument(
+        "--max-new-tokens",
+        type=cli_args.positive,
+        metavar="N",
+        help="policy mode: tokens per response (--env: per turn) at most (64; --env: 128)",
+    )
     e.add_argument(
         "--temperature",
         type=cli_args.non_negative,
         metavar="T",
         help="policy mode: sampling temperature (0: greedy, the default)",
     )
-    e.add_argument("--seed", type=cli_args.seed, metavar="S", help="policy mode: sampling seed (0)")
+    e.add_argument("--seed", type=cli_args.seed, metavar="S", help="policy mode: sampling seed (0; --env: plus the task's index)")
+    from grm.evaluation import policy_cli  # argparse only: `grm --help` stays light
+
+    policy_cli.add_env_arguments(e)
     e.add_argument(
         "--out", required=True, type=cli_args.out_dir, metavar="DIR", help="output directory; re-running with it resumes"
     )

@@ -145,3 +145,24 @@ def win_rate(verdicts: Sequence[Verdict | None], *, reps: int = 1000, seed: int 
         "win_rate": rate_,
         "ci95": ci,
     }
+
+
+def success_rate(outcomes: Sequence[float | None], *, z: float = 1.959964) -> dict[str, object]:
+    """Share of successes among the decided outcomes (1.0 success, 0.0 failure) with a 95% Wilson
+    score interval, which stays honest at small n and at 0% or 100% (a bootstrap there collapses to
+    a point); ``masked`` counts the undecided (None) outcomes, left out rather than taken as failures."""
+    decided = [v for v in outcomes if v is not None and not math.isnan(v)]
+    n, k = len(decided), sum(v >= 0.5 for v in decided)
+    if not n:
+        return {"n": 0, "successes": 0, "masked": len(outcomes), "rate": float("nan"), "ci95": (float("nan"), float("nan"))}
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return {
+        "n": n,
+        "successes": k,
+        "masked": len(outcomes) - n,
+        "rate": p,
+        # exactly 0 (1) when none (all) succeeded: the formula's rounding leaves ~1e-17 there
+        "ci95": (0.0 if k == 0 else centre - half, 1.0 if k == n else centre + half),
+    }

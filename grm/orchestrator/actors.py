@@ -291,16 +291,18 @@ class PolicyActor:
         from grm.training import TrainBatch
 
         t0 = time.perf_counter()
+        # an empty completion is one pad token; an episode's (one that ended before its first turn,
+        # its prompt empty too) is masked out of the loss
         batch = TrainBatch.from_sequences(
-            [r.prompt_ids for r in rollouts],
+            [r.prompt_ids or [self.pad_id] for r in rollouts],
             [r.token_ids or [self.pad_id] for r in rollouts],
             pad_id=self.pad_id,
             ids=[r.id for r in rollouts],
-            completion_masks=[r.mask if r.token_ids else None for r in rollouts],
+            completion_masks=[r.mask if r.token_ids else [0] if r.mask is not None else None for r in rollouts],
             behaviour_logprobs=[r.logprobs or [0.0] for r in rollouts],
         )
         if self.cfg.train.share_prompts:  # each distinct prompt runs once in the passes below and in training
-            batch = batch.with_fields(prompt_len=torch.tensor([len(r.prompt_ids) for r in rollouts], dtype=torch.long))
+            batch = batch.with_fields(prompt_len=torch.tensor([len(r.prompt_ids) or 1 for r in rollouts], dtype=torch.long))
         # With one optimizer step per batch the policy that scores the batch in training is the one
         # that would compute old log-probs here: the loss uses its detached log-probs instead (one
         # forward saved). Several steps per batch, or KL in the reward, need them now.

@@ -186,6 +186,12 @@ def reward_groups(
     masked_by = {name: 0 for name in weights}
     for g in groups:
         raw, stats = combine_rewards(g.judged, weights, required, [r.finish_reason for r in g.rollouts], overlong)
+        # an episode the environment broke has nothing of the policy's to reward: masked, whatever a
+        # judge made of its (empty) answer; counted by env/end/env_error
+        raw = [
+            math.nan if r.trajectory is not None and r.trajectory.end_reason == "env_error" else x
+            for r, x in zip(g.rollouts, raw, strict=True)
+        ]
         if control.method == "none":
             g.rewards, g.rewards_before_control = raw, []
         else:
