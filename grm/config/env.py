@@ -47,10 +47,6 @@ class EnvSpec(Strict):
     max_bad_tool_calls: int = Field(2, ge=0, le=1024)
     """Malformed tool calls answered with an error observation the policy may correct; one more ends
     the episode (reason ``bad_tool_call``)."""
-    workers: int = Field(8, ge=1, le=4096)
-    """Environment steps run at once per policy rollout worker (threads; tools run in their own
-    sandboxed subprocesses)."""
-
     @field_validator("path")
     @classmethod
     def _target(cls, v: str | None) -> str | None:

@@ -1,5 +1,5 @@
 """Arithmetic word problems made from a seed alone (the ``calc`` environment's tasks, and the
-``builtin:calc-train`` / ``builtin:calc-held_out`` prompt sets), with disjoint train and held-out
+``builtin:calc-train`` / ``builtin:calc-heldout`` prompt sets), with disjoint train and held-out
 splits.
 
 A data set is a range of seeds and nothing is stored. The splits are disjoint by construction, not
