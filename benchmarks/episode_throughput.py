@@ -1,0 +1,222 @@
+"""Episodes per minute beside answers per minute, one after the other on this machine: `grm run`
+of (a) the single-turn pipeline (`pipelines/quickstart.yaml`: SmolLM2 answers arithmetic prompts)
+and (b) the episode pipeline (`pipelines/calc-episodes.yaml`: SmolLM2 solves word problems with a
+sandboxed calculator over up to `--max-turns` turns; the environments' steps run concurrently
+between the lockstep's generate calls), each with the same policy, one judge (`--judge`; default
+the quickstart's cheap log-prob judge, which reads the episode's final answer), the same prompts
+x group, tokens a turn, schedule and steps, no rule verifier, and only the final checkpoint.
+
+Read from each run's metrics.jsonl and samples.jsonl, over the steps after the first (warm-up;
+all of them when there is one): samples (episodes) a step, mean policy turns (`env/turns`),
+policy tokens a step (the answers' tokens; for episodes the assistant turns' own ids, not the
+observations between them), the median seconds of a step, its rollout and its judging, samples a
+minute, policy tokens a second of rollout, and for episodes the seconds in tools and simulated
+users (`Turn.seconds` of each observation): summed over episodes (the work), and as the lockstep
+waited on them (each turn's slowest episode, summed over turns: exact when a step's episodes ran
+as one lockstep, i.e. one rollout worker and no `schedule.stream_prompts`), with that wait's
+share of the rollout seconds.
+
+    python benchmarks/episode_throughput.py [--steps 2] [--prompts 2] [--group 4] [--max-new-tokens 32]
+        [--max-turns 3] [--schedule sync] [--judge builtin:helpfulness-pointwise-logprob]
+        [--episode-judge builtin:trajectory-pointwise] [--keep] [--json OUT.json]
+
+Prints the machine first, one JSON line per run, a summary line and a markdown table. Run
+directories are deleted afterwards (a checkpoint is ~1.6 GB) unless `--keep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from machine import describe, machine  # beside this file
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINES = {"single-turn": "pipelines/quickstart.yaml", "episodes": "pipelines/calc-episodes.yaml"}
+COLUMNS = [
+    ("mode", "mode"),
+    ("steps", "steps"),
+    ("samples/step", "samples_per_step"),
+    ("policy turns", "turns_mean"),
+    ("policy tokens/step", "policy_tokens_per_step"),
+    ("s/step", "step_s"),
+    ("rollout s", "rollout_s"),
+    ("judging s", "judging_s"),
+    ("samples/min", "samples_per_min"),
+    ("rollout tokens/s", "rollout_tokens_per_s"),
+    ("tool s (summed)", "tool_s_per_step"),
+    ("tool wait s", "tool_wait_s_per_step"),
+    ("tool share of rollout", "tool_share_of_rollout"),
+]
+
+
+def pipeline(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The shipped pipeline of ``mode`` as a dict, resized to the arguments: one judge (the shipped
+    entry's pool and overrides when it ships that judge), no periodic checkpoint."""
+    spec = yaml.safe_load((ROOT / PIPELINES[mode]).read_text())
+    judge = args.episode_judge if mode == "episodes" and args.episode_judge else args.judge
+    shipped = {j["spec"]: j for j in spec["judges"]}
+    spec["judges"] = [{**shipped.get(judge, {"spec": judge, "pool": "judge"}), "weight": 1.0}]
+    batch = args.prompts * args.group
+    spec["name"] = f"bench-{mode}"
+    spec["algorithm"].update(prompts_per_step=args.prompts, group_size=args.group)
+    spec["rollout"]["max_new_tokens"] = args.max_new_tokens
+    spec["train"].update(steps=args.steps, micro_batch_size=math.gcd(batch, spec["train"]["micro_batch_size"]))
+    spec["schedule"] = {**spec.get("schedule", {}), "mode": args.schedule}
+    spec["checkpoint"] = {"every": 0, "keep": 1}
+    if mode == "episodes":
+        spec["env"]["max_turns"] = args.max_turns
+    return spec
+
+
+def sample_facts(row: dict[str, Any]) -> dict[str, Any]:
+    """What one samples.jsonl line adds: its step, and for an episode the policy's tokens and the
+    observation seconds after each of its assistant turns."""
+    t = row.get("trajectory")
+    if t is None:
+        return {"step": row["step"], "tokens": None, "waits": []}
+    tokens, waits = 0, []
+    for turn in t["turns"]:
+        if turn["role"] == "assistant":
+            tokens += len(turn["token_ids"])
+            waits.append(0.0)
+        elif waits:
+            waits[-1] += float(turn.get("seconds") or 0.0)
+    return {"step": row["step"], "tokens": tokens, "waits": waits}
+
+
+def summarise(mode: str, metrics: list[dict[str, Any]], facts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row from a run's metrics lines and its samples' facts (see the module docstring)."""
+    measured = [m for m in metrics if m["step"] > 1] or metrics
+    per_step = []
+    for m in measured:
+        fs = [f for f in facts if f["step"] == m["step"]]
+        episodes = bool(fs) and fs[0]["tokens"] is not None
+        tokens = sum(f["tokens"] for f in fs) if episodes else m["response_len_mean"] * len(fs)
+        turns = max((len(f["waits"]) for f in fs), default=0)
+        wait = sum(max((f["waits"][k] for f in fs if len(f["waits"]) > k), default=0.0) for k in range(turns))
+        per_step.append(
+            {
+                "samples": len(fs),
+                "tokens": tokens,
+                "tool_s": sum(sum(f["waits"]) for f in fs) if episodes else None,
+                "wait_s": wait if episodes else None,
+            }
+        )
+
+    def med(key: str) -> float:
+        return statistics.median(m[key] for m in measured)
+
+    rollout = sum(m["seconds_rollout"] for m in measured)
+    samples, step_s = statistics.median(p["samples"] for p in per_step), med("seconds_step")
+    episodes = per_step[0]["tool_s"] is not None
+    row: dict[str, Any] = {
+        "mode": mode,
+        "steps": len(metrics),
+        "measured_steps": len(measured),
+        "samples_per_step": samples,
+        "turns_mean": round(statistics.fmean(m.get("env/turns", 1.0) for m in measured), 2),
+        "policy_tokens_per_step": round(float(statistics.median(p["tokens"] for p in per_step)), 1),
+        "step_s": round(step_s, 2),
+        "rollout_s": round(med("seconds_rollout"), 2),
+        "judging_s": round(med("seconds_judging"), 2),
+        "samples_per_min": round(samples * 60 / step_s, 2) if step_s else None,
+        "rollout_tokens_per_s": round(sum(p["tokens"] for p in per_step) / rollout, 1) if rollout else None,
+        "tool_s_per_step": round(statistics.median(p["tool_s"] for p in per_step), 3) if episodes else None,
+        "tool_wait_s_per_step": round(statistics.median(p["wait_s"] for p in per_step), 3) if episodes else None,
+        "tool_share_of_rollout": round(sum(p["wait_s"] for p in per_step) / rollout, 3) if episodes and rollout else None,
+    }
+    if "env/success" in measured[0]:
+        row["env_success"] = round(statistics.fmean(m.get("env/success", 0.0) for m in measured), 3)
+    return row
+
+
+def run(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """``grm run`` of ``mode``'s pipeline in ``tmp``; its row, with the command's wall seconds."""
+    cfg, out = tmp / f"{mode}.yaml", tmp / mode
+    cfg.write_text(yaml.safe_dump(pipeline(mode, args), sort_keys=False))
+    cmd = [sys.executable, "-m", "grm", "run", str(cfg), f"out_dir={out}", "--no-live"]
+    env = {"RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", **os.environ}
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"grm run failed ({mode}, exit {r.returncode}; {cfg}):\n{(r.stdout + r.stderr)[-3000:]}")
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    with (out / "samples.jsonl").open() as f:  # one line at a time: episodes carry every token id
+        facts = [sample_facts(json.loads(x)) for x in f if x.strip()]
+    if not metrics:
+        raise SystemExit(f"{out / 'metrics.jsonl'}: no step was logged")
+    return {**summarise(mode, metrics, facts), "schedule": args.schedule, "run_s": round(wall, 1), "out_dir": str(out)}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a markdown table (``n/a`` where a column does not apply)."""
+    lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        lines.append("| " + " | ".join("n/a" if r.get(k) is None else str(r[k]) for _, k in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=2, help="training steps of each run (the first is warm-up)")
+    ap.add_argument("--prompts", type=int, default=2, help="prompts a step")
+    ap.add_argument("--group", type=int, default=4, help="answers (episodes) a prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=32, help="tokens an answer (an episode's turn) may have")
+    ap.add_argument("--max-turns", type=int, default=3, help="policy turns an episode may have")
+    ap.add_argument("--schedule", choices=("sync", "async"), default="sync", help="schedule.mode of both runs")
+    ap.add_argument("--judge", default="builtin:helpfulness-pointwise-logprob", help="the judge of both runs")
+    ap.add_argument("--episode-judge", help="the episodes' judge instead (e.g. builtin:trajectory-pointwise)")
+    ap.add_argument("--keep", action="store_true", help="keep the run directories (checkpoints included)")
+    ap.add_argument("--json", type=Path, metavar="OUT", help="write the machine, the arguments and the rows here")
+    args = ap.parse_args()
+    for name in ("steps", "prompts", "group", "max_new_tokens", "max_turns"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    facts = machine()
+    print(json.dumps(facts), flush=True)
+    print(f"# {describe(facts)}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="grm-episode-throughput-"))
+    rows = []
+    try:
+        for mode in PIPELINES:
+            rows.append(run(mode, args, tmp))
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        if args.keep:
+            print(f"# run directories kept in {tmp}", flush=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    single, episodes = rows
+    ratio = episodes["samples_per_min"] / single["samples_per_min"] if single["samples_per_min"] else None
+    print(
+        json.dumps(
+            {
+                "summary": "episodes vs single-turn",
+                "answers_per_min": single["samples_per_min"],
+                "episodes_per_min": episodes["samples_per_min"],
+                "ratio": round(ratio, 3) if ratio is not None else None,
+            }
+        )
+    )
+    print(table(rows))
+    if args.json:
+        given = {k: str(v) for k, v in vars(args).items()}
+        args.json.write_text(json.dumps({"machine": facts, "args": given, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
