@@ -47,6 +47,7 @@ class EnvSpec(Strict):
     max_bad_tool_calls: int = Field(2, ge=0, le=1024)
     """Malformed tool calls answered with an error observation the policy may correct; one more ends
     the episode (reason ``bad_tool_call``)."""
+
     @field_validator("path")
     @classmethod
     def _target(cls, v: str | None) -> str | None:
