@@ -6,7 +6,7 @@ cleanly with the reason recorded."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -44,6 +44,11 @@ class EnvSpec(Strict):
     """Wall time of one episode, generation included (reason ``wall_time``)."""
     tool_time_s: Seconds = Field(60.0, gt=0)
     """Time an episode's tools and environment steps may take in all (reason ``tool_time``)."""
+    credit: Literal["episode", "process"] = "episode"
+    """How an episode's advantage reaches its turns: ``episode``, every policy token gets it;
+    ``process``, when a judge names the first faulty turn (``trajectory.first_faulty_turn``), the
+    policy turns before it keep only a positive advantage (they are not blamed for a failure) and
+    the faulty turn and the ones after it take the advantage as it is."""
     max_bad_tool_calls: int = Field(2, ge=0, le=1024)
     """Malformed tool calls answered with an error observation the policy may correct; one more ends
     the episode (reason ``bad_tool_call``)."""

@@ -96,7 +96,8 @@ class Driver:
                 show.set_phase("reference")
                 prepared = self.scheduler.prepared(s.work)  # reference + values
                 s.reference_s = prepared.seconds
-                s.batch, s.advantage_stats = with_advantages(self.algorithm, prepared.batch, s.groups, s.version)  # advantages
+                credit = self.cfg.env.credit if self.cfg.env is not None else "episode"
+                s.batch, s.advantage_stats = with_advantages(self.algorithm, prepared.batch, s.groups, s.version, credit)
                 show.set_phase("training")
                 s.train = self.scheduler.wait(policy.train.remote(s.batch))  # train
                 show.set_phase("weight sync")

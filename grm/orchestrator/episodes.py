@@ -11,7 +11,7 @@ read ``Rollout.trajectory`` (``Sample.trajectory``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import Prompt
@@ -20,6 +20,9 @@ from grm.engines.base import GenerationEngine, SamplingParams
 from grm.envs.base import Environment, env_factory
 from grm.envs.episodes import EpisodeLimits, EpisodeRunner
 from grm.orchestrator.types import Group, Rollout
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 class EpisodeRollout:
@@ -98,3 +101,54 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     for reason in sorted({tr.end_reason or "unknown" for tr in trajectories}):
         out[f"env/end/{reason}"] = sum((tr.end_reason or "unknown") == reason for tr in trajectories) / n
     return out
+
+
+def first_faulty_turns(groups: Sequence[Group]) -> dict[str, int]:
+    """Sample id -> the earliest faulty turn (an index in its trajectory's turns) any judge named
+    (``trajectory.first_faulty_turn``); episodes with none named are left out."""
+    out: dict[str, int] = {}
+    for g in groups:
+        for k, r in enumerate(g.rollouts):
+            named = [res[k].faulty_turn for res in g.judged.values() if res[k] is not None]
+            turns = [t for t in named if isinstance(t, int)]
+            if r.trajectory is not None and turns:
+                out[r.id] = min(turns)
+    return out
+
+
+def process_credit(
+    advantages: Tensor, loss_mask: Tensor, ids: Sequence[str], groups: Sequence[Group]
+) -> tuple[Tensor, dict[str, list[float]]]:
+    """Token-level advantages ``[B, L-1]`` from sequence-level ``advantages`` ``[B]`` (or token-level
+    ones) for ``env.credit: process``: in an episode whose judge named a first faulty turn, the policy
+    turns before it keep only a positive advantage (a failure is not blamed on them) while the faulty
+    turn and the ones after it take the episode's advantage as it is; every other row is unchanged.
+    Also each credited episode's per-turn credit (mean advantage over each turn's trained tokens; 0.0
+    for turns the policy did not speak), for samples.jsonl (``turn_credit``).
+
+    Target position ``p - 1 + j`` of a row whose prompt has ``p`` tokens predicts its completion
+    token ``j`` (``TrainBatch.from_sequences``)."""
+    import torch
+
+    adv = advantages[:, None].expand_as(loss_mask).clone() if advantages.dim() == 1 else advantages.clone()
+    faulty = first_faulty_turns(groups)
+    episode = {r.id: r for g in groups for r in g.rollouts}
+    credit: dict[str, list[float]] = {}
+    for b, rid in enumerate(ids):
+        k = faulty.get(rid)
+        t = episode[rid].trajectory if rid in episode else None
+        if k is None or t is None:
+            continue
+        view = t.training_view()
+        turn_of = torch.tensor(view.turn_index[view.prompt_len :], dtype=torch.long)
+        start = len(episode[rid].prompt_ids) - 1
+        cols = slice(start, start + len(turn_of))
+        before = (turn_of < k) & (turn_of >= 0)
+        row = adv[b, cols]
+        adv[b, cols] = torch.where(before, row.clamp(min=0.0), row)
+        mask = loss_mask[b, cols]
+        credit[rid] = [
+            float((adv[b, cols] * mask)[turn_of == i].sum() / mask[turn_of == i].sum().clamp(min=1.0))
+            for i in range(len(t.turns))
+        ]
+    return adv, credit

@@ -63,11 +63,13 @@ def train_on_batch(
 
 
 def with_advantages(
-    algorithm: Algorithm, batch: TrainBatch, groups: list[Group], version: int
+    algorithm: Algorithm, batch: TrainBatch, groups: list[Group], version: int, credit: str = "episode"
 ) -> tuple[TrainBatch, dict[str, float]]:
     """The batch with ``advantages`` (+ ``returns`` for PPO), ``stale`` and ``valid`` per row, each
     row's reward and group found by its sample id. The KL in the reward uses the trainer's old
-    log-probs; for the logged KL (KL in the loss) the rollout engine's log-probs stand in."""
+    log-probs; for the logged KL (KL in the loss) the rollout engine's log-probs stand in.
+    ``credit: process`` (``env.credit``): token-level advantages that spare an episode's turns
+    before the first faulty turn a judge named (``grm.orchestrator.episodes.process_credit``)."""
     import torch
 
     reward_of = {r.id: x for g in groups for r, x in zip(g.rollouts, g.rewards, strict=True)}
@@ -78,8 +80,16 @@ def with_advantages(
     current = batch["old_logprobs"] if "old_logprobs" in batch.fields else batch["behaviour_logprobs"]
     kl = algorithm.loss.token_kl(current, batch["ref_logprobs"], batch.loss_mask) if algorithm.loss.kl_coef > 0 else None
     out = algorithm.advantages(rewards, group_ids, batch.loss_mask, kl, batch.fields.get("old_values"))
+    advantages = out.advantages
+    if credit == "process":
+        from grm.orchestrator.episodes import process_credit
+
+        advantages, per_turn = process_credit(advantages, batch.loss_mask, batch.ids, groups)
+        for g in groups:
+            for r in g.rollouts:
+                r.turn_credit = per_turn.get(r.id)
     fields = {
-        "advantages": out.advantages,
+        "advantages": advantages,
         "valid": (~torch.isnan(rewards)).float(),
         "stale": torch.tensor([version_of[i] < version for i in batch.ids], dtype=torch.float32),
     }

@@ -338,6 +338,7 @@ def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) ->
                     **({"anchor": g.anchor} if g.anchor is not None else {}),
                     **({"previous_anchor": g.previous} if g.previous is not None else {}),
                     **({"trajectory": r.trajectory.to_dict()} if r.trajectory is not None else {}),
+                    **({"turn_credit": r.turn_credit} if r.turn_credit is not None else {}),
                 }
             )
     return rows

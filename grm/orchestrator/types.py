@@ -46,6 +46,8 @@ class Rollout:
     template text between its turns, which are context, never trained on; None: all sampled."""
     trajectory: Trajectory | None = None
     """(an episode) The whole episode (``env:``); ``text`` is then its final answer."""
+    turn_credit: list[float] | None = None
+    """(an episode, ``env.credit: process``) Its mean advantage over each turn's trained tokens."""
 
     def sample(self) -> Sample:
         """What a judge scores for this rollout (a whole episode when it is one)."""

@@ -43,7 +43,7 @@ def test_a_run_trains_on_two_turn_episodes_and_a_broken_environment_costs_only_i
         "policy: {spec: builtin:smollm2-135m-instruct, pool: train}\n"
         "judges:\n  - {spec: builtin:helpfulness-pointwise-logprob, pool: judge}\n"
         "data: {prompts: builtin:calc-train, reference_field: null, shuffle: false, limit: 4}\n"
-        "env: {type: python, path: two_turns.py:TwoTurns, max_turns: 3, max_total_tokens: 1024}\n"
+        "env: {type: python, path: two_turns.py:TwoTurns, max_turns: 3, max_total_tokens: 1024, credit: process}\n"
         "algorithm: {type: grpo, group_size: 2, prompts_per_step: 4, kl: {coef: 0}}\n"
         "rollout: {max_new_tokens: 12}\n"
         "train: {steps: 1, micro_batch_size: 2, backend: {type: torch}}\n"

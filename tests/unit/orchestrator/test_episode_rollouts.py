@@ -98,3 +98,35 @@ def test_the_env_block_names_a_shipped_environment_or_a_file_found_beside_the_pi
     (tmp_path / "anchor.yaml").write_text(text.replace("ENV", "envs/mine.py:Mine") + "rollout: {greedy_anchor: true}\n")
     with pytest.raises(ConfigError, match="greedy_anchor"):
         load_pipeline(tmp_path / "anchor.yaml")
+
+
+def _credited(faulty, advantage):
+    from grm.judges.types import JudgeResult
+    from grm.orchestrator.episodes import process_credit
+    from grm.orchestrator.types import Group
+
+    p = Prompt(id="p", text="q", reference=None)
+    r = as_rollout(episode(), "g/0", p, "g", version=0)
+    plain = as_rollout(episode(), "g/1", p, "g", version=0)
+    judged = JudgeResult(judge="j", score=3.0, reward=0.3, faulty_turn=faulty)
+    g = Group("g", [r, plain], judged={"j": [judged, JudgeResult(judge="j", score=3.0, reward=0.3)]})
+    batch = TrainBatch.from_sequences(
+        [r.prompt_ids, plain.prompt_ids], [r.token_ids, plain.token_ids], pad_id=0, completion_masks=[r.mask, plain.mask]
+    )
+    adv, credit = process_credit(torch.tensor([advantage, advantage]), batch.loss_mask, batch.ids or ("g/0", "g/1"), [g])
+    return adv, credit, batch
+
+
+def test_process_credit_spares_the_turns_before_the_first_faulty_one():
+    # turns: 0 assistant (3 tokens), 1 tool (2 context tokens), 2 assistant (2 tokens); the judge names turn 2
+    adv, credit, batch = _credited(2, -1.0)
+    trained = adv[0][batch.loss_mask[0] == 1].tolist()
+    assert trained == [0.0, 0.0, 0.0, -1.0, -1.0]  # turn 0 is not blamed, the faulty turn is
+    assert adv[1][batch.loss_mask[1] == 1].tolist() == [-1.0] * 5  # no faulty turn named: unchanged
+    assert credit == {"g/0": [0.0, 0.0, -1.0]}
+    adv, credit, _ = _credited(2, 0.5)  # a positive advantage reaches every turn
+    assert adv[0][batch.loss_mask[0] == 1].tolist() == [0.5] * 5
+    adv, credit, _ = _credited("none", -1.0)  # the judge found no faulty turn: the episode's advantage
+    assert adv[0][batch.loss_mask[0] == 1].tolist() == [-1.0] * 5 and credit == {}
+    adv, _, _ = _credited(0, -1.0)  # the first turn was already faulty: all blamed
+    assert adv[0][batch.loss_mask[0] == 1].tolist() == [-1.0] * 5
