@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from grm.data.seed_splits import SeedSplits
+
 
 @dataclass(frozen=True)
 class _Template:
@@ -103,8 +105,8 @@ SPLITS: dict[str, range] = {
 """The seeds of each split (disjoint ranges; seeds outside both are refused)."""
 
 
-def split_of(seed: int) -> str | None:
-    return next((name for name, seeds in SPLITS.items() if seed in seeds), None)
+SEEDS = SeedSplits(SPLITS, "problems")
+split_of = SEEDS.split_of
 
 
 def problem(seed: int) -> tuple[str, int]:
@@ -123,10 +125,7 @@ def problem(seed: int) -> tuple[str, int]:
 
 def task_rows(split: str = "train", n: int = 100, start: int = 0) -> list[dict[str, Any]]:
     """``n`` rows of ``split`` from its ``start``-th seed on: ``{"seed": N, "split": NAME}``."""
-    seeds = SPLITS[split]
-    if not 0 <= start <= start + n <= len(seeds):
-        raise ValueError(f"split {split} has {len(seeds)} problems; asked for {start}..{start + n - 1}")
-    return [{"seed": s, "split": split} for s in seeds[start : start + n]]
+    return SEEDS.rows(split, n, start)
 
 
 def prompt_rows(split: str, n: int) -> list[dict[str, Any]]:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from grm.data.seed_splits import SeedSplits
+
 _ITEMS = (
     ("notebook", "notebooks"),
     ("coffee mug", "coffee mugs"),
@@ -205,8 +207,8 @@ SPLITS: dict[str, range] = {"train": _seeds(0, _TRAIN), "held_out": _seeds(20_00
 """The seeds of each split (disjoint ranges, and apart from ``calc``'s; other seeds are refused)."""
 
 
-def split_of(seed: int) -> str | None:
-    return next((name for name, seeds in SPLITS.items() if seed in seeds), None)
+SEEDS = SeedSplits(SPLITS, "tasks")
+split_of = SEEDS.split_of
 
 
 @dataclass(frozen=True)
@@ -249,10 +251,7 @@ def task(seed: int) -> ClarifyTask:
 
 def task_rows(split: str = "train", n: int = 100, start: int = 0) -> list[dict[str, Any]]:
     """``n`` rows of ``split`` from its ``start``-th seed on: ``{"seed": N, "split": NAME}``."""
-    seeds = SPLITS[split]
-    if not 0 <= start <= start + n <= len(seeds):
-        raise ValueError(f"split {split} has {len(seeds)} tasks; asked for {start}..{start + n - 1}")
-    return [{"seed": s, "split": split} for s in seeds[start : start + n]]
+    return SEEDS.rows(split, n, start)
 
 
 def prompt_rows(split: str, n: int) -> list[dict[str, Any]]:

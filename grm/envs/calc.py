@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from grm.data.calc_tasks import SPLITS, TEMPLATES, problem, split_of, task_rows
+from grm.data.calc_tasks import SEEDS, SPLITS, TEMPLATES, problem, split_of, task_rows
 from grm.envs.base import AssistantMessage, Observation, Reset, Step
 from grm.envs.sandbox import SandboxLimits
 from grm.envs.tools import CalculatorTool, PythonTool, Tool, run_tool_call
@@ -57,12 +57,7 @@ class CalcEnv:
         self.counts = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "bad_tool_calls": 0}
 
     def reset(self, row: dict[str, Any]) -> Reset:
-        seed = row.get("seed")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"row needs an integer 'seed', got {seed!r}")
-        split = row.get("split")
-        if split is not None and split_of(seed) != split:
-            raise ValueError(f"seed {seed} is not in split {split!r} (seeds {SPLITS.get(split, 'unknown split')})")
+        seed = SEEDS.seed_of(row)
         text, self.answer = problem(seed)
         self.counts = dict.fromkeys(self.counts, 0)
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from grm.data.clarify_tasks import FAMILIES, SPLITS, ClarifyTask, split_of, task, task_rows
+from grm.data.clarify_tasks import FAMILIES, SEEDS, SPLITS, ClarifyTask, split_of, task, task_rows
 from grm.envs.base import AssistantMessage, Observation, Reset, Step
 
 __all__ = [
@@ -93,12 +93,7 @@ class ClarifyEnv:
         self.turns, self.asked = 0, False
 
     def reset(self, row: dict[str, Any]) -> Reset:
-        seed = row.get("seed")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"row needs an integer 'seed', got {seed!r}")
-        split = row.get("split")
-        if split is not None and split_of(seed) != split:
-            raise ValueError(f"seed {seed} is not in split {split!r} (seeds {SPLITS.get(split, 'unknown split')})")
+        seed = SEEDS.seed_of(row)
         self.task, self.turns, self.asked = task(seed), 0, False
         system = SYSTEM_PROMPT + (HINT if self.hint else "")
         return Reset([{"role": "system", "content": system}, {"role": "user", "content": self.task.request}])
