@@ -1,23 +1,29 @@
 """Episodes per minute beside answers per minute, one after the other on this machine: `grm run`
-of (a) the single-turn pipeline (`pipelines/quickstart.yaml`: SmolLM2 answers arithmetic prompts)
-and (b) the episode pipeline (`pipelines/calc-episodes.yaml`: SmolLM2 solves word problems with a
-sandboxed calculator over up to `--max-turns` turns; the environments' steps run concurrently
-between the lockstep's generate calls), each with the same policy, one judge (`--judge`; default
-the quickstart's cheap log-prob judge, which reads the episode's final answer), the same prompts
-x group, tokens a turn, schedule and steps, no rule verifier, and only the final checkpoint.
+of (a) the single-turn pipeline (`pipelines/quickstart.yaml`: SmolLM2 answers arithmetic prompts),
+(b) an episode pipeline (`--env calc`: `pipelines/calc-episodes.yaml`, word problems with a
+sandboxed calculator; `--env clarify`: `pipelines/clarify-episodes.yaml`, a dialogue with a
+scripted user) in lockstep with the environments in the policy's process (`env.turn_wait_s: null`),
+and (c) the same episodes with `--workers` environment workers on the judge's pool and the engine
+generating for whichever episodes are ready while the others' steps run (`env.turn_wait_s`, the
+shipped default unless `--turn-wait`), each with the same policy, one judge (`--judge`; default the
+quickstart's cheap log-prob judge, which reads the episode's final answer), the same prompts x
+group, tokens a turn, schedule and steps, no rule verifier, and only the final checkpoint.
+`--tool-s S` makes every step of every `--slow-every`-th episode take S seconds more
+(`benchmarks/envs/slow_steps.py`: an emulated slow tool or model-played user) in both (b) and (c).
 
 Read from each run's metrics.jsonl and samples.jsonl, over the steps after the first (warm-up;
 all of them when there is one): samples (episodes) a step, mean policy turns (`env/turns`),
 policy tokens a step (the answers' tokens; for episodes the assistant turns' own ids, not the
 observations between them), the median seconds of a step, its rollout and its judging, samples a
-minute, policy tokens a second of rollout, and for episodes the seconds in tools and simulated
-users (`Turn.seconds` of each observation): summed over episodes (the work), and as the lockstep
-waited on them (each turn's slowest episode, summed over turns: exact when a step's episodes ran
-as one lockstep, i.e. one rollout worker and no `schedule.stream_prompts`), with that wait's
-share of the rollout seconds.
+minute, policy tokens a second of rollout, for episodes the seconds in tools and simulated users
+(`Turn.seconds` of each observation): summed over episodes (the work), and as a lockstep would
+wait on them (each turn's slowest episode, summed over turns), with that wait's share of the
+rollout seconds, and the share of the rollout's episode calls the engine spent generating
+(`env/engine_busy`: the rest it sat idle waiting on environments).
 
     python benchmarks/episode_throughput.py [--steps 2] [--prompts 2] [--group 4] [--max-new-tokens 32]
-        [--max-turns 3] [--schedule sync] [--judge builtin:helpfulness-pointwise-logprob]
+        [--max-turns 3] [--env calc] [--workers 2] [--turn-wait S] [--tool-s 0] [--slow-every 4]
+        [--schedule sync] [--judge builtin:helpfulness-pointwise-logprob]
         [--episode-judge builtin:trajectory-pointwise] [--keep] [--json OUT.json]
 
 Prints the machine first, one JSON line per run, a summary line and a markdown table. Run
@@ -43,7 +49,13 @@ import yaml
 from machine import describe, machine  # beside this file
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINES = {"single-turn": "pipelines/quickstart.yaml", "episodes": "pipelines/calc-episodes.yaml"}
+PIPELINES = {
+    "single-turn": "pipelines/quickstart.yaml",
+    "calc": "pipelines/calc-episodes.yaml",
+    "clarify": "pipelines/clarify-episodes.yaml",
+}
+MODES = ("single-turn", "episodes", "episodes+workers")
+SLOW_ENV = ROOT / "benchmarks" / "envs" / "slow_steps.py"
 COLUMNS = [
     ("mode", "mode"),
     ("steps", "steps"),
@@ -58,14 +70,16 @@ COLUMNS = [
     ("tool s (summed)", "tool_s_per_step"),
     ("tool wait s", "tool_wait_s_per_step"),
     ("tool share of rollout", "tool_share_of_rollout"),
+    ("engine busy", "engine_busy"),
 ]
 
 
 def pipeline(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """The shipped pipeline of ``mode`` as a dict, resized to the arguments: one judge (the shipped
     entry's pool and overrides when it ships that judge), no periodic checkpoint."""
-    spec = yaml.safe_load((ROOT / PIPELINES[mode]).read_text())
-    judge = args.episode_judge if mode == "episodes" and args.episode_judge else args.judge
+    episodes = mode != "single-turn"
+    spec = yaml.safe_load((ROOT / PIPELINES[args.env if episodes else mode]).read_text())
+    judge = args.episode_judge if episodes and args.episode_judge else args.judge
     shipped = {j["spec"]: j for j in spec["judges"]}
     spec["judges"] = [{**shipped.get(judge, {"spec": judge, "pool": "judge"}), "weight": 1.0}]
     batch = args.prompts * args.group
@@ -75,8 +89,19 @@ def pipeline(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     spec["train"].update(steps=args.steps, micro_batch_size=math.gcd(batch, spec["train"]["micro_batch_size"]))
     spec["schedule"] = {**spec.get("schedule", {}), "mode": args.schedule}
     spec["checkpoint"] = {"every": 0, "keep": 1}
-    if mode == "episodes":
-        spec["env"]["max_turns"] = args.max_turns
+    if episodes:
+        env = spec["env"]
+        env["max_turns"] = args.max_turns
+        if args.tool_s > 0:
+            shipped = env.pop("type")
+            env.update(type="python", path=f"{SLOW_ENV}:SlowSteps")
+            env["kwargs"] = {**env.get("kwargs", {}), "env": shipped, "seconds": args.tool_s, "every": args.slow_every}
+        if mode == "episodes":
+            env["turn_wait_s"] = None
+        else:
+            env.update(pool=spec["judges"][0].get("pool") or "judge", workers=args.workers)
+            if args.turn_wait is not None:
+                env["turn_wait_s"] = args.turn_wait
     return spec
 
 
@@ -137,6 +162,8 @@ def summarise(mode: str, metrics: list[dict[str, Any]], facts: list[dict[str, An
         "tool_wait_s_per_step": round(statistics.median(p["wait_s"] for p in per_step), 3) if episodes else None,
         "tool_share_of_rollout": round(sum(p["wait_s"] for p in per_step) / rollout, 3) if episodes and rollout else None,
     }
+    if "env/engine_busy" in measured[0]:
+        row["engine_busy"] = round(statistics.fmean(m["env/engine_busy"] for m in measured), 3)
     if "env/success" in measured[0]:
         row["env_success"] = round(statistics.fmean(m.get("env/success", 0.0) for m in measured), 3)
     return row
@@ -176,13 +203,18 @@ def main() -> int:
     ap.add_argument("--group", type=int, default=4, help="answers (episodes) a prompt")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="tokens an answer (an episode's turn) may have")
     ap.add_argument("--max-turns", type=int, default=3, help="policy turns an episode may have")
-    ap.add_argument("--schedule", choices=("sync", "async"), default="sync", help="schedule.mode of both runs")
+    ap.add_argument("--env", choices=("calc", "clarify"), default="calc", help="the episodes' shipped environment")
+    ap.add_argument("--workers", type=int, default=2, help="environment workers of the third run")
+    ap.add_argument("--turn-wait", type=float, help="env.turn_wait_s of the third run (default: the shipped one)")
+    ap.add_argument("--tool-s", type=float, default=0.0, help="seconds more for every step of the slow episodes")
+    ap.add_argument("--slow-every", type=int, default=4, help="every N-th episode (by row seed) is slow")
+    ap.add_argument("--schedule", choices=("sync", "async"), default="sync", help="schedule.mode of every run")
     ap.add_argument("--judge", default="builtin:helpfulness-pointwise-logprob", help="the judge of both runs")
     ap.add_argument("--episode-judge", help="the episodes' judge instead (e.g. builtin:trajectory-pointwise)")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (checkpoints included)")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write the machine, the arguments and the rows here")
     args = ap.parse_args()
-    for name in ("steps", "prompts", "group", "max_new_tokens", "max_turns"):
+    for name in ("steps", "prompts", "group", "max_new_tokens", "max_turns", "workers", "slow_every"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     facts = machine()
@@ -191,7 +223,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="grm-episode-throughput-"))
     rows = []
     try:
-        for mode in PIPELINES:
+        for mode in MODES:
             rows.append(run(mode, args, tmp))
             print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -199,15 +231,21 @@ def main() -> int:
             print(f"# run directories kept in {tmp}", flush=True)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    single, episodes = rows
-    ratio = episodes["samples_per_min"] / single["samples_per_min"] if single["samples_per_min"] else None
+    single, lockstep, workers = rows
+
+    def ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+        return round(a["samples_per_min"] / b["samples_per_min"], 3) if b["samples_per_min"] else None
+
     print(
         json.dumps(
             {
                 "summary": "episodes vs single-turn",
                 "answers_per_min": single["samples_per_min"],
-                "episodes_per_min": episodes["samples_per_min"],
-                "ratio": round(ratio, 3) if ratio is not None else None,
+                "episodes_per_min_lockstep": lockstep["samples_per_min"],
+                "episodes_per_min_workers": workers["samples_per_min"],
+                "lockstep_vs_single": ratio(lockstep, single),
+                "workers_vs_single": ratio(workers, single),
+                "workers_vs_lockstep": ratio(workers, lockstep),
             }
         )
     )

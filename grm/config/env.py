@@ -20,16 +20,22 @@ SHIPPED_ENVS: dict[str, str] = {
 }
 """Shipped environments by name (``env: {type: calc}``), each a ``package.module:Class``."""
 
+_OWN = ("python", "agent")
+"""Types whose ``path`` names the user's own code: an environment class, an agent function."""
+
 
 class EnvSpec(Strict):
     """Which environment runs the episodes and how long one may last."""
 
     type: str = "python"
-    """A shipped environment's name (``grm envs list``, e.g. ``calc``), or ``python`` for the user's
-    own class named by ``path``."""
+    """A shipped environment's name (``grm envs list``, e.g. ``calc``), ``python`` for the user's
+    own class named by ``path``, or ``agent`` for the user's own agent function named by ``path``:
+    agent code that takes an OpenAI base URL, run against the policy endpoint (``grm.envs.agent``)."""
     path: str | None = None
     """(type: python) ``FILE.py:Class`` (relative to the pipeline file) or ``package.module:Class``:
-    a class implementing ``grm.envs.base.Environment``; one instance per episode."""
+    a class implementing ``grm.envs.base.Environment``; one instance per episode. (type: agent)
+    ``FILE.py:function`` or ``package.module:function``: ``agent(row, base_url, model)``, one call
+    per episode, returning None or ``{signals, final_answer}``."""
     kwargs: dict[str, Any] = {}
     """Keyword arguments of the environment's constructor."""
     max_turns: int = Field(4, ge=1, le=1024)
@@ -52,25 +58,52 @@ class EnvSpec(Strict):
     max_bad_tool_calls: int = Field(2, ge=0, le=1024)
     """Malformed tool calls answered with an error observation the policy may correct; one more ends
     the episode (reason ``bad_tool_call``)."""
+    turn_wait_s: Seconds | None = Field(1.0, ge=0)
+    """How episodes share the policy's engine. Once an episode's step (its tools) has finished, the
+    engine waits at most this long for the steps still running before it generates the next turn of
+    the episodes that are ready (the others join a later batch), so a slow tool never holds the
+    engine idle for longer; steps that finish within it batch together as in lockstep. ``null``:
+    strict lockstep (every live episode's step first, then one batch; reproducible batches)."""
+    pool: str | None = None
+    """A pool of ``pools`` for environment workers: each episode's environment (its reset, its steps
+    and their sandboxed tools) then runs in one of ``workers`` Ray actors there, many episodes in
+    flight per worker, instead of beside the policy's engine. The workers take none of the pool's
+    CPU share from roles placed with them; a pool of their own reserves its CPUs for their tools.
+    None: environments run in the policy's process."""
+    workers: int = Field(1, ge=1, le=1024)
+    """(with ``pool``) Environment worker actors; episodes are spread over them in turn."""
 
     @field_validator("path")
     @classmethod
     def _target(cls, v: str | None) -> str | None:
         if v is not None and not _TARGET.match(v):
-            raise ValueError(f"'{v}' is not FILE.py:Class or package.module:Class")
+            raise ValueError(f"'{v}' is not FILE.py:NAME or package.module:NAME (a class, or for type: agent a function)")
         return v
 
     @model_validator(mode="after")
     def _named(self) -> EnvSpec:
-        if self.type == "python" and self.path is None:
-            raise ValueError("type: python needs path: FILE.py:Class (or name a shipped environment in type)")
-        if self.type != "python" and self.type not in SHIPPED_ENVS:
-            raise ValueError(f"type '{self.type}' is neither python nor a shipped environment ({', '.join(SHIPPED_ENVS)})")
-        if self.type != "python" and self.path is not None:
-            raise ValueError(f"path is only for type: python; '{self.type}' is a shipped environment")
+        if self.type in _OWN and self.path is None:
+            what = "Class" if self.type == "python" else "function"
+            raise ValueError(f"type: {self.type} needs path: FILE.py:{what} (or name a shipped environment in type)")
+        if self.type not in _OWN and self.type not in SHIPPED_ENVS:
+            shipped = ", ".join(SHIPPED_ENVS)
+            raise ValueError(f"type '{self.type}' is neither python nor a shipped environment ({shipped}) nor agent")
+        if self.type == "agent" and self.kwargs:
+            raise ValueError("kwargs are an environment class's arguments; an agent function (type: agent) takes none")
+        if self.type == "agent" and self.pool is not None:
+            raise ValueError("pool is for environment classes; an agent (type: agent) runs beside the policy's endpoint")
+        if self.workers > 1 and self.pool is None:
+            raise ValueError(f"workers: {self.workers} needs a pool: environment workers run as actors on one")
+        if self.type not in _OWN and self.path is not None:
+            raise ValueError(f"path is only for type: python or agent; '{self.type}' is a shipped environment")
         return self
 
     @property
     def target(self) -> str:
-        """The class to load: ``package.module:Class`` or ``FILE.py:Class``."""
-        return SHIPPED_ENVS[self.type] if self.type != "python" else str(self.path)
+        """The class (or, type: agent, the function) to load: ``package.module:NAME`` or ``FILE.py:NAME``."""
+        return SHIPPED_ENVS[self.type] if self.type not in _OWN else str(self.path)
+
+    @property
+    def is_agent(self) -> bool:
+        """Episodes run by the user's agent function through the policy endpoint (``grm.envs.agent``)."""
+        return self.type == "agent"

@@ -248,10 +248,15 @@ class PrinciplesSpec(Strict):
 class RuleSpec(Strict):
     """A deterministic verifier with the judge interface."""
 
-    type: Literal["numeric-answer", "exact-match", "regex-format", "length", "constraints"]
+    type: Literal["numeric-answer", "exact-match", "regex-format", "length", "constraints", "signal"]
     """``constraints``: the sample's verifiable instruction constraints (``metadata.constraints``:
     ``data.constraints_field`` in a pipeline, the ``constraints`` column in ``grm eval``) all hold
-    (1.0) or not (0.0), per type in ``JudgeResult.details``; a sample without them is masked."""
+    (1.0) or not (0.0), per type in ``JudgeResult.details``; a sample without them is masked.
+    ``signal``: an episode's environment signal named by ``signal`` (e.g. ``success``), as the
+    environment reported it; an episode without it (its environment failed first) or a sample that
+    is not an episode is masked."""
+    signal: str | None = Field(None, min_length=1, max_length=64)
+    """(signal) the environment signal to read."""
     pattern: str | None = None
     """(regex-format) the response must match this regex (search, ``.`` matches newlines too) to
     score 1. Checked like a regex parser's pattern (``grm.config.user_regex``); a check past
@@ -280,6 +285,8 @@ class RuleSpec(Strict):
             raise ValueError("regex-format needs pattern")
         if self.type == "length" and not self.target_tokens:
             raise ValueError("length needs target_tokens")
+        if (self.type == "signal") != (self.signal is not None):
+            raise ValueError("signal: NAME goes with type: signal (and only with it)")
         return self
 
 

@@ -273,6 +273,8 @@ class PipelineSpec(Strict):
         for i, j in enumerate(self.judges):
             if j.pool:
                 roles[f"judges[{i}]"] = j.pool
+        if self.env is not None and self.env.pool is not None:
+            roles["env"] = self.env.pool
         for role, pool in roles.items():
             if pool not in self.pools:
                 raise ValueError(f"{role}.pool '{pool}' is not a declared pool (pools: {', '.join(self.pools)})")

@@ -137,6 +137,8 @@ async def reset_env(env: Environment, row: dict[str, Any]) -> Reset:
     ``EnvError`` naming the class (the runner ends that episode with ``env_error``)."""
     try:
         out = await call_maybe_async(env.reset, row)
+    except EnvError:
+        raise  # already says which environment (an environment worker's answer, or the class's own)
     except Exception as e:
         raise EnvError(f"{_name(env)}.reset raised {type(e).__name__}: {str(e)[:300]}") from e
     if not isinstance(out, Reset):
@@ -156,6 +158,8 @@ async def step_env(env: Environment, message: AssistantMessage) -> Step:
     """``env.step(message)`` checked like ``reset_env``; signals come back as finite floats."""
     try:
         out = await call_maybe_async(env.step, message)
+    except EnvError:
+        raise  # already says which environment (an environment worker's answer, or the class's own)
     except Exception as e:
         raise EnvError(f"{_name(env)}.step raised {type(e).__name__}: {str(e)[:300]}") from e
     if not isinstance(out, Step):
@@ -181,11 +185,25 @@ def load_env_class(spec: str, base_dir: str | Path | None = None) -> type:
     """The class ``spec`` names: a shipped name (``calc``), ``path/to/file.py:Class`` (relative to
     ``base_dir``, e.g. the pipeline's directory) or ``package.module:Class``. Every failure is an
     ``EnvError`` naming the spec."""
+    cls, cls_name = load_target(spec, base_dir)
+    if not isinstance(cls, type):
+        raise EnvError(f"env {spec!r}: {cls_name} is a {type(cls).__name__}, not a class")
+    missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise EnvError(f"env {spec!r}: {cls_name} does not implement the Environment protocol (no {' or '.join(missing)})")
+    return cls
+
+
+def load_target(spec: str, base_dir: str | Path | None = None, what: Literal["class", "function"] = "class") -> tuple[Any, str]:
+    """The object ``spec`` names, and its name: a shipped environment's name, ``path/to/file.py:NAME``
+    (relative to ``base_dir``) or ``package.module:NAME``. Every failure is an ``EnvError`` naming
+    the spec; a missing name lists the module's classes (or functions, for ``what="function"``)."""
     target = ENVIRONMENTS.get(spec, spec)
-    where, sep, cls_name = target.rpartition(":")
-    if not sep or not where or not cls_name:
+    where, sep, name = target.rpartition(":")
+    label = "Class" if what == "class" else "function"
+    if not sep or not where or not name:
         shipped = ", ".join(sorted(ENVIRONMENTS))
-        raise EnvError(f"env {spec!r}: not a shipped environment ({shipped}) nor PATH.py:Class nor package.module:Class")
+        raise EnvError(f"env {spec!r}: not a shipped environment ({shipped}) nor PATH.py:{label} nor package.module:{label}")
     if where.endswith(".py") or "/" in where or "\\" in where:
         module = _import_file(spec, Path(base_dir or ".") / where)
     else:
@@ -193,16 +211,13 @@ def load_env_class(spec: str, base_dir: str | Path | None = None) -> type:
             module = importlib.import_module(where)
         except Exception as e:
             raise EnvError(f"env {spec!r}: cannot import module {where}: {type(e).__name__}: {str(e)[:300]}") from e
-    cls = getattr(module, cls_name, None)
-    if cls is None:
-        defined = sorted(n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
-        raise EnvError(f"env {spec!r}: {where} has no {cls_name} (classes there: {', '.join(defined) or 'none'})")
-    if not isinstance(cls, type):
-        raise EnvError(f"env {spec!r}: {cls_name} is a {type(cls).__name__}, not a class")
-    missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
-    if missing:
-        raise EnvError(f"env {spec!r}: {cls_name} does not implement the Environment protocol (no {' or '.join(missing)})")
-    return cls
+    found = getattr(module, name, None)
+    if found is None:
+        kind = (lambda v: isinstance(v, type)) if what == "class" else inspect.isfunction
+        defined = sorted(n for n, v in vars(module).items() if kind(v) and v.__module__ == module.__name__)
+        plural = "classes" if what == "class" else "functions"
+        raise EnvError(f"env {spec!r}: {where} has no {name} ({plural} there: {', '.join(defined) or 'none'})")
+    return found, name
 
 
 def _import_file(spec: str, path: Path) -> Any:

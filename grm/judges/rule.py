@@ -47,6 +47,8 @@ class RuleJudge:
         if self.rule.type == "constraints":
             where = f"item {s.id}" if s.id is not None else "sample"
             score, why, details = instructions.verify(s.metadata.get(METADATA_KEY), s.response or "", where)
+        elif self.rule.type == "signal":
+            score, why = _signal(s, str(self.rule.signal))
         else:
             score, why = check(self.rule, s.response or "", s.reference, regex_timeout_s=self.spec.limits.regex_timeout_s)
         return JudgeResult(
@@ -77,3 +79,13 @@ class RuleJudge:
 
     def provenance(self) -> dict[str, Any]:
         return base.provenance(self.spec, self.spec_hash, engine=self.slot.loaded)
+
+
+def _signal(s: Sample, name: str) -> tuple[float | None, str]:
+    """An episode's environment signal ``name``: (its value, what it is), or (None, why not)."""
+    if s.trajectory is None:
+        return None, f"not an episode: signal '{name}' is read from an env: run's trajectories"
+    value = s.trajectory.signals.get(name)
+    if value is None:
+        return None, f"the episode reported no signal '{name}' (it ended {s.trajectory.end_reason or 'unfinished'})"
+    return float(value), f"environment signal {name} = {value:g}"

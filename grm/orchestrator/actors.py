@@ -19,6 +19,7 @@ from grm.orchestrator.types import Group, Prepared, Rollout, Synced
 
 if TYPE_CHECKING:
     from ray import ObjectRef
+    from ray.actor import ActorHandle
 
     from grm.algorithms import Algorithm
     from grm.config.pipeline import PipelineSpec
@@ -104,10 +105,13 @@ class PolicyActor:
         with_reference: bool,
         dist: RankOf | None = None,
         lend: CoreShare | None = None,
+        env_workers: Sequence[ActorHandle] = (),
     ) -> None:
         """``dist``: where this rank stands in a multi-rank worker group;
         ``lend``: this process's place in the run's core ledger when idle cores are lent
-        (``grm.orchestrator.cores``)."""
+        (``grm.orchestrator.cores``); ``env_workers``: the actors running an ``env:`` run's
+        environments (``env.pool``), none when they run in this process."""
+        self.env_workers = list(env_workers)
         set_threads(threads)
         self.cores = ledger(lend)
         self.rank = dist[0] if dist else 0
@@ -227,7 +231,7 @@ class PolicyActor:
         if self.episodes is None:
             from grm.orchestrator.episodes import EpisodeRollout
 
-            self.episodes = EpisodeRollout(self.cfg, self.engine, self.tok, self.policy.generation.stop)
+            self.episodes = EpisodeRollout(self.cfg, self.engine, self.tok, self.policy.generation.stop, self.env_workers)
         return run_groups(self.episodes, prompts, keys, n, seed, cancelled)
 
     def _rollout(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:

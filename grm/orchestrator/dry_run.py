@@ -67,6 +67,12 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
             lines.append(
                 f"  {role}{hosted}: bundle {b}, node {_node(pool, b)}, {_threads(cpus)} thread(s){alone(role)}, {gpus:g} GPU"
             )
+        envs = [r for r in pool.roles if r.startswith("env#")]
+        if envs:
+            lines.append(
+                f"  environment workers {', '.join(envs)}: the pool's cores for their tools "
+                f"({'shared with the roles above' if pool.processes else 'their own'}), no torch threads"
+            )
     local = [j.name for j in loaded.judges if j.role.pool is None]
     if local:
         lines.append(f"in the driver process: {', '.join(local)} (rule judges, no pool)")

@@ -17,6 +17,7 @@ from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import Prompt
 from grm.data.trajectory import Trajectory
 from grm.engines.base import GenerationEngine, SamplingParams
+from grm.envs.agent import Agent, load_agent, run_agent_episodes
 from grm.envs.base import Environment, env_factory
 from grm.envs.episodes import EpisodeLimits, EpisodeRunner
 from grm.orchestrator.types import Group, Rollout
@@ -29,7 +30,11 @@ class EpisodeRollout:
     """A policy actor's episode runner: the environment factory (loaded once, so a bad class or
     argument fails on the first rollout, naming the spec), the limits and the sampling of a turn."""
 
-    def __init__(self, cfg: PipelineSpec, engine: GenerationEngine, tokenizer: Any, stop: Sequence[str]) -> None:
+    def __init__(
+        self, cfg: PipelineSpec, engine: GenerationEngine, tokenizer: Any, stop: Sequence[str], workers: Sequence[Any] = ()
+    ) -> None:
+        """``workers``: environment worker actors (``env.pool``) to run the environments on; none:
+        in this process."""
         env = cfg.env
         assert env is not None, "episodes need the pipeline's env: block"
         self.limits = EpisodeLimits(
@@ -40,8 +45,20 @@ class EpisodeRollout:
             observation_tokens=env.observation_tokens,
             max_bad_tool_calls=env.max_bad_tool_calls,
         )
-        self.runner = EpisodeRunner(engine, tokenizer, self.limits)
-        self.make_env: Callable[[], Environment] = env_factory(env.target, env.kwargs)
+        self.runner = EpisodeRunner(engine, tokenizer, self.limits, env.turn_wait_s)
+        self.tokenizer = tokenizer
+        self.agent: Agent | None = None
+        """(``env: {type: agent}``) the user's agent function, run against the policy endpoint."""
+        self.make_env: Callable[[], Environment] | None = None
+        """A fresh environment per episode (none for an agent)."""
+        if env.is_agent:
+            self.agent = load_agent(env.target)
+        elif workers:
+            from grm.orchestrator.env_workers import remote_envs
+
+            self.make_env = remote_envs(workers)
+        else:
+            self.make_env = env_factory(env.target, env.kwargs)
         r = cfg.rollout
         self.sampling = SamplingParams(
             n=1, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens, stop=tuple(stop)
@@ -58,7 +75,13 @@ def run_groups(
     # episode of a group starts from the same prompt as sample 0
     seeds = [seed + k for _ in keys for k in range(n)]
     version = er.runner.engine.version  # an episode that ended before its first turn has no turn's
-    trajectories = er.runner.run(er.make_env, rows, er.sampling.replace(seed=seed, abort=abort), seeds=seeds, ids=ids)
+    sampling = er.sampling.replace(seed=seed, abort=abort)
+    if er.agent is not None:
+        engine = er.runner.engine
+        trajectories = run_agent_episodes(engine, er.tokenizer, er.agent, rows, sampling, er.limits, seeds=seeds, ids=ids)
+    else:
+        assert er.make_env is not None
+        trajectories = er.runner.run(er.make_env, rows, sampling, seeds=seeds, ids=ids)
     groups = [Group(key, []) for key in keys]
     for i, t in enumerate(trajectories):
         g, p = groups[i // n], prompts[i // n]
@@ -90,7 +113,9 @@ def as_rollout(t: Trajectory, rid: str, prompt: Prompt, group: str, version: int
 def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """(an ``env:`` run) ``env/<signal>``: the mean of each environment signal over the step's
     episodes (e.g. ``env/success``); ``env/turns``: mean policy turns; ``env/end/<reason>``: the
-    share of episodes that ended for each reason. None of these reach a judge."""
+    share of episodes that ended for each reason; ``env/engine_busy``: the share of the rollout's
+    episode calls the policy's engine spent generating (the rest it waited on environments). None of
+    these reach a judge."""
     if not trajectories:
         return {}
     n = len(trajectories)
@@ -98,6 +123,9 @@ def episode_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     for name in sorted({k for tr in trajectories for k in tr.signals}):
         vals = [tr.signals[name] for tr in trajectories if name in tr.signals]
         out[f"env/{name}"] = sum(vals) / len(vals)
+    busy = [float(tr.metadata["engine_busy"]) for tr in trajectories if "engine_busy" in tr.metadata]
+    if busy:
+        out["env/engine_busy"] = sum(busy) / len(busy)
     for reason in sorted({tr.end_reason or "unknown" for tr in trajectories}):
         out[f"env/end/{reason}"] = sum((tr.end_reason or "unknown") == reason for tr in trajectories) / n
     return out

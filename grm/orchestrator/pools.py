@@ -65,9 +65,10 @@ class Pool:
     def processes(self) -> list[str]:
         """Roles with an actor process of their own: a reference placed on a judge's pool is
         hosted inside that judge's actor, so its passes queue behind the judge's calls instead
-        of competing with them for the same cores."""
+        of competing with them for the same cores. Environment workers (``env#i``) take no share:
+        their tools run in subprocesses of their own."""
         hosted = "reference" in self.roles and any(r.startswith("judge:") for r in self.roles)
-        return [r for r in self.roles if not (hosted and r == "reference")]
+        return [r for r in self.roles if not (hosted and r == "reference") and not r.startswith("env#")]
 
     @property
     def threads(self) -> int:
@@ -120,6 +121,8 @@ def role_pools(cfg: PipelineSpec, judge_names: list[str]) -> dict[str, list[str]
     for jr, name in zip(cfg.judges, judge_names, strict=True):
         if jr.pool:
             out[jr.pool] += judge_roles(name, jr.replicas)
+    if cfg.env is not None and cfg.env.pool is not None:
+        out[cfg.env.pool] += [f"env#{i}" for i in range(cfg.env.workers)]
     return out
 
 

@@ -3,6 +3,7 @@ and the handles the scheduler calls them through (``Roles``, ``JudgeHandle``).""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -81,6 +82,8 @@ class Roles:
     judges: list[JudgeHandle]
     cores_key: str | None = None
     """The run's core ledger (``grm.orchestrator.cores``), when its processes lend idle cores."""
+    envs: list[ActorHandle] = field(default_factory=list)
+    """The environment workers (``env: {pool: ...}``), role ``env#i`` each."""
 
     def placement(self) -> dict[str, Placement]:
         """Node, pid, resources and pool of every role, reported from inside its actor."""
@@ -90,6 +93,7 @@ class Roles:
         if self.reference is not None:
             refs["reference"] = self.reference.where.remote("reference")
         refs.update({j.role(i): a.where.remote() for j in self.judges for i, a in enumerate(j.replicas)})
+        refs.update({f"env#{i}": w.where.remote() for i, w in enumerate(self.envs)})
         info = started(ray, refs)
         for k, v in info.items():
             v["pool"] = next(p.name for p in self.pools.values() if k in p.roles or k.split("#")[0] in p.roles)
@@ -128,6 +132,7 @@ def start_policy(
     with_reference: bool,
     solo: dict[str, int],
     shares: CoreShares,
+    env_workers: Sequence[ActorHandle] = (),
 ) -> PolicyHandle:
     """The policy's worker group: one PolicyActor, or ``ranks`` of them (one per bundle of its pool)
     joined in one torch.distributed group whose rendezvous is on rank 0's node."""
@@ -138,7 +143,9 @@ def start_policy(
     hf = loaded.policy.engine.type == "hf"
     if pool.ranks == 1:
         threads = solo.get("policy", pool.threads)
-        actor = PolicyActor.options(**pool.options("policy")).remote(*args, threads, with_reference, lend=shares(threads))
+        actor = PolicyActor.options(**pool.options("policy")).remote(
+            *args, threads, with_reference, lend=shares(threads), env_workers=env_workers
+        )
         return PolicyGroup([actor], hf)
     import ray
 
@@ -146,7 +153,12 @@ def start_policy(
     threads = max(1, int(bundles_of(pool.spec, pool.ranks)[0]["CPU"]))
     actors = [
         PolicyActor.options(**pool.rank_options(r)).remote(
-            *args, solo.get(f"policy#{r}", threads), with_reference, RankOf(r, pool.ranks, addr, port), lend=shares(threads)
+            *args,
+            solo.get(f"policy#{r}", threads),
+            with_reference,
+            RankOf(r, pool.ranks, addr, port),
+            lend=shares(threads),
+            env_workers=env_workers,
         )
         for r in range(pool.ranks)
     ]
@@ -156,6 +168,7 @@ def start_policy(
 def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | None) -> Roles:
     """Start (or join) Ray, reserve every pool and start each role's actor in its pool."""
     from grm.judges import build_judge
+    from grm.orchestrator.env_workers import start_env_workers
     from grm.orchestrator.frozen_actors import JudgeActor, ReferenceActor
 
     cfg = loaded.spec
@@ -165,7 +178,8 @@ def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | Non
     shares = CoreShares(cfg.schedule.lends_cores)  # async mode: a busy process takes the cores of those that wait
     remote_ref = cfg.reference is not None and cfg.reference.pool != cfg.policy.pool
     with_ref = cfg.reference is not None and not remote_ref
-    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], with_ref, solo, shares)
+    envs = start_env_workers(cfg.env, pools[cfg.env.pool]) if cfg.env is not None and cfg.env.pool is not None else []
+    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], with_ref, solo, shares, envs)
     ref_args = (loaded.policy.model, cfg.train.micro_batch_size)
     # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
     host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule" and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]
@@ -197,4 +211,4 @@ def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | Non
             if j is host:
                 reference = handle.actor
         judges.append(handle)
-    return Roles(pools, policy, reference, judges, shares.key)
+    return Roles(pools, policy, reference, judges, shares.key, envs)

@@ -1,25 +1,38 @@
 """Episodes inside `grm run` (real Ray, SmolLM2 policy and judge, DeepSpeed-free torch trainer): a
-user's environment file named by path, two policy turns per episode with a simulated user's reply
-between them, and an environment that raises on some rows: those episodes end `env_error`, counted,
-and the run goes on."""
+user's environment file named by path, run by two environment workers on a pool of their own, two
+policy turns per episode with a simulated user's reply between them, and an environment that raises
+on some rows: those episodes end `env_error`, counted, and the run goes on. A run stopped by SIGTERM
+while its episodes wait on a tool resumes with no episode trained twice or lost."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from tests.conftest import run_grm
+from tests.conftest import ROOT, run_grm
 
 pytestmark = pytest.mark.slow
 
 ENV = {"RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
 
 ENV_FILE = '''
+import os
+import time
+
 from grm.envs.base import Observation, Reset, Step
 
 
 class TwoTurns:
     """Asks once more after the first answer; the second answer ends the episode. Row seeds that
-    are 3 mod 4 raise at reset (a broken environment)."""
+    are 3 mod 4 raise at reset (a broken environment). Its ``pid`` signal says which process ran it;
+    with ``marker``, its first step leaves a file there and then takes ``tool_s`` seconds (a slow tool)."""
+
+    def __init__(self, marker=None, tool_s=0.0):
+        self.marker, self.tool_s = marker, tool_s
 
     def reset(self, row):
         if row["seed"] % 4 == 3:
@@ -30,8 +43,12 @@ class TwoTurns:
     def step(self, message):
         self.turns += 1
         if self.turns == 1:
+            if self.marker:
+                open(os.path.join(self.marker, str(time.time_ns())), "w").close()
+                time.sleep(self.tool_s)
             return Step([Observation("user", "Check your work, then give only the final number.")])
-        return Step([], done=True, signals={"success": float("7" in message.content)}, final_answer=message.content)
+        signals = {"success": float("7" in message.content), "pid": float(os.getpid())}
+        return Step([], done=True, signals=signals, final_answer=message.content)
 '''
 
 
@@ -43,7 +60,8 @@ def test_a_run_trains_on_two_turn_episodes_and_a_broken_environment_costs_only_i
         "policy: {spec: builtin:smollm2-135m-instruct, pool: train}\n"
         "judges:\n  - {spec: builtin:helpfulness-pointwise-logprob, pool: judge}\n"
         "data: {prompts: builtin:calc-train, reference_field: null, shuffle: false, limit: 4}\n"
-        "env: {type: python, path: two_turns.py:TwoTurns, max_turns: 3, max_total_tokens: 1024, credit: process}\n"
+        "env: {type: python, path: two_turns.py:TwoTurns, max_turns: 3, max_total_tokens: 1024, credit: process,\n"
+        "      pool: judge, workers: 2}\n"
         "algorithm: {type: grpo, group_size: 2, prompts_per_step: 4, kl: {coef: 0}}\n"
         "rollout: {max_new_tokens: 12}\n"
         "train: {steps: 1, micro_batch_size: 2, backend: {type: torch}}\n"
@@ -70,3 +88,63 @@ def test_a_run_trains_on_two_turn_episodes_and_a_broken_environment_costs_only_i
     assert metrics["env/end/env_error"] == pytest.approx(0.25) and metrics["env/end/done"] == pytest.approx(0.75)
     assert metrics["env/turns"] == pytest.approx(1.5)  # two turns in each of 6 episodes, none in the 2 broken ones
     assert "env/success" in metrics
+    # the environments ran on the two workers (their own processes on the judge's pool), not beside the engine
+    placement = json.loads((out / "placement.json").read_text())
+    workers = {placement[f"env#{i}"]["pid"] for i in range(2)}
+    assert {placement[f"env#{i}"]["pool"] for i in range(2)} == {"judge"} and len(workers) == 2
+    ran = {int(s["trajectory"]["signals"]["pid"]) for s in whole}
+    assert ran == workers and placement["policy"]["pid"] not in ran
+
+
+RESUME_PIPELINE = (
+    "name: episodes-resume\nseed: 0\npools: {train: {cpus: 1}, envs: {cpus: 1}}\n"
+    "policy: {spec: builtin:smollm2-135m-instruct, pool: train}\n"
+    "judges:\n  - {spec: builtin:env-success}\n"
+    "data: {prompts: builtin:calc-train, reference_field: null, shuffle: false, limit: 4}\n"
+    "env: {type: python, path: two_turns.py:TwoTurns, max_turns: 3, max_total_tokens: 1024, pool: envs,\n"
+    "      kwargs: {marker: MARKER, tool_s: 3.0}}\n"
+    "algorithm: {type: grpo, group_size: 2, prompts_per_step: 2, kl: {coef: 0}}\n"
+    "rollout: {max_new_tokens: 8}\n"
+    "train: {steps: 2, micro_batch_size: 2, backend: {type: torch}}\n"
+    "schedule: {mode: sync}\ncheckpoint: {every: 1, keep: 1}\nfaults: {max_masked_fraction: 1.0}\n"
+)
+
+
+def test_sigterm_while_episodes_wait_on_a_tool_then_resume_trains_every_episode_once(tmp_path):
+    """Step 2's episodes are stopped between their two turns (their environment's tool is running);
+    the resumed run trains step 2 again from the step-1 checkpoint: step 1's episodes are kept as
+    they were, step 2's appear once, and the four prompts are each trained once, in data order."""
+    (tmp_path / "two_turns.py").write_text(ENV_FILE)
+    marker = tmp_path / "markers"
+    marker.mkdir()
+    pipeline = tmp_path / "resume.yaml"
+    pipeline.write_text(RESUME_PIPELINE.replace("MARKER", str(marker)))
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "grm", "run", str(pipeline), f"out_dir={out}", "--no-live"]
+    p = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics_file = out / "metrics.jsonl"
+    deadline = time.time() + 600
+    while not (metrics_file.exists() and metrics_file.read_text().strip()) and time.time() < deadline and p.poll() is None:
+        time.sleep(0.2)
+    before = set(os.listdir(marker))
+    while set(os.listdir(marker)) == before and time.time() < deadline and p.poll() is None:
+        time.sleep(0.1)  # a step-2 episode's tool is now running: its episode is between its turns
+    assert p.poll() is None, "the run ended before step 2's episodes reached their tool"
+    p.send_signal(signal.SIGTERM)
+    log, _ = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, log[-4000:]
+    assert f"stopped by SIGTERM after 1 trained step(s): continue from step-1 with --resume {out}" in log, log[-3000:]
+    kept = (out / "samples.jsonl").read_text().splitlines()
+    assert kept and all(json.loads(x)["step"] == 1 for x in kept)  # nothing of the stopped step was written
+    r = run_grm("run", str(pipeline), f"out_dir={out}", "--no-live", "--resume", str(out), timeout=900, env=ENV)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert (out / "samples.jsonl").read_text().splitlines()[: len(kept)] == kept
+    ids = [(s["step"], s["id"]) for s in samples]
+    assert len(ids) == len(set(ids)) == 8 and sorted({s["step"] for s in samples}) == [1, 2]
+    order = [s["trajectory"]["task"]["row"]["seed"] for s in samples[::2]]  # each prompt's group of 2
+    assert len(set(order)) == 4  # every prompt once: none trained twice, none lost
+    assert [json.loads(x)["step"] for x in metrics_file.read_text().splitlines()] == [1, 2]
+    for s in samples:
+        t = s["trajectory"]
+        assert t["end_reason"] == "done" and [u["role"] for u in t["turns"]] == ["assistant", "user", "assistant"]

@@ -325,3 +325,60 @@ def test_bad_arguments_are_refused_before_any_episode_starts():
         runner.run(PrintEnv, [{}, "x"], SamplingParams())
     with pytest.raises(ValueError, match="max_turns=0.*wall_time_s=-1"):
         EpisodeLimits(max_turns=0, wall_time_s=-1)
+
+
+class TimedEnv(PrintEnv):
+    """A ``PrintEnv`` whose every step takes ``delay`` seconds (a slow tool) and that counts closes."""
+
+    closed: list = []
+
+    def __init__(self, delay, done_at=3):
+        super().__init__(done_at=done_at)
+        self.delay = delay
+
+    def step(self, message):
+        time.sleep(self.delay)
+        return super().step(message)
+
+    def close(self):
+        TimedEnv.closed.append(self.delay)
+
+
+def test_the_engine_generates_for_ready_episodes_while_a_slow_tool_runs_and_lockstep_waits_for_it():
+    """turn_wait_s: the fast episodes' next turns are generated while the slow one's tool runs
+    (every engine call but one is for them), and finish long before it; None: lockstep, every call
+    for all three. Either way the episodes and their tokens are exact, and every env is closed."""
+    tok = tokenizer(SMOL)
+    out = {}
+    for wait in (0.05, None):
+        TimedEnv.closed = []
+        engine = TokenEngine(tok, lambda key, k: "ok")
+        envs = iter([TimedEnv(0.0), TimedEnv(0.4), TimedEnv(0.0)])
+        runner = EpisodeRunner(engine, tok, turn_wait_s=wait)
+        start = time.monotonic()
+        trajs = runner.run(lambda: next(envs), [{}, {}, {}], SamplingParams(max_new_tokens=8), seeds=[0, 1, 2])
+        out[wait] = (engine.calls, time.monotonic() - start)
+        assert [t.end_reason for t in trajs] == ["done"] * 3
+        for key, t in enumerate(trajs):
+            check_exact(t, engine, key, tok)
+        assert sorted(TimedEnv.closed) == [0.0, 0.0, 0.4]
+    calls, took = out[0.05]
+    assert calls[0] == 3 and calls.count(2) == 2 and calls.count(1) == 2, calls  # the fast pair twice, the slow one alone
+    assert out[None][0] == [3, 3, 3]
+    assert took < out[None][1] + 0.2
+
+
+def test_a_close_that_raises_or_hangs_never_changes_the_outcome():
+    class Closing(PrintEnv):
+        def close(self):
+            raise RuntimeError("cleanup broke")
+
+    tok = tokenizer(SMOL)
+    (traj,) = run_episodes(TokenEngine(tok, lambda key, k: "ok"), tok, Closing, [{}], SamplingParams(max_new_tokens=8))
+    assert traj.end_reason == "done"
+
+
+def test_turn_wait_must_be_a_non_negative_number_or_none():
+    tok = tokenizer(SMOL)
+    with pytest.raises(ValueError, match="turn_wait_s must be >= 0"):
+        EpisodeRunner(TokenEngine(tok, lambda key, k: "ok"), tok, turn_wait_s=-1)

@@ -266,3 +266,17 @@ def test_lint_knows_the_trajectory_variables(tmp_path):
     (tmp_path / "p.j2").write_text("{# expects: trajectory #}{{ trajectory.final }} Score: <n>")
     (tmp_path / "p.yaml").write_text("name: p\nmodel: m\ntemplate: p.j2\ntrajectory: {first_faulty_turn: true}\n")
     assert any("never asks for 'First faulty turn: N'" in p for p in lint_judge(tmp_path / "p.yaml"))
+
+
+def test_the_env_success_rule_reads_the_signal_and_masks_an_episode_without_it():
+    judge = load(ROOT / "judges" / "env-success.yaml")
+    broken = episode("e2")
+    broken.signals, broken.end_reason = {}, "env_error"
+    solved, failed = episode("e0", success=1.0), episode("e1", success=0.0)
+    got = judge.score_batch([Sample(prompt=QUESTION, trajectory=t) for t in (solved, failed, broken)])
+    assert [r.score for r in got] == [1.0, 0.0, None]
+    assert "no signal 'success'" in got[2].error and "env_error" in got[2].error
+    (plain,) = judge.score_batch([Sample(prompt=QUESTION, response="205")])
+    assert plain.score is None and "not an episode" in plain.error
+    with pytest.raises(ValueError, match="signal: NAME goes with type: signal"):
+        JudgeSpec.model_validate({"name": "s", "mode": "rule", "rule": {"type": "signal"}})

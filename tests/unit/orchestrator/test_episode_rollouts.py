@@ -77,7 +77,7 @@ def test_the_env_block_names_a_shipped_environment_or_a_file_found_beside_the_pi
     for bad, why in (
         ({"type": "nope"}, "neither python nor a shipped environment"),
         ({"type": "python"}, "needs path"),
-        ({"type": "python", "path": "envs/x.py"}, "FILE.py:Class"),
+        ({"type": "python", "path": "envs/x.py"}, "is not FILE.py:"),
         ({"type": "calc", "path": "x.py:C"}, "only for type: python"),
     ):
         with pytest.raises(ValueError, match=why):
@@ -98,6 +98,38 @@ def test_the_env_block_names_a_shipped_environment_or_a_file_found_beside_the_pi
     (tmp_path / "anchor.yaml").write_text(text.replace("ENV", "envs/mine.py:Mine") + "rollout: {greedy_anchor: true}\n")
     with pytest.raises(ConfigError, match="greedy_anchor"):
         load_pipeline(tmp_path / "anchor.yaml")
+    with pytest.raises(ValueError, match="workers: 2 needs a pool"):
+        EnvSpec(type="calc", workers=2)
+    (tmp_path / "pool.yaml").write_text(text.replace("ENV", "envs/mine.py:Mine, pool: tools"))
+    with pytest.raises(ConfigError, match="env.pool 'tools' is not a declared pool"):
+        load_pipeline(tmp_path / "pool.yaml")
+
+
+def test_environment_workers_are_placed_on_their_pool_and_take_no_thread_share():
+    from grm.config.pipeline import PipelineSpec
+    from grm.orchestrator.env_workers import env_roles
+    from grm.orchestrator.pools import Pool, phase_threads, role_pools
+
+    data = {
+        "name": "t",
+        "pools": {"train": {"cpus": 1}, "judge": {"cpus": 2}, "tools": {"cpus": 1}},
+        "policy": {"spec": "builtin:smollm2-135m-instruct", "pool": "train"},
+        "judges": [{"spec": "builtin:helpfulness-pointwise-logprob", "pool": "judge"}],
+        "data": {"prompts": "builtin:calc-train"},
+        "algorithm": {"group_size": 2, "prompts_per_step": 2, "kl": {"coef": 0}},
+        "train": {"micro_batch_size": 2},
+        "env": {"type": "calc", "pool": "judge", "workers": 3},
+    }
+    cfg = PipelineSpec.model_validate(data)
+    roles = role_pools(cfg, ["helpfulness-pointwise-logprob"])
+    assert roles["judge"] == ["judge:helpfulness-pointwise-logprob", "env#0", "env#1", "env#2"] and roles["tools"] == []
+    assert env_roles(cfg.env) == ["env#0", "env#1", "env#2"]
+    pool = Pool("judge", cfg.pools["judge"], None, roles["judge"], 1, ("n1",))
+    assert pool.processes == ["judge:helpfulness-pointwise-logprob"] and pool.threads_of("judge:helpfulness-pointwise-logprob") == 2
+    pools = {"train": Pool("train", cfg.pools["train"], None, roles["train"], 1, ("n1",)), "judge": pool}
+    assert phase_threads(cfg, pools) == {"policy": 3, "judge:helpfulness-pointwise-logprob": 3}
+    own = PipelineSpec.model_validate({**data, "env": {"type": "calc", "pool": "tools"}})
+    assert role_pools(own, ["helpfulness-pointwise-logprob"])["tools"] == ["env#0"]
 
 
 def _credited(faulty, advantage):
