@@ -227,7 +227,14 @@ def print_table(result: dict) -> None:
     print(f"\ncpu: {result['cpu']}; {result['minutes_total']:.1f} min in all")
 
 
-def plot(result: dict, path: Path) -> None:
+def plot(
+    result: dict,
+    path: Path,
+    key: str = "accuracy",
+    ylabel: str = "held-out strict accuracy (%)",
+    title: str = "constraints-lexical-heldout, rule-checked (95% CI)",
+) -> None:
+    """Each system's curve of ``key`` (a rate) by step with its 95% CI (also episode_learning.py's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -236,14 +243,14 @@ def plot(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for system, points in result["curves"].items():
         xs = [p["step"] for p in points]
-        ys = [100 * p["accuracy"] for p in points]
-        cis = [p["ci95"] if p["ci95"] and p["ci95"][0] is not None else (p["accuracy"],) * 2 for p in points]
-        lo = [100 * (p["accuracy"] - ci[0]) for p, ci in zip(points, cis, strict=True)]
-        hi = [100 * (ci[1] - p["accuracy"]) for p, ci in zip(points, cis, strict=True)]
+        ys = [100 * p[key] for p in points]
+        cis = [p["ci95"] if p["ci95"] and p["ci95"][0] is not None else (p[key],) * 2 for p in points]
+        lo = [100 * (p[key] - ci[0]) for p, ci in zip(points, cis, strict=True)]
+        hi = [100 * (ci[1] - p[key]) for p, ci in zip(points, cis, strict=True)]
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=system)
     ax.set_xlabel("training step")
-    ax.set_ylabel("held-out strict accuracy (%)")
-    ax.set_title("constraints-lexical-heldout, rule-checked (95% CI)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

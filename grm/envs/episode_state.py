@@ -10,13 +10,16 @@ an agent's requests; see ``grm.envs.episodes`` for the end reasons.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grm.data.trajectory import EndReason, Trajectory, Turn, cut_text
 from grm.engines.base import Generation, SamplingParams
 from grm.envs.base import AssistantMessage, EnvError, Observation, Step
 from grm.envs.chat_tokens import ChatTemplateError, ChatTokens
 from grm.envs.tool_calls import ToolCallError, parse_tool_calls
+
+if TYPE_CHECKING:
+    from grm.config.env import EnvSpec
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,18 @@ class EpisodeLimits:
     what was cut, about a dozen tokens, comes on top); None: not cut."""
     max_bad_tool_calls: int = 2
     """Malformed tool calls passed to the environment; the next one ends the episode."""
+
+    @classmethod
+    def of(cls, spec: EnvSpec) -> EpisodeLimits:
+        """The limits a pipeline's (or an eval's) ``env:`` block sets."""
+        return cls(
+            max_turns=spec.max_turns,
+            max_total_tokens=spec.max_total_tokens,
+            wall_time_s=spec.wall_time_s,
+            tool_time_s=spec.tool_time_s,
+            observation_tokens=spec.observation_tokens,
+            max_bad_tool_calls=spec.max_bad_tool_calls,
+        )
 
     def __post_init__(self) -> None:
         bad = [k for k in ("max_turns", "max_total_tokens") if not (isinstance(getattr(self, k), int) and getattr(self, k) > 0)]

@@ -116,19 +116,6 @@ def resolved_target(name: str, base_dir: Path) -> str:
     return target
 
 
-def episode_limits(spec: EnvSpec) -> Any:
-    from grm.envs.episodes import EpisodeLimits
-
-    return EpisodeLimits(
-        max_turns=spec.max_turns,
-        max_total_tokens=spec.max_total_tokens,
-        wall_time_s=spec.wall_time_s,
-        tool_time_s=spec.tool_time_s,
-        observation_tokens=spec.observation_tokens,
-        max_bad_tool_calls=spec.max_bad_tool_calls,
-    )
-
-
 def episode_seed(seed: int, index: int) -> int:
     """The seed of the split's ``index``-th task: the same wherever the task falls in a batch."""
     return (seed + index) % 2**31
@@ -175,7 +162,7 @@ def run_side(
     """Run ``side``'s missing episodes batch by batch; the seconds spent (0 when none were missing:
     the model is then never loaded)."""
     from grm.engines.base import SamplingParams
-    from grm.envs.episodes import EpisodeRunner
+    from grm.envs.episodes import EpisodeLimits, EpisodeRunner
     from grm.evaluation import policy_source
 
     done = done_episodes(path, tasks)
@@ -185,7 +172,7 @@ def run_side(
     t0 = time.perf_counter()
     task = progress.add_task(escape_controls(f"episodes {side}: loading {src.describe()}"), total=len(todo))
     engine = policy_source.load_engine(src, max_batch_size=max(cfg.batch_size, 1))
-    runner = EpisodeRunner(engine, engine.tokenizer, episode_limits(spec))
+    runner = EpisodeRunner(engine, engine.tokenizer, EpisodeLimits.of(spec))
     sp = SamplingParams(n=1, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, stop=src.stop, seed=cfg.seed)
     progress.update(task, description=f"episodes {side}")
     for at in range(0, len(todo), cfg.batch_size):

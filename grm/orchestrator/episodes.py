@@ -37,14 +37,7 @@ class EpisodeRollout:
         in this process."""
         env = cfg.env
         assert env is not None, "episodes need the pipeline's env: block"
-        self.limits = EpisodeLimits(
-            max_turns=env.max_turns,
-            max_total_tokens=env.max_total_tokens,
-            wall_time_s=env.wall_time_s,
-            tool_time_s=env.tool_time_s,
-            observation_tokens=env.observation_tokens,
-            max_bad_tool_calls=env.max_bad_tool_calls,
-        )
+        self.limits = EpisodeLimits.of(env)
         self.runner = EpisodeRunner(engine, tokenizer, self.limits, env.turn_wait_s)
         self.tokenizer = tokenizer
         self.agent: Agent | None = None

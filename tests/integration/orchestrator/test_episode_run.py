@@ -145,6 +145,56 @@ def test_sigterm_while_episodes_wait_on_a_tool_then_resume_trains_every_episode_
     order = [s["trajectory"]["task"]["row"]["seed"] for s in samples[::2]]  # each prompt's group of 2
     assert len(set(order)) == 4  # every prompt once: none trained twice, none lost
     assert [json.loads(x)["step"] for x in metrics_file.read_text().splitlines()] == [1, 2]
+    for s in samples:  # a row whose seed is 3 mod 4 breaks its environment (TwoTurns)
+        t = s["trajectory"]
+        if t["task"]["row"]["seed"] % 4 == 3:
+            assert t["end_reason"] == "env_error"
+        else:
+            assert t["end_reason"] == "done" and [u["role"] for u in t["turns"]] == ["assistant", "user", "assistant"]
+
+
+AGENT_FILE = '''
+import openai
+
+
+def two_turns(row, base_url, model):
+    """The user's own agent loop: asks, then asks once more, through the OpenAI client."""
+    client = openai.OpenAI(base_url=base_url, api_key="none")
+    messages = [{"role": "user", "content": row["prompt"]}]
+    for follow_up in ("Check your work, then give only the final number.", None):
+        reply = client.chat.completions.create(model=model, messages=messages).choices[0].message
+        messages.append({"role": "assistant", "content": reply.content})
+        if follow_up is None:
+            return {"final_answer": reply.content, "signals": {"success": float("7" in reply.content)}}
+        messages.append({"role": "user", "content": follow_up})
+'''
+
+
+def test_a_users_openai_client_agent_loop_trains_through_the_policy_endpoint(tmp_path):
+    (tmp_path / "agent.py").write_text(AGENT_FILE)
+    pipeline = tmp_path / "agent.yaml"
+    pipeline.write_text(
+        "name: agent\nseed: 0\npools: {train: {cpus: 1}}\n"
+        "policy: {spec: builtin:smollm2-135m-instruct, pool: train}\n"
+        "judges:\n  - {spec: builtin:env-success}\n"
+        "data: {prompts: builtin:calc-train, reference_field: null, shuffle: false, limit: 2}\n"
+        "env: {type: agent, path: agent.py:two_turns, max_turns: 3, max_total_tokens: 1024}\n"
+        "algorithm: {type: grpo, group_size: 2, prompts_per_step: 2, kl: {coef: 0}}\n"
+        "rollout: {max_new_tokens: 8}\n"
+        "train: {steps: 1, micro_batch_size: 2, backend: {type: torch}}\n"
+        "faults: {max_masked_fraction: 1.0}\n"
+    )
+    out = tmp_path / "run"
+    r = run_grm("run", str(pipeline), f"out_dir={out}", "--no-live", timeout=900, env=ENV)
+    assert r.returncode == 0, (pipeline.read_text(), r.stdout[-3000:], r.stderr[-5000:])
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4
     for s in samples:
         t = s["trajectory"]
         assert t["end_reason"] == "done" and [u["role"] for u in t["turns"]] == ["assistant", "user", "assistant"]
+        assert s["response"] == t["final_answer"] == t["turns"][-1]["content"]
+        for turn in t["turns"][::2]:
+            assert len(turn["token_ids"]) == len(turn["logprobs"]) > 0 and turn["policy_version"] == s["policy_version"]
+        assert t["turns"][1]["token_ids"] and "success" in t["signals"]
+    metrics = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert metrics["env/end/done"] == 1.0 and metrics["env/turns"] == 2.0
