@@ -356,7 +356,7 @@ def test_the_engine_generates_for_ready_episodes_while_a_slow_tool_runs_and_lock
         envs = iter([TimedEnv(0.0), TimedEnv(0.4), TimedEnv(0.0)])
         runner = EpisodeRunner(engine, tok, turn_wait_s=wait)
         start = time.monotonic()
-        trajs = runner.run(lambda: next(envs), [{}, {}, {}], SamplingParams(max_new_tokens=8), seeds=[0, 1, 2])
+        trajs = runner.run(envs.__next__, [{}, {}, {}], SamplingParams(max_new_tokens=8), seeds=[0, 1, 2])
         out[wait] = (engine.calls, time.monotonic() - start)
         assert [t.end_reason for t in trajs] == ["done"] * 3
         for key, t in enumerate(trajs):

@@ -125,7 +125,8 @@ def test_environment_workers_are_placed_on_their_pool_and_take_no_thread_share()
     assert roles["judge"] == ["judge:helpfulness-pointwise-logprob", "env#0", "env#1", "env#2"] and roles["tools"] == []
     assert env_roles(cfg.env) == ["env#0", "env#1", "env#2"]
     pool = Pool("judge", cfg.pools["judge"], None, roles["judge"], 1, ("n1",))
-    assert pool.processes == ["judge:helpfulness-pointwise-logprob"] and pool.threads_of("judge:helpfulness-pointwise-logprob") == 2
+    judge = "judge:helpfulness-pointwise-logprob"
+    assert pool.processes == [judge] and pool.threads_of(judge) == 2
     pools = {"train": Pool("train", cfg.pools["train"], None, roles["train"], 1, ("n1",)), "judge": pool}
     assert phase_threads(cfg, pools) == {"policy": 3, "judge:helpfulness-pointwise-logprob": 3}
     own = PipelineSpec.model_validate({**data, "env": {"type": "calc", "pool": "tools"}})
