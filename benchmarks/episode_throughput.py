@@ -54,7 +54,7 @@ PIPELINES = {
     "calc": "pipelines/calc-episodes.yaml",
     "clarify": "pipelines/clarify-episodes.yaml",
 }
-MODES = ("single-turn", "episodes", "episodes+workers")
+MODES = ("single-turn", "episodes", "episodes-workers")
 SLOW_ENV = ROOT / "benchmarks" / "envs" / "slow_steps.py"
 COLUMNS = [
     ("mode", "mode"),

@@ -35,23 +35,42 @@ def args(**kw):
         schedule="sync",
         judge="builtin:helpfulness-pointwise-logprob",
         episode_judge=None,
+        env="calc",
+        workers=2,
+        turn_wait=None,
+        tool_s=0.0,
+        slow_every=4,
     )
     return argparse.Namespace(**{**base, **kw})
 
 
 @pytest.mark.parametrize("episode_judge", [None, "builtin:trajectory-pointwise"])
-@pytest.mark.parametrize("mode", ["single-turn", "episodes"])
+@pytest.mark.parametrize("mode", ["single-turn", "episodes", "episodes-workers"])
 def test_written_pipelines_load_with_the_requested_sizes(bench, tmp_path, mode, episode_judge):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(bench.pipeline(mode, args(episode_judge=episode_judge, schedule="async"))))
     spec = load_pipeline(path).spec
+    episodes = mode != "single-turn"
+    if episodes:  # lockstep in the policy's process, or workers on the judge's pool with the shipped wait
+        assert (spec.env.pool, spec.env.workers, spec.env.turn_wait_s) == (
+            (None, 1, None) if mode == "episodes" else ("judge", 2, 1.0)
+        )
     assert (spec.algorithm.prompts_per_step, spec.algorithm.group_size) == (2, 3)
     assert spec.rollout.max_new_tokens == 32 and spec.train.steps == 2
     assert spec.train.micro_batch_size == 2  # gcd of the batch (6) and the shipped 4
     assert spec.checkpoint.every == 0 and spec.schedule.mode == "async"
-    judge = episode_judge if mode == "episodes" and episode_judge else "builtin:helpfulness-pointwise-logprob"
+    judge = episode_judge if episodes and episode_judge else "builtin:helpfulness-pointwise-logprob"
     assert [j.spec for j in spec.judges] == [judge]
-    assert (spec.env.max_turns if spec.env else None) == (3 if mode == "episodes" else None)
+    assert (spec.env.max_turns if spec.env else None) == (3 if episodes else None)
+
+
+def test_a_slow_tool_wraps_the_shipped_environment_in_both_episode_modes(bench, tmp_path):
+    for mode in ("episodes", "episodes-workers"):
+        path = tmp_path / f"{mode}.yaml"
+        path.write_text(yaml.safe_dump(bench.pipeline(mode, args(env="clarify", tool_s=2.0))))
+        env = load_pipeline(path).spec.env
+        assert env.type == "python" and env.target.endswith("slow_steps.py:SlowSteps")
+        assert env.kwargs == {"env": "clarify", "seconds": 2.0, "every": 4}
 
 
 def turn(role, ids=0, seconds=0.0):
