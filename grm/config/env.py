@@ -6,7 +6,7 @@ cleanly with the reason recorded."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -58,12 +58,14 @@ class EnvSpec(Strict):
     max_bad_tool_calls: int = Field(2, ge=0, le=1024)
     """Malformed tool calls answered with an error observation the policy may correct; one more ends
     the episode (reason ``bad_tool_call``)."""
-    turn_wait_s: Seconds | None = Field(1.0, ge=0)
+    turn_wait_s: Annotated[Seconds, Field(ge=0)] | Literal["auto"] | None = "auto"
     """How episodes share the policy's engine. Once an episode's step (its tools) has finished, the
     engine waits at most this long for the steps still running before it generates the next turn of
-    the episodes that are ready (the others join a later batch), so a slow tool never holds the
-    engine idle for longer; steps that finish within it batch together as in lockstep. ``null``:
-    strict lockstep (every live episode's step first, then one batch; reproducible batches)."""
+    the episodes that are ready (the others join a later call), so a slow tool never holds the
+    engine idle for longer; steps that finish within it batch together as in lockstep. ``auto``: the
+    last engine call's seconds (a straggler is left behind only when waiting for it would cost more
+    than a turn: on CPU a call for part of the episodes costs about what one for all does). ``null``:
+    strict lockstep (every live episode's step first, then one call; reproducible batches)."""
     pool: str | None = None
     """A pool of ``pools`` for environment workers: each episode's environment (its reset, its steps
     and their sandboxed tools) then runs in one of ``workers`` Ray actors there, many episodes in

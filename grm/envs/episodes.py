@@ -6,7 +6,10 @@ its last step answered), its prompt the episode's context as token ids
 episodes advance in lockstep (every live episode's step, then one call for all of them); with a
 number, the engine starts the next call as soon as one episode is ready and the steps still running
 have had ``turn_wait_s`` seconds more to join it, so the engine generates while slow tools run and
-fast ones still batch together. Each episode is sampled with its own seed, so which episodes share
+fast ones still batch together; with ``"auto"`` that wait is the last engine call's own seconds: a
+straggler is left behind only when waiting for it would cost more than a turn (on a CPU engine a
+call for part of the episodes costs about what one for all of them does, so splitting a batch for
+a short tool is a loss). Each episode is sampled with its own seed, so which episodes share
 a call changes only the last digits of the log-probs (and so, rarely, a sampled token).
 
 The context is the prompt's ids, each assistant turn's sampled ids as the engine returned them
@@ -49,7 +52,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from grm.data.trajectory import EndReason, Task, Trajectory
 from grm.engines.base import GenerationEngine, GenerationRequest, SamplingParams
@@ -76,16 +79,21 @@ class EpisodeRunner:
     """Runs episodes with one policy engine and its tokenizer (see the module docstring)."""
 
     def __init__(
-        self, engine: GenerationEngine, tokenizer: Any, limits: EpisodeLimits | None = None, turn_wait_s: float | None = None
+        self,
+        engine: GenerationEngine,
+        tokenizer: Any,
+        limits: EpisodeLimits | None = None,
+        turn_wait_s: float | Literal["auto"] | None = None,
     ) -> None:
         """``turn_wait_s``: None, lockstep; else how long the engine waits, once an episode is
-        ready for its next turn, for the steps still running (see the module docstring)."""
+        ready for its next turn, for the steps still running: seconds, or ``"auto"`` (the last
+        engine call's seconds; see the module docstring)."""
         self.engine = engine
         self.chat = ChatTokens(tokenizer)
         self.limits = limits or EpisodeLimits()
         self.turns = EpisodeTurns(self.chat, self.limits)
-        if turn_wait_s is not None and not turn_wait_s >= 0:
-            raise ValueError(f"turn_wait_s must be >= 0 or None, got {turn_wait_s!r}")
+        if turn_wait_s is not None and turn_wait_s != "auto" and not (isinstance(turn_wait_s, (int, float)) and turn_wait_s >= 0):
+            raise ValueError(f"turn_wait_s must be >= 0, 'auto' or None, got {turn_wait_s!r}")
         self.turn_wait_s = turn_wait_s
 
     def run(
@@ -139,7 +147,7 @@ class EpisodeRunner:
         ready (reset, or its last step answered), while the steps of the others go on. Returns the
         seconds the engine spent generating."""
         ready = [e for e in episodes if e.live]
-        busy = 0.0
+        busy = last = 0.0
         stepping: dict[asyncio.Task[Step | None], Episode] = {}
         while True:
             if stepping and (self.turn_wait_s is None or not ready):
@@ -147,7 +155,7 @@ class EpisodeRunner:
                     await asyncio.wait(stepping)
                 else:  # the first step to finish, then at most turn_wait_s for the rest to join
                     await asyncio.wait(stepping, return_when=asyncio.FIRST_COMPLETED)
-                    await asyncio.wait(stepping, timeout=self.turn_wait_s)
+                    await asyncio.wait(stepping, timeout=last if self.turn_wait_s == "auto" else self.turn_wait_s)
             for task in [t for t in stepping if t.done()]:
                 e = stepping.pop(task)
                 step = task.result()
@@ -163,7 +171,8 @@ class EpisodeRunner:
             requests = [GenerationRequest(token_ids=list(e.context), seed=e.seed) for e in live]
             start = time.monotonic()
             gens = await asyncio.to_thread(self.engine.generate, requests, sampling)
-            busy += time.monotonic() - start
+            last = time.monotonic() - start
+            busy += last
             for e in live:
                 e.seconds += time.monotonic() - start
             if len(gens) != len(live):

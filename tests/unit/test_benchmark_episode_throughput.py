@@ -53,7 +53,7 @@ def test_written_pipelines_load_with_the_requested_sizes(bench, tmp_path, mode, 
     episodes = mode != "single-turn"
     if episodes:  # lockstep in the policy's process, or workers on the judge's pool with the shipped wait
         assert (spec.env.pool, spec.env.workers, spec.env.turn_wait_s) == (
-            (None, 1, None) if mode == "episodes" else ("judge", 2, 1.0)
+            (None, 1, None) if mode == "episodes" else ("judge", 2, "auto")
         )
     assert (spec.algorithm.prompts_per_step, spec.algorithm.group_size) == (2, 3)
     assert spec.rollout.max_new_tokens == 32 and spec.train.steps == 2

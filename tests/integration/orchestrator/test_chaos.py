@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.integration.orchestrator.test_run import ENV, SMALL, grm_run, metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 COMMON = ["schedule.mode=sync", "train.backend.type=torch", "train.steps=2", "checkpoint.every=1", "checkpoint.keep=1"]
 

@@ -114,6 +114,7 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert "## Judge cost" in (out / "report.md").read_text()
 
 
+@pytest.mark.extended
 def test_judge_actor_killed_mid_run_is_restarted(tmp_path):
     out = tmp_path / "kill"
     args = [

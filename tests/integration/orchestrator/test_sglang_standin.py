@@ -119,6 +119,7 @@ def test_engine_against_the_standin(standin_url):
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.extended
 def test_async_run_serves_each_synced_version(tmp_path, standin_url):
     from grm.models import resolve_model
 

@@ -216,6 +216,7 @@ def two_ranks_zero2(two_ranks) -> Path:
 
 
 @pytest.mark.timeout(3000)  # up to three `grm run`s in a row (the 2-rank ZeRO-2 run, if not made yet)
+@pytest.mark.extended
 def test_two_node_cluster_one_rank_per_node_runs_and_resumes_to_the_same_result(tmp_path, two_ranks_zero2, two_node_cluster):
     """A pool of 2 nodes x 1 CPU holds a 2-rank policy, one rank per node (placement.json says
     which); a run stopped after step 1 and resumed ends where the straight 2-rank run ends (the
@@ -296,6 +297,7 @@ def test_a_pool_ray_cannot_reserve_stops_the_run_naming_what_holds_its_resources
 
 
 @pytest.mark.timeout(2400)
+@pytest.mark.extended
 def test_two_node_cluster_places_roles_by_pool_resources_and_survives_losing_a_node(tmp_path, two_node_cluster):
     """Roles land on the nodes their pools ask for; when the judge's node dies mid-step the run
     checkpoints the trained steps and stops naming the lost role; with the node back it resumes."""

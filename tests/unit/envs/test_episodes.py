@@ -368,6 +368,31 @@ def test_the_engine_generates_for_ready_episodes_while_a_slow_tool_runs_and_lock
     assert took < out[None][1] + 0.2
 
 
+class SlowEngine(TokenEngine):
+    """A ``TokenEngine`` whose every call takes ``seconds`` (a CPU engine's turn)."""
+
+    def __init__(self, tok, seconds):
+        super().__init__(tok, lambda key, k: "ok")
+        self.seconds = seconds
+
+    def generate(self, requests, sampling):
+        time.sleep(self.seconds)
+        return super().generate(requests, sampling)
+
+
+@pytest.mark.parametrize(("turn_s", "calls"), [(0.6, [3, 3, 3]), (0.05, [3, 2, 2, 1, 1])])
+def test_auto_waits_for_a_straggler_only_while_waiting_costs_less_than_a_turn(turn_s, calls):
+    """ "auto": a 0.4 s tool is waited for when a turn takes 0.6 s (one call for all, as in
+    lockstep), and left behind when a turn takes 0.05 s (the fast pair runs ahead)."""
+    tok = tokenizer(SMOL)
+    engine = SlowEngine(tok, turn_s)
+    envs = iter([TimedEnv(0.0), TimedEnv(0.4), TimedEnv(0.0)])
+    runner = EpisodeRunner(engine, tok, turn_wait_s="auto")
+    trajs = runner.run(envs.__next__, [{}, {}, {}], SamplingParams(max_new_tokens=8), seeds=[0, 1, 2])
+    assert [t.end_reason for t in trajs] == ["done"] * 3 and engine.calls == calls
+    assert 0 < trajs[0].metadata["engine_busy"] <= 1
+
+
 def test_a_close_that_raises_or_hangs_never_changes_the_outcome():
     class Closing(PrintEnv):
         def close(self):
@@ -380,5 +405,6 @@ def test_a_close_that_raises_or_hangs_never_changes_the_outcome():
 
 def test_turn_wait_must_be_a_non_negative_number_or_none():
     tok = tokenizer(SMOL)
-    with pytest.raises(ValueError, match="turn_wait_s must be >= 0"):
-        EpisodeRunner(TokenEngine(tok, lambda key, k: "ok"), tok, turn_wait_s=-1)
+    for bad in (-1, "soon"):
+        with pytest.raises(ValueError, match="turn_wait_s must be >= 0, 'auto' or None"):
+            EpisodeRunner(TokenEngine(tok, lambda key, k: "ok"), tok, turn_wait_s=bad)
