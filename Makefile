@@ -47,7 +47,7 @@ test: setup browser
 	$(BIN)/python -m pytest -q -m "not extended" --durations=20
 
 # Everything, the `extended` tests too: chaos kills, two-node clusters, the SGLang stand-in's async
-# run, a judge actor killed mid-run (~8 min more on 2 cores).
+# run, a judge actor killed mid-run (~10 min more on 2 cores).
 test-all: setup browser
 	$(BIN)/python -m pytest -q --durations=20
 
