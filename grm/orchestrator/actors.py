@@ -1,6 +1,7 @@
-"""The policy actor (trainer + rollout engine + colocated reference/critic) and what every role
-actor shares: threads, device, where it runs. The reference and judge actors, which hold frozen
-models, are in ``grm.orchestrator.frozen_actors``. Each actor lives in its pool's placement group,
+"""The policy actor (trainer + rollout engine + colocated reference/critic) and its worker group's
+rendezvous. What every role actor shares (device, where it runs) is in
+``grm.orchestrator.role_actor``; the reference and judge actors, which hold frozen models, are in
+``grm.orchestrator.frozen_actors``. Each actor lives in its pool's placement group,
 with its pool's thread count."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ray
 
 from grm.orchestrator.cores import CoreShare, ledger, set_threads
 from grm.orchestrator.handles import Placement
+from grm.orchestrator.role_actor import REFERENCE_DTYPE, engine_dtype, where
 from grm.orchestrator.types import Group, Prepared, Rollout, Synced
 
 if TYPE_CHECKING:
@@ -58,38 +60,6 @@ def rendezvous() -> tuple[str, int]:
 def cancelled() -> bool:
     """The actor call under way was cancelled (``ray.cancel``): a stopping run abandons its rollouts."""
     return ray.get_runtime_context().is_canceled()
-
-
-def actor_device() -> Any:
-    """The device of a judge's or remote reference's model: the GPU Ray gave this actor (its pool
-    has GPUs), else the CPU."""
-    from grm.models.device import role_device
-
-    return role_device(len(ray.get_gpu_ids()))
-
-
-REFERENCE_DTYPE = "fp32"
-"""The frozen reference's dtype: its log-probs enter the KL against the fp32 trainer's."""
-
-
-def engine_dtype(engine: object) -> dict[str, str]:
-    """``{"dtype": ...}`` for an hf engine (what ``dtype: auto`` chose, for placement.json), else {}."""
-    name = getattr(engine, "dtype_name", None)
-    return {"dtype": name} if isinstance(name, str) else {}
-
-
-def where() -> Placement:
-    """Node, resources and torch threads of the calling actor (asserted by placement tests), read
-    on the thread that runs its calls."""
-    import torch
-
-    ctx = ray.get_runtime_context()
-    return {
-        "node_id": ctx.get_node_id(),
-        "pid": os.getpid(),
-        "resources": ctx.get_assigned_resources(),
-        "threads": torch.get_num_threads(),
-    }
 
 
 @ray.remote(concurrency_groups={"progress": 1})  # train_progress answers while train runs

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from grm.orchestrator.actors import REFERENCE_DTYPE, actor_device, engine_dtype, where
 from grm.orchestrator.cores import CoreLedger, CoreShare, NoLedger, ledger, set_threads
 from grm.orchestrator.handles import Placement
+from grm.orchestrator.role_actor import REFERENCE_DTYPE, actor_device, engine_dtype, where
 from grm.orchestrator.types import Judged, Prepared
 
 if TYPE_CHECKING:
