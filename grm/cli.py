@@ -339,6 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--port", type=cli_args.port, default=0, help="port (default 0: a free one; the URL is printed)")
     w.set_defaults(func=cmd_view)
 
+    from grm.evaluation import export_cli  # argparse only: `grm --help` stays light
+
+    x = sub.add_parser("export", help="write a run's policy as a Hugging Face model directory (safetensors, tokenizer, card)")
+    x.add_argument("source", type=cli_args.existing_dir, metavar="RUN_DIR|CHECKPOINT_DIR", help="a run or RUN/checkpoints/step-N")
+    x.add_argument("--out", required=True, type=cli_args.out_dir, metavar="DIR", help="the model directory to write")
+    x.add_argument("--step", type=cli_args.integer(0), metavar="N", help="the run's checkpoint of step N (default: the latest)")
+    x.add_argument("--force", action="store_true", help="replace --out when it exists and is not empty")
+    x.set_defaults(func=export_cli.cmd_export)
+
     from grm.envs import cli as envs_cli  # argparse only: `grm --help` stays light
 
     envs_cli.add_parser(sub)

@@ -53,10 +53,26 @@ class PolicySource:
         return f"{self.model} + {self.checkpoint}" if self.checkpoint else self.model
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The run's newest checkpoint with its ``COMPLETE`` marker (a half-written one is never picked)."""
+def is_run_dir(path: Path) -> bool:
+    """A ``grm run`` directory: its recorded configuration beside its checkpoints folder."""
+    return (path / "config.resolved.yaml").is_file() and (path / "checkpoints").is_dir()
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    """A checkpoint of a run (``RUN/checkpoints/step-N`` holding ``policy/``), complete or not."""
+    return (path / "policy").is_dir() and path.parent.name == "checkpoints"
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoints with their ``COMPLETE`` marker, oldest first (a half-written one never counts)."""
     done = [p for p in (run_dir / "checkpoints").glob("step-*") if (p / "COMPLETE").exists() and p.name[5:].isdigit()]
-    return max(done, key=lambda p: int(p.name[5:])) if done else None
+    return sorted(done, key=lambda p: int(p.name[5:]))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The run's newest complete checkpoint."""
+    done = complete_checkpoints(run_dir)
+    return done[-1] if done else None
 
 
 def _from_spec(ref: str, base_dir: Path, overrides: list[str], where: str) -> PolicySource:
@@ -91,12 +107,12 @@ def resolve_policy(ref: str) -> PolicySource:
     """POLICY -> what to load and how to prompt it; a clear error when it names nothing usable."""
     path = Path(ref).expanduser()
     if path.is_dir():
-        if (path / "config.resolved.yaml").is_file() and (path / "checkpoints").is_dir():
+        if is_run_dir(path):
             ckpt = latest_checkpoint(path)
             if ckpt is None:
                 raise PolicySourceError(f"{path}: the run has no complete checkpoint (checkpoints/step-N with COMPLETE)")
             return _from_run(path, ckpt, ref)
-        if (path / "policy").is_dir() and path.parent.name == "checkpoints":
+        if is_checkpoint_dir(path):
             if not (path / "COMPLETE").exists():
                 raise PolicySourceError(f"{path}: incomplete checkpoint (no COMPLETE marker); use a finished one")
             return _from_run(path.parent.parent, path, ref)

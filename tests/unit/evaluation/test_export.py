@@ -1,0 +1,187 @@
+"""``grm export`` without a model: which checkpoint SOURCE and --step name, what --out may be, the
+one-line refusals, the model card, and the atomic write (the model writer replaced by a stub)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grm.cli import main
+from grm.evaluation import export
+from grm.evaluation.export import ExportError, check_out, export_policy, find_checkpoint
+
+
+@pytest.fixture(scope="module")
+def quickstart_config():
+    """config.resolved.yaml as ``grm run builtin:quickstart`` records it."""
+    from grm.config.resolve import load_pipeline
+
+    spec = load_pipeline("builtin:quickstart").spec
+    return yaml.safe_dump(json.loads(spec.model_dump_json()), sort_keys=False)
+
+
+@pytest.fixture
+def run(tmp_path, quickstart_config):
+    """A run directory: complete checkpoints of steps 2 and 4, a half-written one of step 5, metrics of steps 1-5."""
+    run = tmp_path / "run"
+    for step in (2, 4, 5):
+        (run / "checkpoints" / f"step-{step}" / "policy").mkdir(parents=True)
+    for step in (2, 4):
+        (run / "checkpoints" / f"step-{step}" / "COMPLETE").write_text("ok\n")
+    (run / "config.resolved.yaml").write_text(quickstart_config)
+    rows = [
+        {"step": s, "reward_mean": 0.1 * s, "kl": 0.001 * s, "entropy": 1.5, "reward/numeric-answer": s / 10, "format": 1}
+        for s in range(1, 6)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+@pytest.fixture
+def stub_writer(monkeypatch):
+    """Records the policy each export writes, and writes a stand-in config.json."""
+    written = []
+
+    def write_model(src, where):
+        written.append(src)
+        (where / "config.json").write_text("{}")
+
+    monkeypatch.setattr(export, "write_model", write_model)
+    return written
+
+
+def test_a_run_gives_its_latest_complete_checkpoint_or_the_step_asked(run, monkeypatch):
+    assert find_checkpoint(run) == (run, run / "checkpoints" / "step-4")  # step-5 has no COMPLETE
+    assert find_checkpoint(run, 2) == (run, run / "checkpoints" / "step-2")
+    ckpt = run / "checkpoints" / "step-2"
+    assert find_checkpoint(ckpt) == (run, ckpt) and find_checkpoint(ckpt, 2) == (run, ckpt)
+    monkeypatch.chdir(run / "checkpoints")  # a checkpoint named from inside checkpoints/ still finds its run
+    assert find_checkpoint(Path("step-2")) == (run, ckpt)
+    monkeypatch.chdir(ckpt)
+    assert find_checkpoint(Path(".")) == (run, ckpt)
+
+
+def test_a_checkpoint_named_relatively_exports_with_its_runs_config(run, tmp_path, monkeypatch, stub_writer):
+    monkeypatch.chdir(run / "checkpoints")
+    export_policy(Path("step-2"), tmp_path / "hf")
+    assert stub_writer[0].checkpoint == run / "checkpoints" / "step-2"
+    assert "from run `run/checkpoints/step-2`" in (tmp_path / "hf" / "README.md").read_text()
+
+
+def test_a_step_the_run_lacks_names_the_run_and_lists_the_complete_steps(run):
+    with pytest.raises(ExportError, match=r"run: no complete checkpoint for --step 3; complete steps: 2, 4$"):
+        find_checkpoint(run, 3)
+    with pytest.raises(ExportError, match=r"--step 5 \(it is incomplete: no COMPLETE marker\); complete steps: 2, 4"):
+        find_checkpoint(run, 5)
+    with pytest.raises(ExportError, match="step-5: incomplete checkpoint"):
+        find_checkpoint(run / "checkpoints" / "step-5")
+    with pytest.raises(ExportError, match="--step 4 names another checkpoint"):
+        find_checkpoint(run / "checkpoints" / "step-2", 4)
+    for step in (2, 4):
+        (run / "checkpoints" / f"step-{step}" / "COMPLETE").unlink()
+    with pytest.raises(ExportError, match="run: the run has no complete checkpoint"):
+        find_checkpoint(run)
+    with pytest.raises(ExportError, match="complete steps: none"):
+        find_checkpoint(run, 2)
+
+
+def test_what_is_neither_a_run_nor_a_checkpoint_is_refused_by_name(tmp_path):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    with pytest.raises(ExportError, match=r"hf: already a Hugging Face model directory"):
+        find_checkpoint(tmp_path / "hf")
+    with pytest.raises(ExportError, match=r"empty: not a run directory \(config.resolved.yaml \+ checkpoints/\) or a checkpoint"):
+        (tmp_path / "empty").mkdir()
+        find_checkpoint(tmp_path / "empty")
+    with pytest.raises(ExportError, match="nowhere: no such directory"):
+        find_checkpoint(tmp_path / "nowhere")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ExportError, match="f: not a directory"):
+        find_checkpoint(tmp_path / "f")
+
+
+def test_out_must_be_new_empty_or_forced_and_never_the_run_or_its_checkpoints(run, tmp_path):
+    check_out(tmp_path / "new", False, run)
+    (tmp_path / "empty").mkdir()
+    check_out(tmp_path / "empty", False, run)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(ExportError, match="full: exists and is not empty; use --force"):
+        check_out(tmp_path / "full", False, run)
+    check_out(tmp_path / "full", True, run)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ExportError, match="file: exists and is not a directory"):
+        check_out(tmp_path / "file", True, run)
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    with pytest.raises(ExportError, match="link: is a symbolic link"):
+        check_out(tmp_path / "link", True, run)
+    for bad in (run, tmp_path, run / "checkpoints", run / "checkpoints" / "step-9"):  # --force would delete them
+        with pytest.raises(ExportError, match="would replace the run"):
+            check_out(bad, True, run)
+    check_out(run / "hf", False, run)  # beside the checkpoints is fine
+
+
+def test_export_writes_the_card_beside_the_model_and_replaces_out_only_when_forced(run, tmp_path, stub_writer):
+    out = tmp_path / "hf"
+    assert export_policy(run, out, step=2) == out
+    assert stub_writer[0].checkpoint == (run / "checkpoints" / "step-2").resolve()
+    assert stub_writer[0].model == "smollm2-135m-instruct"
+    assert sorted(p.name for p in out.iterdir()) == ["COMPLETE", "README.md", "config.json"]
+    card = (out / "README.md").read_text()
+    assert 'base_model: "HuggingFaceTB/SmolLM2-135M-Instruct"' in card
+    assert "- pipeline: quickstart" in card and "- algorithm: grpo" in card and "- step: 2 of 5" in card
+    assert "- judges: helpfulness-pointwise-logprob (weight 0.5), numeric-answer (weight 1)" in card
+    # the exported step's metrics line, not the last one (step 5's weights are not these)
+    assert "## Metrics at step 2" in card and "| reward_mean | 0.2 |" in card and "| kl | 0.002 |" in card
+    assert "| reward/numeric-answer | 0.2 |" in card and "response_len_mean" not in card  # a key the line lacks
+    with pytest.raises(ExportError, match="exists and is not empty"):
+        export_policy(run, out)
+    export_policy(run, out, force=True)
+    assert "## Metrics at step 4" in (out / "README.md").read_text()
+
+
+def test_a_failed_write_leaves_out_as_it_was_and_no_staging_directory(run, tmp_path, monkeypatch):
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+
+    def broken(src, where):
+        (where / "config.json").write_text("{}")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "write_model", broken)
+    with pytest.raises(OSError, match="No space"):
+        export_policy(run, out, force=True)
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "run"]
+
+
+def test_a_damaged_metrics_log_is_said_in_the_card_and_does_not_stop_the_export(run, tmp_path, stub_writer):
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "format": 99}\n')
+    export_policy(run, tmp_path / "hf")
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "metrics.jsonl could not be read" in card and "metrics.jsonl:2" in card and "newer grm" in card
+
+
+def test_the_command_line_says_one_line_naming_the_path_and_exits_2(run, tmp_path, capsys, stub_writer):
+    assert main(["export", str(run), "--out", str(tmp_path / "hf"), "--step", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(run) in err and "complete steps: 2, 4" in err and "Traceback" not in err
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "x").write_text("x")
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
+    assert "hf: exists and is not empty; use --force" in capsys.readouterr().err
+    assert main(["export", str(run), "--out", str(tmp_path / "hf"), "--force"]) == 0
+    assert f"wrote {tmp_path / 'hf'}: config.json, model.safetensors" in capsys.readouterr().out
+    (tmp_path / "file").write_text("x")
+    for argv, why in (
+        (["export", str(run), "--out", str(tmp_path / "file")], "is a regular file, expected a directory"),
+        (["export", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")], "nowhere: no such file or directory"),
+        (["export", str(run), "--out", str(tmp_path / "o"), "--step", "-1"], "out of range"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1, err
