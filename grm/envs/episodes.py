@@ -55,7 +55,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from grm.data.trajectory import EndReason, Task, Trajectory
-from grm.engines.base import GenerationEngine, GenerationRequest, SamplingParams
+from grm.engines.base import GenerationEngine, SamplingParams
 from grm.envs.base import (
     AssistantMessage,
     Environment,
@@ -68,6 +68,7 @@ from grm.envs.base import (
 from grm.envs.bounded import is_async, with_deadline
 from grm.envs.chat_tokens import ChatTokens
 from grm.envs.episode_state import Episode, EpisodeLimits, EpisodeTurns, describe
+from grm.envs.turn_loop import TurnLoop
 
 T = TypeVar("T")
 
@@ -89,6 +90,7 @@ class EpisodeRunner:
         ready for its next turn, for the steps still running: seconds, or ``"auto"`` (the last
         engine call's seconds; see the module docstring)."""
         self.engine = engine
+        self._turn_loop: tuple[asyncio.AbstractEventLoop, TurnLoop] | None = None
         self.chat = ChatTokens(tokenizer)
         self.limits = limits or EpisodeLimits()
         self.turns = EpisodeTurns(self.chat, self.limits)
@@ -131,56 +133,25 @@ class EpisodeRunner:
             Episode(Trajectory(ids[i] if ids else f"e{i}", Task(dict(row), [])), seeds[i] if seeds else None)
             for i, row in enumerate(rows)
         ]
-        start = time.monotonic()
-        await asyncio.gather(*(self._reset(e, make_env) for e in episodes))
+        loop = self._loop()
+        start, busy = time.monotonic(), loop.busy_s
         try:
-            busy = await self._turns(episodes, sampling)
+            await asyncio.gather(*(self._reset(e, make_env) for e in episodes))
+            await loop.run(episodes, sampling)
         finally:
-            await asyncio.gather(*(_close(e.env) for e in episodes if e.env is not None))
+            await asyncio.shield(asyncio.gather(*(_close(e.env) for e in episodes if e.env is not None)))
         took = time.monotonic() - start
+        share = min(1.0, (loop.busy_s - busy) / took) if took > 0 else 0.0
         for e in episodes:  # the engine's share of the call's wall time (the rest it waited on environments)
-            e.traj.metadata["engine_busy"] = round(busy / took, 4) if took > 0 else 0.0
+            e.traj.metadata["engine_busy"] = round(share, 4)
         return [e.traj for e in episodes]
 
-    async def _turns(self, episodes: list[Episode], sampling: SamplingParams) -> float:
-        """Every episode's turns: each engine call generates the next turn of every episode that is
-        ready (reset, or its last step answered), while the steps of the others go on. Returns the
-        seconds the engine spent generating."""
-        ready = [e for e in episodes if e.live]
-        busy = last = 0.0
-        stepping: dict[asyncio.Task[Step | None], Episode] = {}
-        while True:
-            if stepping and (self.turn_wait_s is None or not ready):
-                if self.turn_wait_s is None:
-                    await asyncio.wait(stepping)
-                else:  # the first step to finish, then at most turn_wait_s for the rest to join
-                    await asyncio.wait(stepping, return_when=asyncio.FIRST_COMPLETED)
-                    await asyncio.wait(stepping, timeout=last if self.turn_wait_s == "auto" else self.turn_wait_s)
-            for task in [t for t in stepping if t.done()]:
-                e = stepping.pop(task)
-                step = task.result()
-                if step is not None:
-                    self.turns.after_step(e, step, sampling)
-                ready.append(e)
-            live = [e for e in ready if e.live and self.turns.may_generate(e, sampling)]
-            ready = []
-            if not live:
-                if stepping:
-                    continue
-                return busy
-            requests = [GenerationRequest(token_ids=list(e.context), seed=e.seed) for e in live]
-            start = time.monotonic()
-            gens = await asyncio.to_thread(self.engine.generate, requests, sampling)
-            last = time.monotonic() - start
-            busy += last
-            for e in live:
-                e.seconds += time.monotonic() - start
-            if len(gens) != len(live):
-                raise RuntimeError(f"engine returned {len(gens)} generations for {len(live)} requests")
-            for e, g in zip(live, gens, strict=True):
-                message = self.turns.assistant_turn(e, g)
-                if e.live:
-                    stepping[asyncio.create_task(self._step(e, message))] = e
+    def _loop(self) -> TurnLoop:
+        """This event loop's ``TurnLoop`` (``run`` starts a fresh event loop each time)."""
+        running = asyncio.get_running_loop()
+        if self._turn_loop is None or self._turn_loop[0] is not running:
+            self._turn_loop = (running, TurnLoop(self.engine.generate, self.turns, self._step, self.turn_wait_s))
+        return self._turn_loop[1]
 
     # ------------------------------------------------------------------ one episode
 

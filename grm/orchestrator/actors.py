@@ -7,8 +7,10 @@ with its pool's thread count."""
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -62,9 +64,19 @@ def cancelled() -> bool:
     return ray.get_runtime_context().is_canceled()
 
 
-@ray.remote(concurrency_groups={"progress": 1})  # train_progress answers while train runs
+EPISODE_CALLS = 8
+"""``episodes`` calls a policy actor runs at once: their episodes share one turn loop, so the next
+chunk's or step's episodes take turns while the earlier ones wait on tools."""
+
+
+@ray.remote(concurrency_groups={"progress": 1, "episodes": EPISODE_CALLS})  # train_progress answers while train runs
 class PolicyActor:
-    """Trainer, rollout engine and (when colocated) reference and critic of the policy."""
+    """Trainer, rollout engine and (when colocated) reference and critic of the policy.
+
+    Its calls run one at a time, except ``train_progress``/``failure`` (answered while a call waits)
+    and ``episodes``, which run beside the others: every use of the model (a rollout, a batch pass,
+    training, a weight sync, save, load, export, each turn of an episode) holds the model lock, so
+    an episode's turn is generated between them, never during one."""
 
     def __init__(
         self,
@@ -82,6 +94,8 @@ class PolicyActor:
         (``grm.orchestrator.cores``); ``env_workers``: the actors running an ``env:`` run's
         environments (``env.pool``), none when they run in this process."""
         self.env_workers = list(env_workers)
+        self.lock = threading.RLock()
+        """The model lock (see the class docstring)."""
         set_threads(threads)
         self.cores = ledger(lend)
         self.rank = dist[0] if dist else 0
@@ -139,7 +153,7 @@ class PolicyActor:
             critic = ValueModel.from_pretrained(policy.model, "fp32")
             self.critic = self._trainer(critic, batch, {**common, "lr": cfg.algorithm.critic_lr}, forward=value_forward)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
-        self.episodes: EpisodeRollout | None = None
+        self.episode_rollout: EpisodeRollout | None = None
         """Runs the episodes of an ``env:`` pipeline, made on the first rollout."""
         self.cores.watch(
             train_model,
@@ -167,6 +181,12 @@ class PolicyActor:
 
         return TorchTrainer(module, device=self.device, **common, **kw)
 
+    @contextmanager
+    def _model(self) -> Iterator[None]:
+        """Holding the model: its lock, and the core ledger's busy mark (``grm.orchestrator.cores``)."""
+        with self.lock, self.cores.busy():
+            yield
+
     def where(self, role: str = "policy") -> Placement:
         """Where this actor runs, and the dtype of ``role``'s model here (the rollout engine's for
         the policy; the reference's when it is colocated)."""
@@ -190,19 +210,38 @@ class PolicyActor:
         t0 = time.perf_counter()
         if not prompts:
             return _gather(([], 0.0), others, gather_rollouts)
-        with self.cores.busy():
-            groups = self._rollout(prompts, keys, n, seed) if self.cfg.env is None else self._episodes(prompts, keys, n, seed)
+        if self.cfg.env is not None:
+            groups = self._episodes(prompts, keys, n, seed)  # each turn holds the model
+        else:
+            with self._model():
+                groups = self._rollout(prompts, keys, n, seed)
         return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
+
+    @ray.method(concurrency_group="episodes")
+    def episodes(
+        self,
+        prompts: Sequence[Prompt],
+        keys: Sequence[str],
+        n: int,
+        seed: int,
+        others: Sequence[ObjectRef[tuple[list[Group], float]]] = (),
+    ) -> tuple[list[Group], float]:
+        """``rollout`` of an ``env:`` pipeline, beside this actor's other calls: the episodes of
+        every ``episodes`` call in flight share one turn loop (``grm.envs.turn_loop``)."""
+        return self.rollout(prompts, keys, n, seed, others)
 
     def _episodes(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
         """``n`` episodes per prompt (``env:``), every turn on this engine: one group per prompt."""
         from grm.orchestrator.episodes import run_groups
 
-        if self.episodes is None:
-            from grm.orchestrator.episodes import EpisodeRollout
+        with self.lock:  # two first calls at once make one
+            if self.episode_rollout is None:
+                from grm.orchestrator.episodes import EpisodeRollout
 
-            self.episodes = EpisodeRollout(self.cfg, self.engine, self.tok, self.policy.generation.stop, self.env_workers)
-        return run_groups(self.episodes, prompts, keys, n, seed, cancelled)
+                self.episode_rollout = EpisodeRollout(
+                    self.cfg, self.engine, self.tok, self.policy.generation.stop, self.env_workers, hold=self._model
+                )
+        return run_groups(self.episode_rollout, prompts, keys, n, seed, cancelled)
 
     def _rollout(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
         from grm.engines.base import SamplingParams, chat_request
@@ -251,7 +290,7 @@ class PolicyActor:
         batches back together in the rollouts' order."""
         from grm.orchestrator.policy_group import gather_prepared
 
-        with self.cores.busy():
+        with self._model():
             batch, secs = self._prepare(rollouts)
         if positions is None:
             return Prepared(batch, secs)
@@ -298,14 +337,14 @@ class PolicyActor:
         t0 = time.perf_counter()
         MICRO_BATCHES.reset()
         self.cores.take_peak()
-        with self.cores.busy():
+        with self._model():
             metrics = train_on_batch(self.trainer, self.critic, self.algorithm, batch)
+            if self.shared:
+                self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
         self.last_micro_batches = MICRO_BATCHES.done
         metrics["train_seconds"] = time.perf_counter() - t0
         # what this call ran with: sync, the node's cores; async, its share plus any cores lent while it ran
         metrics["threads_training"] = self.cores.take_peak()
-        if self.shared:
-            self.engine.version = self.version_of_trainer()  # the engine already holds the new weights
         return _gather(metrics, others, gather_first)
 
     @ray.method(concurrency_group="progress")
@@ -327,12 +366,13 @@ class PolicyActor:
         from grm.orchestrator.policy_group import gather_synced
         from grm.training.sync import push_weights
 
-        version = self.version_of_trainer()
-        if self.shared:
-            self.engine.version = version
-            return _gather(Synced(version, 0.0), others, gather_synced)
-        state = self.trainer.state_dict()
-        secs = push_weights(self.engine, state, version) if self.engine is not None else 0.0
+        with self.lock:
+            version = self.version_of_trainer()
+            if self.shared:
+                self.engine.version = version
+                return _gather(Synced(version, 0.0), others, gather_synced)
+            state = self.trainer.state_dict()
+            secs = push_weights(self.engine, state, version) if self.engine is not None else 0.0
         return _gather(Synced(version, secs), others, gather_synced)
 
     @ray.method(concurrency_group="progress")  # answers while a call waits in a collective
@@ -347,18 +387,20 @@ class PolicyActor:
         """Collective: each rank writes its ZeRO shard under ``path`` (a directory every rank can reach)."""
         from grm.orchestrator.policy_group import gather_first
 
-        self.trainer.save(os.path.join(path, "policy"))
-        if self.critic is not None:
-            self.critic.save(os.path.join(path, "critic"))
+        with self.lock:
+            self.trainer.save(os.path.join(path, "policy"))
+            if self.critic is not None:
+                self.critic.save(os.path.join(path, "critic"))
         return _gather(None, others, gather_first)
 
     def load(self, path: str, others: Sequence[ObjectRef[int]] = ()) -> int:
         from grm.orchestrator.policy_group import gather_first
 
-        self.trainer.load(os.path.join(path, "policy"))
-        if self.critic is not None:
-            self.critic.load(os.path.join(path, "critic"))
-        self.sync()
+        with self.lock:
+            self.trainer.load(os.path.join(path, "policy"))
+            if self.critic is not None:
+                self.critic.load(os.path.join(path, "critic"))
+            self.sync()
         return _gather(self.version_of_trainer(), others, gather_first)
 
     def export(self, path: str, others: Sequence[ObjectRef[float]] = ()) -> float:
@@ -366,6 +408,7 @@ class PolicyActor:
         from grm.models.weights import save_weights
         from grm.orchestrator.policy_group import gather_max
 
-        state = self.trainer.state_dict()
-        secs = save_weights(state, path, self.version_of_trainer()) if self.rank == 0 else 0.0
+        with self.lock:
+            state = self.trainer.state_dict()
+            secs = save_weights(state, path, self.version_of_trainer()) if self.rank == 0 else 0.0
         return _gather(secs, others, gather_max)

@@ -83,6 +83,8 @@ class Driver:
                     raise Interrupted()
                 show.begin(step)
                 s = StepOutcome(step, self.scheduler.take(step), self.version)  # rollouts: queued now, or ahead (async)
+                if cfg.env is not None:  # async: the next steps' episodes start beside this step's slow ones
+                    self.scheduler.fill_ahead(step)
                 rollouts = self.scheduler.rollouts(s.work)  # each chunk goes to every judge as it lands
                 if self.early_pass:
                     self.scheduler.prepare(s.work, rollouts)  # batch pass, beside the judges

@@ -10,14 +10,18 @@ read ``Rollout.trajectory`` (``Sample.trajectory``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import Prompt
 from grm.data.trajectory import Trajectory
-from grm.engines.base import GenerationEngine, SamplingParams
-from grm.envs.agent import Agent, load_agent, run_agent_episodes
+from grm.engines.base import Generation, GenerationAborted, GenerationEngine, GenerationRequest, SamplingParams
+from grm.envs.agent import Agent, arun_agent_episodes, load_agent
 from grm.envs.base import Environment, env_factory
 from grm.envs.episodes import EpisodeLimits, EpisodeRunner
 from grm.orchestrator.types import Group, Rollout
@@ -25,21 +29,34 @@ from grm.orchestrator.types import Group, Rollout
 if TYPE_CHECKING:
     from torch import Tensor
 
+T = TypeVar("T")
+
 
 class EpisodeRollout:
     """A policy actor's episode runner: the environment factory (loaded once, so a bad class or
-    argument fails on the first rollout, naming the spec), the limits and the sampling of a turn."""
+    argument fails on the first rollout, naming the spec), the limits and the sampling of a turn,
+    and the one event loop every rollout call's episodes run on (``EpisodeService``), so the
+    episodes of concurrent calls share the engine's calls (``grm.envs.turn_loop``)."""
 
     def __init__(
-        self, cfg: PipelineSpec, engine: GenerationEngine, tokenizer: Any, stop: Sequence[str], workers: Sequence[Any] = ()
+        self,
+        cfg: PipelineSpec,
+        engine: GenerationEngine,
+        tokenizer: Any,
+        stop: Sequence[str],
+        workers: Sequence[Any] = (),
+        hold: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         """``workers``: environment worker actors (``env.pool``) to run the environments on; none:
-        in this process."""
+        in this process. ``hold()``: held around each engine call (the policy actor's model lock:
+        no turn is generated while the model trains or syncs)."""
         env = cfg.env
         assert env is not None, "episodes need the pipeline's env: block"
+        self.engine = engine if hold is None else LockedEngine(engine, hold)
         self.limits = EpisodeLimits.of(env)
-        self.runner = EpisodeRunner(engine, tokenizer, self.limits, env.turn_wait_s)
+        self.runner = EpisodeRunner(self.engine, tokenizer, self.limits, env.turn_wait_s)
         self.tokenizer = tokenizer
+        self.service = EpisodeService()
         self.agent: Agent | None = None
         """(``env: {type: agent}``) the user's agent function, run against the policy endpoint."""
         self.make_env: Callable[[], Environment] | None = None
@@ -58,23 +75,63 @@ class EpisodeRollout:
         )
 
 
+class LockedEngine:
+    """An engine whose ``generate`` runs inside ``hold()``; everything else is the engine's."""
+
+    def __init__(self, engine: GenerationEngine, hold: Callable[[], AbstractContextManager[Any]]) -> None:
+        self.engine, self.hold = engine, hold
+
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        with self.hold():
+            return self.engine.generate(requests, sampling)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+class EpisodeService:
+    """One event loop in a daemon thread that runs every rollout call's episodes: a call (each in
+    a thread of the actor's ``episodes`` concurrency group) hands its coroutine over and waits,
+    checking whether it was cancelled (a stopping run), which ends its episodes at their next token."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="grm-episodes", daemon=True).start()
+
+    def run(self, make: Callable[[Callable[[], bool]], Coroutine[Any, Any, T]], cancelled: Callable[[], bool]) -> T:
+        """``make(abort)``'s result, run on the loop; ``abort()`` turns True once ``cancelled()``
+        does, and the call then raises ``GenerationAborted``."""
+        stop = threading.Event()
+        future = asyncio.run_coroutine_threadsafe(make(stop.is_set), self.loop)
+        while not future.done():
+            concurrent.futures.wait([future], timeout=0.2)
+            if not future.done() and cancelled():
+                stop.set()
+                future.cancel()
+                raise GenerationAborted()
+        return future.result()
+
+
 def run_groups(
     er: EpisodeRollout, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int, abort: Callable[[], bool]
 ) -> list[Group]:
-    """``n`` episodes per prompt, all in lockstep, as one group per prompt keyed by ``keys``."""
+    """``n`` episodes per prompt as one group per prompt keyed by ``keys``, on the rollout's event
+    loop beside any other call's episodes; ``abort()`` (polled) ends them."""
     rows = [p.row or {"prompt": p.text} for p in prompts for _ in range(n)]
     ids = [f"{key}/{k}" for key in keys for k in range(n)]
     # one seed per episode: the engine seeds a sample by (seed, sample index, prompt), and every
     # episode of a group starts from the same prompt as sample 0
     seeds = [seed + k for _ in keys for k in range(n)]
-    version = er.runner.engine.version  # an episode that ended before its first turn has no turn's
-    sampling = er.sampling.replace(seed=seed, abort=abort)
-    if er.agent is not None:
-        engine = er.runner.engine
-        trajectories = run_agent_episodes(engine, er.tokenizer, er.agent, rows, sampling, er.limits, seeds=seeds, ids=ids)
-    else:
+    version = er.engine.version  # an episode that ended before its first turn has no turn's
+
+    def episodes(stop: Callable[[], bool]) -> Coroutine[Any, Any, list[Trajectory]]:
+        sampling = er.sampling.replace(seed=seed, abort=stop)
+        if er.agent is not None:
+            return arun_agent_episodes(er.engine, er.tokenizer, er.agent, rows, sampling, er.limits, seeds=seeds, ids=ids)
         assert er.make_env is not None
-        trajectories = er.runner.run(er.make_env, rows, sampling, seeds=seeds, ids=ids)
+        return er.runner.arun(er.make_env, rows, sampling, seeds=seeds, ids=ids)
+
+    trajectories = er.service.run(episodes, abort)
     groups = [Group(key, []) for key in keys]
     for i, t in enumerate(trajectories):
         g, p = groups[i // n], prompts[i // n]

@@ -88,6 +88,8 @@ class PolicyHandle(Protocol):
     """The policy as the driver, scheduler and recorder call it, however many ranks it has."""
 
     rollout: RolloutCall
+    episodes: RolloutCall
+    """``rollout`` of an ``env:`` pipeline, run beside the policy's other calls."""
     prepare: PrepareCall
     train: TrainCall
     sync: SyncCall

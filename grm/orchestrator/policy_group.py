@@ -68,6 +68,7 @@ class PolicyGroup:
     rank (rank 0 gathering), rank 0 alone, or with its first argument cut across the ranks."""
 
     rollout: RolloutCall
+    episodes: RolloutCall
     prepare: PrepareCall
     train: TrainCall
     sync: SyncCall
@@ -82,6 +83,7 @@ class PolicyGroup:
         self.sync, self.save, self.load, self.train = (GroupMethod(self, m) for m in ("sync", "save", "load", "train"))
         self.train_progress = _Rank0(self, "train_progress")  # rank 0's micro-batches (each rank trains a shard)
         self.rollout = _Split(self, "rollout", split_rollout if hf_rollout else None)
+        self.episodes = _Split(self, "episodes", split_rollout if hf_rollout else None)  # beside the other calls
         self.prepare = _Split(self, "prepare", split_prepare)
 
     @property

@@ -140,10 +140,9 @@ class Scheduler:
         prompts = self.stream.take(a.prompts_per_step)
         seed = self.cfg.seed * 1_000_003 + step * 101 + salt
         keys = [f"s{step}r{salt}g{i}" for i in range(len(prompts))]
-        chunks = [
-            self.roles.policy.rollout.remote(prompts[i : i + k], keys[i : i + k], a.group_size, seed)
-            for i in range(0, len(prompts), k)
-        ]
+        # an env: pipeline's episodes run beside the policy's other calls, sharing its engine's turns
+        rollout = self.roles.policy.rollout if self.cfg.env is None else self.roles.policy.episodes
+        chunks = [rollout.remote(prompts[i : i + k], keys[i : i + k], a.group_size, seed) for i in range(0, len(prompts), k)]
         per_replica = [f"{j.name}/{i}" for j in self.roles.judges for i in range(len(j.replicas))]
         return StepWork(
             step, prompts, chunks, replica_items=dict.fromkeys(per_replica, 0), replica_s=dict.fromkeys(per_replica, 0.0)

@@ -83,7 +83,11 @@ def fake_policy(rewards_text=lambda prompt, k: f"answer {k}"):
             groups.append(Group(key, rs))
         return Ref((groups, 0.25))
 
-    return SimpleNamespace(rollout=Method(rollout), prepare=Method(lambda rollouts: Ref(Prepared([r.id for r in rollouts], 0.5))))
+    return SimpleNamespace(
+        rollout=Method(rollout),
+        episodes=Method(rollout),
+        prepare=Method(lambda rollouts: Ref(Prepared([r.id for r in rollouts], 0.5))),
+    )
 
 
 class LengthJudge:
