@@ -82,19 +82,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # A broken pipeline fails here in a blink: the driver imports torch and Ray (seconds) and
     # validates the same way again (milliseconds).
-    load_pipeline(args.pipeline, args.overrides)
+    loaded = load_pipeline(args.pipeline, args.overrides)
     if args.dry_run:
         from grm.orchestrator.dry_run import dry_run
 
         dry_run(args.pipeline, args.overrides, args.address)
         return 0
-    from grm.evaluation.gate import run_gates
+    from grm.evaluation import export_cli, gate
     from grm.orchestrator.errors import RunStopped
     from grm.orchestrator.launch import run_pipeline
 
     try:
         out = run_pipeline(
-            args.pipeline, args.overrides, resume=args.resume, address=args.address, no_live=args.no_live, gates=run_gates
+            args.pipeline, args.overrides, resume=args.resume, address=args.address, no_live=args.no_live, gates=gate.run_gates
         )
     except RunStopped as e:  # a stop signal: the message names the checkpoint to resume from
         _err(str(e))
@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"run directory: {out}\n  report: {out}/report.md (curves.png)\n  metrics: {out}/metrics.jsonl\n  samples: {out}/samples.jsonl\n"  # noqa: E501
         f"  tensorboard: tensorboard --logdir {out}/tensorboard\n  checkpoints: {out}/checkpoints/"
     )
-    return 0
+    return export_cli.export_finished_run(out) if loaded.spec.checkpoint.export else 0  # RUN_DIR/model
 
 
 # ----------------------------------------------------------------------------- eval

@@ -221,6 +221,11 @@ class CheckpointSpec(Strict):
     """Save a checkpoint every N steps (0: only at the end)."""
     keep: int = Field(2, ge=1, le=10_000)
     """Most recent checkpoints kept."""
+    export: bool = True
+    """When the run completes (not after a stop or a failure), ``grm run`` writes the final policy to
+    RUN_DIR/model/, a Hugging Face directory (``grm export``). It costs the weights' size on disk in
+    the checkpoint's precision (SmolLM2-135M fp32: ~540 MB) and a few seconds, the model loaded once
+    more on CPU in the ``grm run`` process; false skips it (``grm export RUN_DIR --out DIR`` later)."""
 
 
 class PipelineSpec(Strict):

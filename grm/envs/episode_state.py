@@ -84,6 +84,8 @@ class Episode:
     bad_calls: int = 0
     cuts: int = 0
     turns: int = 0
+    call: Any = None
+    """The ``grm.envs.turn_loop`` call it takes turns in (None once that call is over or dropped)."""
 
     @property
     def live(self) -> bool:

@@ -2,15 +2,18 @@
 
 Each engine call generates the next turn of every episode that is ready for one (just reset, or
 its last step answered), its prompt the episode's context as token ids
-(``GenerationRequest(token_ids=...)``), never re-tokenised text. With ``turn_wait_s`` None the
-episodes advance in lockstep (every live episode's step, then one call for all of them); with a
-number, the engine starts the next call as soon as one episode is ready and the steps still running
-have had ``turn_wait_s`` seconds more to join it, so the engine generates while slow tools run and
-fast ones still batch together; with ``"auto"`` that wait is the last engine call's own seconds: a
-straggler is left behind only when waiting for it would cost more than a turn (on a CPU engine a
-call for part of the episodes costs about what one for all of them does, so splitting a batch for
-a short tool is a loss). Each episode is sampled with its own seed, so which episodes share
-a call changes only the last digits of the log-probs (and so, rarely, a sampled token).
+(``GenerationRequest(token_ids=...)``), never re-tokenised text. The turns are scheduled by the
+runner's ``TurnLoop`` (``grm.envs.turn_loop``), one per event loop, which serves every ``arun`` in
+flight at once: the episodes of a later call take turns while an earlier call's wait on their
+tools. With ``turn_wait_s`` None the episodes advance in lockstep (every live episode's step, then
+one call for all of them); with a number, the engine starts the next call as soon as one episode
+is ready and the steps still running have had ``turn_wait_s`` seconds more to join it, so the
+engine generates while slow tools run and fast ones still batch together; with ``"auto"`` that
+wait is the last engine call's own seconds: a straggler is left behind only when waiting for it
+would cost more than a turn (on a CPU engine a call for part of the episodes costs about what one
+for all of them does, so splitting a batch for a short tool is a loss). Each episode is sampled
+with its own seed, so which episodes share a call changes only the last digits of the log-probs
+(and so, rarely, a sampled token).
 
 The context is the prompt's ids, each assistant turn's sampled ids as the engine returned them
 (recorded with their log-probs and the engine's version: the only tokens
@@ -42,8 +45,8 @@ propagates. Observations longer than ``observation_tokens`` are cut (head and ta
 in ``metadata["observations_cut"]``). Observations of the step that ended an episode are recorded
 without tokens: nothing follows them in the context. ``Trajectory.metadata`` also holds the
 episode's ``turns``, ``bad_tool_calls``, ``tool_seconds``, ``wall_seconds`` and ``context_tokens``, and
-``engine_busy``: the share of the whole call's wall time the engine spent generating (the rest it
-waited on environments: resets and the steps no turn could overlap).
+``engine_busy``: the share of the call's wall time the engine spent generating, for this call or
+any other in flight (the rest it waited on environments: resets and the steps no turn could overlap).
 """
 
 from __future__ import annotations

@@ -60,8 +60,6 @@ class TurnLoop:
         self.ready: list[Episode] = []
         """Episodes waiting for their next turn (admitted, or their step answered)."""
         self.stepping: dict[asyncio.Task[Step | None], Episode] = {}
-        self.owner: dict[int, _Call] = {}
-        """``id(episode)`` -> the call it belongs to."""
         self.calls: list[_Call] = []
         self.busy_s = 0.0
         """Seconds the engine has spent generating, over the loop's life."""
@@ -76,7 +74,7 @@ class TurnLoop:
         call = _Call(episodes, sampling, asyncio.get_running_loop().create_future())
         self.calls.append(call)
         for e in episodes:
-            self.owner[id(e)] = call
+            e.call = call
         self.ready += [e for e in episodes if e.live]
         self._finish_calls()
         self.wake.set()
@@ -103,7 +101,7 @@ class TurnLoop:
                     if self.stepping or self.ready:
                         continue
                     return
-                for sampling, group in _by_sampling(live, self.owner).items():
+                for sampling, group in _by_sampling(live).items():
                     await self._generate(sampling, group)
                 self._finish_calls()
         except Exception as x:  # noqa: BLE001 - the engine's failure is every waiting call's
@@ -138,7 +136,7 @@ class TurnLoop:
         """Answered steps: recorded, their episodes ready for a turn (unless it ended them)."""
         for task in [t for t in self.stepping if t.done()]:
             e = self.stepping.pop(task)
-            call = self.owner.get(id(e))
+            call = e.call
             if call is None or call.dropped or task.cancelled():
                 continue
             step = task.result()
@@ -153,16 +151,22 @@ class TurnLoop:
             self._abort(call)
         out = []
         for e in ready:
-            call = self.owner.get(id(e))
+            call = e.call
             if call is not None and not call.dropped and e.live and self.turns.may_generate(e, call.sampling):
                 out.append(e)
         return out
 
     async def _generate(self, sampling: SamplingParams, live: list[Episode]) -> None:
-        calls = list({id(c): c for c in (self.owner[id(e)] for e in live)}.values())
+        live = [e for e in live if e.call is not None]  # a call dropped while another group generated
+        if not live:
+            return
+        calls: list[_Call] = []
+        for e in live:
+            if e.call not in calls:
+                calls.append(e.call)
         sp = sampling.replace(abort=lambda: all(c.aborted() for c in calls))
         requests = [
-            GenerationRequest(token_ids=list(e.context), seed=e.seed if e.seed is not None else self.owner[id(e)].sampling.seed)
+            GenerationRequest(token_ids=list(e.context), seed=e.seed if e.seed is not None else e.call.sampling.seed)
             for e in live
         ]
         start = time.monotonic()
@@ -180,7 +184,7 @@ class TurnLoop:
         if len(gens) != len(live):
             raise RuntimeError(f"engine returned {len(gens)} generations for {len(live)} requests")
         for e, g in zip(live, gens, strict=True):
-            if self.owner.get(id(e)) is None:  # its call was cancelled meanwhile
+            if e.call is None:  # its call was cancelled meanwhile
                 continue
             message = self.turns.assistant_turn(e, g)
             if e.live:
@@ -202,17 +206,17 @@ class TurnLoop:
         if call in self.calls:
             self.calls.remove(call)
         for e in call.episodes:
-            self.owner.pop(id(e), None)
-        self.ready = [e for e in self.ready if id(e) in self.owner]
-        for task in [t for t, e in self.stepping.items() if id(e) not in self.owner]:  # a dropped call's steps
+            e.call = None
+        self.ready = [e for e in self.ready if e.call is not None]
+        for task in [t for t, e in self.stepping.items() if e.call is None]:  # a dropped call's steps
             task.cancel()
             del self.stepping[task]
 
 
-def _by_sampling(live: list[Episode], owner: dict[int, _Call]) -> dict[SamplingParams, list[Episode]]:
+def _by_sampling(live: list[Episode]) -> dict[SamplingParams, list[Episode]]:
     """Episodes grouped by their call's sampling, seed and abort aside (each episode has its own)."""
     out: dict[SamplingParams, list[Episode]] = {}
     for e in live:
-        key = owner[id(e)].sampling.replace(seed=None, abort=None)
+        key = e.call.sampling.replace(seed=None, abort=None)
         out.setdefault(key, []).append(e)
     return out

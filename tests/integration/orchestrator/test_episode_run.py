@@ -29,7 +29,8 @@ from grm.envs.base import Observation, Reset, Step
 class TwoTurns:
     """Asks once more after the first answer; the second answer ends the episode. Row seeds that
     are 3 mod 4 raise at reset (a broken environment). Its ``pid`` signal says which process ran it;
-    with ``marker``, its first step leaves a file there and then takes ``tool_s`` seconds (a slow tool)."""
+    with ``marker``, its first step leaves a file there (row seed, time) and then takes ``tool_s``
+    seconds (a slow tool)."""
 
     def __init__(self, marker=None, tool_s=0.0):
         self.marker, self.tool_s = marker, tool_s
@@ -37,14 +38,14 @@ class TwoTurns:
     def reset(self, row):
         if row["seed"] % 4 == 3:
             raise RuntimeError("this row breaks the environment")
-        self.turns = 0
+        self.turns, self.seed = 0, row["seed"]
         return Reset([{"role": "user", "content": row["prompt"]}])
 
     def step(self, message):
         self.turns += 1
         if self.turns == 1:
             if self.marker:
-                open(os.path.join(self.marker, str(time.time_ns())), "w").close()
+                open(os.path.join(self.marker, f"{self.seed}-{time.time_ns()}"), "w").close()
                 time.sleep(self.tool_s)
             return Step([Observation("user", "Check your work, then give only the final number.")])
         signals = {"success": float("7" in message.content), "pid": float(os.getpid())}
@@ -151,6 +152,39 @@ def test_sigterm_while_episodes_wait_on_a_tool_then_resume_trains_every_episode_
             assert t["end_reason"] == "env_error"
         else:
             assert t["end_reason"] == "done" and [u["role"] for u in t["turns"]] == ["assistant", "user", "assistant"]
+
+
+def test_async_episodes_of_the_next_step_take_turns_while_this_steps_tools_run(tmp_path):
+    """schedule async: step 2's episodes start beside step 1's (one turn loop for both rollout
+    calls), so their first turn is generated and their tool started while step 1's 4 s tools still
+    run; every episode is trained once, step 2's with the version its first turn had (0)."""
+    (tmp_path / "two_turns.py").write_text(ENV_FILE)
+    marker = tmp_path / "markers"
+    marker.mkdir()
+    pipeline = tmp_path / "stream.yaml"
+    pipeline.write_text(
+        RESUME_PIPELINE.replace("MARKER", str(marker))
+        .replace("tool_s: 3.0", "tool_s: 4.0")
+        .replace("schedule: {mode: sync}", "schedule: {mode: async, max_staleness: 1}")
+        .replace("checkpoint: {every: 1, keep: 1}", "checkpoint: {every: 0}")
+    )
+    out = tmp_path / "run"
+    r = run_grm("run", str(pipeline), f"out_dir={out}", "--no-live", timeout=900, env=ENV)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len({(s["step"], s["id"]) for s in samples}) == len(samples) == 8
+    step_of = {s["trajectory"]["task"]["row"]["seed"]: s["step"] for s in samples}
+    started: dict[int, list[int]] = {1: [], 2: []}  # each episode's tool start (ns), by step
+    for name in os.listdir(marker):
+        seed, ns = name.split("-")
+        started[step_of[int(seed)]].append(int(ns))
+    assert len(started[1]) + len(started[2]) == 6 and started[2]  # one prompt of four breaks its environment
+    assert min(started[2]) < max(started[1]) + 4e9  # step 2's tools began while step 1's still ran
+    for s in samples:
+        turns = [t for t in s["trajectory"]["turns"] if t["role"] == "assistant"]
+        if turns:
+            assert s["policy_version"] == turns[0]["policy_version"] == 0
+            assert {t["policy_version"] for t in turns} <= {0, 1}
 
 
 AGENT_FILE = '''

@@ -185,3 +185,88 @@ def test_the_command_line_says_one_line_naming_the_path_and_exits_2(run, tmp_pat
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert why in err and err.count("\n") == 1, err
+
+
+# --------------------------------------------------------------------------- the export ending `grm run`
+
+
+def test_a_completed_run_ends_with_its_model_directory_and_one_line(run, capsys, stub_writer):
+    from grm.evaluation.export_cli import export_finished_run
+
+    assert export_finished_run(run) == 0
+    assert capsys.readouterr().out == f"model: {run / 'model'} (AutoModelForCausalLM.from_pretrained)\n"
+    assert (run / "model" / "config.json").is_file() and "policy at step 4" in (run / "model" / "README.md").read_text()
+    # a resumed run that completes again replaces the model an earlier completion wrote
+    (run / "checkpoints" / "step-5" / "COMPLETE").write_text("ok\n")
+    assert export_finished_run(run) == 0
+    assert "policy at step 5" in (run / "model" / "README.md").read_text()
+    assert [s.checkpoint.name for s in stub_writer] == ["step-4", "step-5"]
+
+
+def test_a_failed_export_after_a_run_is_one_warning_saying_how_to_retry_and_status_0(run, capsys, monkeypatch):
+    from grm.evaluation.export_cli import export_finished_run
+
+    def broken(src, where):
+        raise RuntimeError("disk\nfull")
+
+    monkeypatch.setattr(export, "write_model", broken)
+    assert export_finished_run(run) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("warning: ") and "Traceback" not in err
+    assert str(run) in err and "RuntimeError: disk\\nfull" in err
+    assert err.rstrip().endswith(f"retry: grm export {run} --out {run / 'model'}")
+    assert not (run / "model").exists()
+    # a model an earlier completion left: the retry needs --force; a GrmError says itself, no class name
+    (run / "model").mkdir()
+    for ckpt in (run / "checkpoints").iterdir():
+        (ckpt / "COMPLETE").unlink(missing_ok=True)
+    assert export_finished_run(run) == 0
+    err = capsys.readouterr().err
+    assert "no complete checkpoint" in err and "ExportError" not in err
+    assert err.rstrip().endswith(f"--out {run / 'model'} --force")
+
+
+def test_ctrl_c_during_the_export_says_the_run_is_complete_and_exits_130(run, capsys, monkeypatch):
+    from grm.evaluation.export_cli import export_finished_run
+
+    def interrupted(src, where):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "write_model", interrupted)
+    assert export_finished_run(run) == 130
+    err = capsys.readouterr().err
+    assert "is complete; its model export was interrupted" in err and f"grm export {run} --out" in err
+
+
+def test_grm_run_exports_only_a_completed_run_and_only_with_checkpoint_export(tmp_path, monkeypatch, capsys):
+    """``grm run``'s end (the driver stubbed): the export follows a completed run unless
+    ``checkpoint.export=false``, and never a stopped or failed one."""
+    import signal
+    import sys
+    import types
+
+    from grm.evaluation import export_cli
+    from grm.orchestrator.errors import RunError, RunStopped
+
+    done = tmp_path / "run"
+    ending: list[Exception] = []  # what the stub run raises; none: it completes
+
+    def run_pipeline(*args, **kwargs):
+        if ending:
+            raise ending[0]
+        return done
+
+    stub = types.ModuleType("grm.orchestrator.launch")
+    stub.run_pipeline = run_pipeline  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "grm.orchestrator.launch", stub)
+    exported = []
+    monkeypatch.setattr(export_cli, "export_finished_run", lambda run_dir: exported.append(run_dir) or 0)
+
+    argv = ["run", "builtin:quickstart", f"out_dir={tmp_path}", "--no-live"]
+    assert main(argv) == 0 and exported == [done]
+    assert main([*argv, "checkpoint.export=false"]) == 0 and exported == [done]
+    assert f"run directory: {done}" in capsys.readouterr().out
+    ending[:] = [RunStopped("stopped by SIGTERM", signal.SIGTERM)]
+    assert main(argv) == 143 and exported == [done]
+    ending[:] = [RunError("step 2: the judge is gone")]
+    assert main(argv) == 2 and exported == [done]
