@@ -158,6 +158,7 @@ def train_to(system: str, steps: int, args: argparse.Namespace) -> float:
         f"train.steps={steps}",
         f"checkpoint.every={args.eval_every}",
         "checkpoint.keep=1",
+        "checkpoint.export=false",  # evals read the checkpoints; each segment would export again
         *args.overrides,
         *resume,
     )

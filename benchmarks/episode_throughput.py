@@ -23,7 +23,8 @@ rollout seconds, and the share of the rollout's episode calls the engine spent g
 
     python benchmarks/episode_throughput.py [--steps 2] [--prompts 2] [--group 4] [--max-new-tokens 32]
         [--max-turns 3] [--env calc] [--workers 2] [--turn-wait S] [--tool-s 0] [--slow-every 4]
-        [--schedule sync] [--judge builtin:helpfulness-pointwise-logprob]
+        [--schedule sync] [--max-staleness 1] [--modes single-turn,episodes,episodes-workers]
+        [--judge builtin:helpfulness-pointwise-logprob]
         [--episode-judge builtin:trajectory-pointwise] [--keep] [--json OUT.json]
 
 Prints the machine first, one JSON line per run, a summary line and a markdown table. Run
@@ -66,6 +67,8 @@ COLUMNS = [
     ("rollout s", "rollout_s"),
     ("judging s", "judging_s"),
     ("samples/min", "samples_per_min"),
+    ("all steps s", "all_steps_s"),
+    ("samples/min (all steps)", "all_steps_samples_per_min"),
     ("rollout tokens/s", "rollout_tokens_per_s"),
     ("tool s (summed)", "tool_s_per_step"),
     ("tool wait s", "tool_wait_s_per_step"),
@@ -88,7 +91,9 @@ def pipeline(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     spec["rollout"]["max_new_tokens"] = args.max_new_tokens
     spec["train"].update(steps=args.steps, micro_batch_size=math.gcd(batch, spec["train"]["micro_batch_size"]))
     spec["schedule"] = {**spec.get("schedule", {}), "mode": args.schedule}
-    spec["checkpoint"] = {"every": 0, "keep": 1}
+    if args.schedule == "async":
+        spec["schedule"]["max_staleness"] = args.max_staleness
+    spec["checkpoint"] = {"every": 0, "keep": 1, "export": False}  # timed: the run, not the model export after it
     if episodes:
         env = spec["env"]
         env["max_turns"] = args.max_turns
@@ -162,6 +167,11 @@ def summarise(mode: str, metrics: list[dict[str, Any]], facts: list[dict[str, An
         "tool_wait_s_per_step": round(statistics.median(p["wait_s"] for p in per_step), 3) if episodes else None,
         "tool_share_of_rollout": round(sum(p["wait_s"] for p in per_step) / rollout, 3) if episodes and rollout else None,
     }
+    # every step's seconds, the first included: in async mode the median hides the rollouts done
+    # ahead (the last steps find theirs ready), while all the steps together did all the work
+    total_s = sum(m["seconds_step"] for m in metrics)
+    row["all_steps_s"] = round(total_s, 1)
+    row["all_steps_samples_per_min"] = round(len(facts) * 60 / total_s, 2) if total_s else None
     if "env/engine_busy" in measured[0]:
         row["engine_busy"] = round(statistics.fmean(m["env/engine_busy"] for m in measured), 3)
     if "env/success" in measured[0]:
@@ -180,12 +190,17 @@ def run(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"grm run failed ({mode}, exit {r.returncode}; {cfg}):\n{(r.stdout + r.stderr)[-3000:]}")
+    return {**read_run(mode, out), "schedule": args.schedule, "run_s": round(wall, 1), "out_dir": str(out)}
+
+
+def read_run(mode: str, out: Path) -> dict[str, Any]:
+    """The table row of the run directory ``out`` (``--summarise``: of a kept one)."""
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     with (out / "samples.jsonl").open() as f:  # one line at a time: episodes carry every token id
         facts = [sample_facts(json.loads(x)) for x in f if x.strip()]
     if not metrics:
         raise SystemExit(f"{out / 'metrics.jsonl'}: no step was logged")
-    return {**summarise(mode, metrics, facts), "schedule": args.schedule, "run_s": round(wall, 1), "out_dir": str(out)}
+    return summarise(mode, metrics, facts)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -209,21 +224,36 @@ def main() -> int:
     ap.add_argument("--tool-s", type=float, default=0.0, help="seconds more for every step of the slow episodes")
     ap.add_argument("--slow-every", type=int, default=4, help="every N-th episode (by row seed) is slow")
     ap.add_argument("--schedule", choices=("sync", "async"), default="sync", help="schedule.mode of every run")
+    ap.add_argument("--max-staleness", type=int, default=1, help="schedule.max_staleness of async runs")
     ap.add_argument("--judge", default="builtin:helpfulness-pointwise-logprob", help="the judge of both runs")
     ap.add_argument("--episode-judge", help="the episodes' judge instead (e.g. builtin:trajectory-pointwise)")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"which runs, comma-separated (of {', '.join(MODES)})")
+    ap.add_argument(
+        "--summarise", nargs="+", metavar="LABEL=RUN_DIR", help="print the rows of kept run directories (no new runs)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the run directories (checkpoints included)")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write the machine, the arguments and the rows here")
     args = ap.parse_args()
     for name in ("steps", "prompts", "group", "max_new_tokens", "max_turns", "workers", "slow_every"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.summarise:
+        given = [x.partition("=") for x in args.summarise]
+        rows = [read_run(label, Path(path)) for label, _, path in given]
+        for r in rows:
+            print(json.dumps(r), flush=True)
+        print(table(rows))
+        return 0
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes: comma-separated names of {', '.join(MODES)}, got {args.modes!r}")
     facts = machine()
     print(json.dumps(facts), flush=True)
     print(f"# {describe(facts)}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="grm-episode-throughput-"))
     rows = []
     try:
-        for mode in MODES:
+        for mode in modes:
             rows.append(run(mode, args, tmp))
             print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -231,6 +261,12 @@ def main() -> int:
             print(f"# run directories kept in {tmp}", flush=True)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        given = {k: str(v) for k, v in vars(args).items()}
+        args.json.write_text(json.dumps({"machine": facts, "args": given, "rows": rows}, indent=1))
+    print(table(rows))
+    if len(rows) < len(MODES):
+        return 0
     single, lockstep, workers = rows
 
     def ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -249,10 +285,6 @@ def main() -> int:
             }
         )
     )
-    print(table(rows))
-    if args.json:
-        given = {k: str(v) for k, v in vars(args).items()}
-        args.json.write_text(json.dumps({"machine": facts, "args": given, "rows": rows}, indent=1))
     return 0
 
 

@@ -163,6 +163,7 @@ def main() -> int:
                     f"train.steps={steps}",
                     f"checkpoint.every={args.eval_every}",
                     "checkpoint.keep=1",
+                    "checkpoint.export=false",  # evals read the checkpoints; each segment would export again
                     f"rollout.max_new_tokens={args.max_new_tokens}",
                     *args.overrides,
                     *resume,

@@ -207,6 +207,7 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
         f"train.steps={steps + 2}",
         f"schedule.mode={mode}",
         f"out_dir={out}",
+        *([] if checkout else ["checkpoint.export=false"]),  # the model export after the run; an older grm lacks it
         *overrides,
     ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}

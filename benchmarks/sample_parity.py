@@ -88,12 +88,20 @@ def check_tree(tree: Path) -> None:
     print(f"grm resolves to {want} in the driver and in a Ray worker", flush=True)
 
 
+def no_export(tree: Path) -> list[str]:
+    """``checkpoint.export=false`` where the tree's grm has the field (an older tree refuses it): the
+    model export after a run is no part of what this compares."""
+    probe = [sys.executable, "-m", "grm", "validate", "builtin:quickstart", "--set", "checkpoint.export=false"]
+    r = subprocess.run(probe, cwd=tree, env=_env(tree), capture_output=True, text=True, timeout=300)
+    return ["checkpoint.export=false"] if r.returncode == 0 else []
+
+
 def run(tree: Path, out: Path, variant: str) -> None:
     tree = tree.resolve()
     check_tree(tree)
     if out.exists():
         sys.exit(f"{out} exists: give a new run directory")
-    args = ["run", "builtin:quickstart", f"out_dir={out.resolve()}", *SMALL, *VARIANTS[variant], "--no-live"]
+    args = ["run", "builtin:quickstart", f"out_dir={out.resolve()}", *SMALL, *VARIANTS[variant], *no_export(tree), "--no-live"]
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "grm", *args], cwd=tree, env=_env(tree), capture_output=True, text=True)
     print(r.stdout[-1500:])

@@ -48,6 +48,7 @@ def train_rate(ranks: int, steps: int, cpus: int, tmp: Path) -> dict[str, object
         f"train.steps={steps}",
         "schedule.mode=sync",
         "checkpoint.every=0",
+        "checkpoint.export=false",  # timed: the run, not the model export after it
         f"pools.train.cpus={cpus}",
         f"train.backend.ranks={ranks}",
     ]

@@ -126,7 +126,8 @@ def soak_eval(tmp: Path, items: int, judge: str, every: float) -> dict:
 
 def soak_run(tmp: Path, pipeline: str, steps: int, every: float, overrides: list[str]) -> dict:
     out = tmp / "run"
-    cmd = [sys.executable, "-m", "grm", "run", pipeline, f"train.steps={steps}", f"out_dir={out}", *overrides]
+    no_export = "checkpoint.export=false"  # timed, its disk measured: the run, not the model export after it
+    cmd = [sys.executable, "-m", "grm", "run", pipeline, f"train.steps={steps}", f"out_dir={out}", no_export, *overrides]
     metrics = out / "metrics.jsonl"
     rc, samples, secs = watch(cmd, lambda: len(lines(metrics)) >= 2, every)
     ms, rows = lines(metrics), lines(out / "samples.jsonl")

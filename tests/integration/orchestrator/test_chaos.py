@@ -14,12 +14,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import NO_EXPORT, ROOT
 from tests.integration.orchestrator.test_run import ENV, SMALL, grm_run, metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
-COMMON = ["schedule.mode=sync", "train.backend.type=torch", "train.steps=2", "checkpoint.every=1", "checkpoint.keep=1"]
+COMMON = ["schedule.mode=sync", "train.backend.type=torch", "train.steps=2", "checkpoint.every=1", "checkpoint.keep=1", NO_EXPORT]
 
 
 def prompts(out: Path) -> list[tuple[int, str]]:

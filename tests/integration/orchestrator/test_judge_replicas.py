@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import NO_EXPORT, ROOT
 from tests.integration.orchestrator.test_run import ENV, SMALL, metrics
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def test_a_replica_killed_mid_call_loses_no_sample(tmp_path):
         *(sys.executable, "-m", "grm", "run", "builtin:quickstart", f"out_dir={out}", *SMALL),
         "judges.0.replicas=2",
         "schedule.stream_prompts=1",  # two calls per step, so both replicas judge
-        *("train.steps=3", "schedule.mode=sync", "train.backend.type=torch", "checkpoint.every=0"),
+        *("train.steps=3", "schedule.mode=sync", "train.backend.type=torch", "checkpoint.every=0", NO_EXPORT),
     ]
     p = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

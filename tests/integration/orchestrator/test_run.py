@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_grm
+from tests.conftest import NO_EXPORT, ROOT, run_grm
 
 pytestmark = pytest.mark.slow
 
@@ -129,6 +129,7 @@ def test_judge_actor_killed_mid_run_is_restarted(tmp_path):
         "schedule.mode=sync",
         "train.backend.type=torch",
         "checkpoint.every=0",
+        NO_EXPORT,
     ]
     p = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     placement = out / "placement.json"
@@ -159,7 +160,11 @@ def test_bad_placement_is_a_clear_error(tmp_path):
     "pipeline,extra",
     [
         ("builtin:ppo-critic", ["algorithm.prompts_per_step=2", "algorithm.group_size=2"]),
-        ("builtin:quickstart", ["algorithm.dynamic_filtering=true", "schedule.mode=sync", "algorithm.type=rloo"]),
+        # the one test run that keeps the model export ending a completed run (tests.conftest.NO_EXPORT)
+        (
+            "builtin:quickstart",
+            ["algorithm.dynamic_filtering=true", "schedule.mode=sync", "algorithm.type=rloo", "checkpoint.export=true"],
+        ),
     ],
 )
 def test_ppo_critic_and_dynamic_filtering_steps(tmp_path, pipeline, extra):
@@ -170,7 +175,26 @@ def test_ppo_critic_and_dynamic_filtering_steps(tmp_path, pipeline, extra):
     (m,) = metrics(out)
     if "ppo" in pipeline:
         assert "critic_loss" in m and m["critic_loss"] > 0
+        assert not (out / "model").exists()  # checkpoint.export=false, as run_grm passes it
     else:
         assert "groups_kept_informative" in m and 0 <= m["refill_rounds"] <= 3
+        assert_exported(out, r.stdout)
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 4
+
+
+def assert_exported(out: Path, stdout: str) -> None:
+    """RUN/model: the completed run's policy as a Hugging Face directory, announced on the last line,
+    that transformers loads offline and runs a forward with."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert stdout.rstrip().splitlines()[-1] == f"model: {out / 'model'} (AutoModelForCausalLM.from_pretrained)"
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "README.md"):
+        assert (out / "model" / f).is_file(), f
+    assert "policy at step 1" in (out / "model" / "README.md").read_text()
+    model = AutoModelForCausalLM.from_pretrained(out / "model").eval()
+    ids = AutoTokenizer.from_pretrained(out / "model")("What is 2 + 2?", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits
+    assert logits.shape[:2] == ids.shape and bool(torch.isfinite(logits).all())

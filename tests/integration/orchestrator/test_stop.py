@@ -18,7 +18,7 @@ from typing import NamedTuple
 import psutil
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import NO_EXPORT, ROOT
 from tests.integration.orchestrator.test_run import ENV, metrics
 
 pytestmark = pytest.mark.slow
@@ -34,6 +34,7 @@ OVERRIDES = [
     "train.backend.type=torch",
     f"train.steps={STEPS}",
     "checkpoint.every=0",  # the stop itself must write the checkpoint
+    NO_EXPORT,
 ]
 STOP_WITHIN_S = 20.0  # schedulers allow ~30 s between SIGTERM and SIGKILL
 
