@@ -33,6 +33,7 @@ def args(**kw):
         max_new_tokens=32,
         max_turns=3,
         schedule="sync",
+        max_staleness=2,
         judge="builtin:helpfulness-pointwise-logprob",
         episode_judge=None,
         env="calc",
@@ -58,7 +59,7 @@ def test_written_pipelines_load_with_the_requested_sizes(bench, tmp_path, mode, 
     assert (spec.algorithm.prompts_per_step, spec.algorithm.group_size) == (2, 3)
     assert spec.rollout.max_new_tokens == 32 and spec.train.steps == 2
     assert spec.train.micro_batch_size == 2  # gcd of the batch (6) and the shipped 4
-    assert spec.checkpoint.every == 0 and spec.schedule.mode == "async"
+    assert spec.checkpoint.every == 0 and spec.schedule.mode == "async" and spec.schedule.max_staleness == 2
     judge = episode_judge if episodes and episode_judge else "builtin:helpfulness-pointwise-logprob"
     assert [j.spec for j in spec.judges] == [judge]
     assert (spec.env.max_turns if spec.env else None) == (3 if episodes else None)
