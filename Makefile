@@ -10,7 +10,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup browser lint test test-all test-fast test-serving quickstart bench clean
+.PHONY: setup browser lint test test-all test-fast test-serving quickstart bench wheelhouse wheelhouse-check clean
 
 setup: $(VENV)/.installed
 
@@ -36,10 +36,10 @@ lint: setup
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } \
+	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } \
 	      || echo "could not install Chromium: the grm view browser test will be skipped"; \
 	  else \
-	    echo "Chromium is missing: the grm view browser test will be skipped (sudo apt-get install -y chromium)"; \
+	    echo "Chromium is missing: the grm view browser test will be skipped (sudo apt-get install -y --no-install-recommends chromium)"; \
 	  fi; }
 
 # --durations: the slowest tests are listed at the end, so the suite's budget (20 min here) is easy to audit.
@@ -67,5 +67,15 @@ quickstart: setup
 bench: setup
 	$(BIN)/python benchmarks/generate_throughput.py
 
+# For GPU machines with CUDA torch and no network (README "Offline GPU install"): every other wheel
+# grm[train] needs, built for WHEEL_PYTHON (the GPU image's CPython 3.12), in bins of <= 60 MiB.
+WHEEL_PYTHON ?= python3.12
+wheelhouse:
+	$(WHEEL_PYTHON) scripts/build_wheelhouse.py --out wheelhouse
+
+# CI: the same build for this machine's Python 3.11, installed with no network into an empty venv (~3 min).
+wheelhouse-check: setup
+	scripts/check_wheelhouse.sh
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache wheelhouse wheelhouse.tmp
