@@ -10,7 +10,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check -q -c constraints.txt
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup browser lint test test-all test-fast test-serving quickstart bench wheelhouse wheelhouse-check clean
+.PHONY: setup browser lint test test-all test-fast test-serving quickstart bench wheelhouse wheelhouse-check gpu-check clean
 
 setup: $(VENV)/.installed
 
@@ -76,6 +76,11 @@ wheelhouse:
 # CI: the same build for this machine's Python 3.11, installed with no network into an empty venv (~3 min).
 wheelhouse-check: setup
 	scripts/check_wheelhouse.sh
+
+# One CUDA GPU, no network (after `bash wheelhouse/install.sh`): scripts/gpu_check.py's checks on a
+# random SmolLM2. `make gpu-check --dry-run` (make -n) lists them: the + line runs even then.
+gpu-check:
+	+python3 scripts/gpu_check.py $(if $(findstring n,$(firstword -$(MAKEFLAGS))),--dry-run) $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache wheelhouse wheelhouse.tmp

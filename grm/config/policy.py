@@ -93,8 +93,8 @@ class SGLangEngineSpec(Strict):
     urls: list[str] = []
     """Running servers to use (``http://host:port``, the server root: SGLang's native API, not
     ``/v1``); empty: launch one per replica. Each must hold the policy's initial weights and stay
-    reachable from the policy pool, and the weight-sync directory (the policy actor's temp dir)
-    must be readable by the server: the same machine or a shared filesystem."""
+    reachable from the policy pool (with ``weight_sync: disk`` it must also read the policy actor's
+    temp dir: the same machine or a shared filesystem)."""
     replicas: int = Field(1, ge=1, le=1024)
     """Servers launched on the pool when ``urls`` is empty."""
     tp: int = Field(1, ge=1, le=1024)
@@ -105,6 +105,12 @@ class SGLangEngineSpec(Strict):
     """GPU memory share SGLang reserves for weights and KV cache."""
     extra_args: list[str] = []
     """More ``sglang.launch_server`` flags, passed through."""
+    weight_sync: Literal["broadcast", "disk"] = "broadcast"
+    """How the policy's new weights reach the servers after each step: ``broadcast``, over a
+    process group the servers join (SGLang's ``/init_weights_update_group``; NCCL when the trainer
+    is on a GPU, gloo on the CPU), in buckets of at most 256 MiB, no file written; ``disk``:
+    safetensors in the policy actor's temp dir that each server loads (``/update_weights_from_disk``),
+    so the servers must see that directory. placement.json records which."""
     concurrency: int = Field(64, ge=1, le=65536)
     """Requests in flight per server."""
     timeout_s: Seconds = Field(600.0, gt=0)

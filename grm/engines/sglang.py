@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -320,6 +320,12 @@ class SGLangEngine:
     ) -> None:
         """Tell every server to receive the named tensors from the group's broadcast (the trainer
         broadcasts them concurrently, in the same order)."""
+        self._announce(names, dtypes, shapes, version, group_name)
+        self.version = version
+
+    def _announce(
+        self, names: list[str], dtypes: list[str], shapes: list[list[int]], version: int, group_name: str = "weight_update_group"
+    ) -> None:
         body = {
             "names": names,
             "dtypes": dtypes,
@@ -329,7 +335,47 @@ class SGLangEngine:
             "weight_version": str(version),
         }
         self._each_server("/update_weights_from_distributed", body)
+
+    def update_weights_by_broadcast(
+        self,
+        buckets: Iterable[list[tuple[str, Any]]],
+        version: int,
+        send: Callable[[list[Any]], object],
+        group: str = "weight_update_group",
+    ) -> int:
+        """Pause rollouts; for each bucket of (name, tensor) tell every server to receive it
+        (``/update_weights_from_distributed``) while ``send`` broadcasts its tensors (the trainer's
+        side of the group ``init_weight_group`` formed), in the same order; flush prefix caches;
+        resume. The tensors go in the trainer's dtype (the server casts as it loads). Returns the
+        tensors sent."""
+        sent = 0
+        self._each_server("/pause_generation", {})
+        try:
+            for bucket in buckets:
+                tensors = [t for _, t in bucket]
+                names = [n for n, _ in bucket]
+                dtypes = [str(t.dtype).removeprefix("torch.") for t in tensors]
+                shapes = [list(t.shape) for t in tensors]
+                with ThreadPoolExecutor(max_workers=1) as side:
+                    told = side.submit(self._announce, names, dtypes, shapes, version, group)
+                    try:
+                        send(tensors)
+                    finally:
+                        told.result()  # the servers' answer (an error says which), or the HTTP timeout
+                sent += len(tensors)
+            self._each_server("/flush_cache", {})
+        except BaseException:
+            with contextlib.suppress(EngineError):  # the update's error says more than a failed resume
+                self._each_server("/continue_generation", {})
+            raise
+        self._each_server("/continue_generation", {})
         self.version = version
+        return sent
+
+    @property
+    def group_ranks(self) -> int:
+        """Ranks the servers take in a weight-update group (each server's tensor-parallel GPUs)."""
+        return len(self.urls) * self.tp
 
     def close(self) -> None:
         self._requests.shutdown(wait=False, cancel_futures=True)

@@ -132,6 +132,14 @@ class PolicyActor:
         if policy.engine.type == "hf":
             own["device"] = self.device
         self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own) if self.has_engine else None
+        # sglang servers take new weights by broadcast (every rank takes part: ZeRO-3 gathers) or from disk
+        self.weight_sync: str | None = getattr(policy.engine, "weight_sync", None)
+        self.broadcaster = None
+        if self.weight_sync == "broadcast" and self.engine is not None:
+            from grm.orchestrator.weight_broadcast import Broadcaster
+
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            self.broadcaster = Broadcaster(self.engine, backend, ray.util.get_node_ip_address())
         # one optimizer step per mini-batch: the trainers are built for the mini-batch size
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size // algorithm.mini_batches
         common = dict(
@@ -191,8 +199,9 @@ class PolicyActor:
         """Where this actor runs, and the dtype of ``role``'s model here (the rollout engine's for
         the policy; the reference's when it is colocated)."""
         if role == "reference":
-            return {**where(), "dtype": REFERENCE_DTYPE, "weights": "own"}
-        return {**where(), **engine_dtype(self.engine)}
+            return {**where(), "device": str(self.device), "dtype": REFERENCE_DTYPE, "weights": "own"}
+        sync = {"weight_sync": self.weight_sync} if self.weight_sync else {}
+        return {**where(), "device": str(self.device), **engine_dtype(self.engine), **sync}
 
     # ------------------------------------------------------------- rollout
     def rollout(
@@ -371,6 +380,18 @@ class PolicyActor:
             if self.shared:
                 self.engine.version = version
                 return _gather(Synced(version, 0.0), others, gather_synced)
+            if self.weight_sync == "broadcast":
+                from grm.training.weight_group import BUCKET_BYTES
+
+                buckets = self.trainer.weight_buckets(BUCKET_BYTES)
+                if self.broadcaster is not None:
+                    secs = self.broadcaster.push(buckets, version)
+                else:  # a rank without the engine takes part in the gathers
+                    start = time.perf_counter()
+                    for _ in buckets:
+                        pass
+                    secs = time.perf_counter() - start
+                return _gather(Synced(version, secs), others, gather_synced)
             state = self.trainer.state_dict()
             secs = push_weights(self.engine, state, version) if self.engine is not None else 0.0
         return _gather(Synced(version, secs), others, gather_synced)

@@ -32,8 +32,8 @@ def engine_dtype(engine: object) -> dict[str, str]:
 
 
 def where() -> Placement:
-    """Node, resources and torch threads of the calling actor (asserted by placement tests), read
-    on the thread that runs its calls."""
+    """Node, resources, torch threads and device of the calling actor (asserted by placement tests),
+    read on the thread that runs its calls (the policy actor names its own device)."""
     import torch
 
     ctx = ray.get_runtime_context()
@@ -42,4 +42,5 @@ def where() -> Placement:
         "pid": os.getpid(),
         "resources": ctx.get_assigned_resources(),
         "threads": torch.get_num_threads(),
+        "device": str(actor_device()),
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -36,6 +36,12 @@ class TrainerBackend(Protocol):
 
     def state_dict(self) -> dict[str, Tensor]:
         """Full (gathered) model weights on CPU, names as in the Hugging Face model."""
+        ...
+
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[list[tuple[str, Tensor]]]:
+        """The model's parameters (a tied one once), full, in buckets of at most ``bucket_bytes``;
+        each bucket is valid until the next is asked for (ZeRO-3 gathers one bucket at a time, and
+        every rank must iterate to the end: the gathers are collective)."""
         ...
 
     def save(self, path: str | Path) -> None: ...

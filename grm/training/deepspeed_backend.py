@@ -146,6 +146,29 @@ class DeepSpeedTrainer:
                 return {k: v.detach().clone().cpu() for k, v in self.engine.module.state_dict().items()}
         return {k: v.detach().clone().cpu() for k, v in self.engine.module.state_dict().items()}
 
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[list[tuple[str, Tensor]]]:
+        """Under ZeRO-3 each bucket's parameters are gathered while it is in use (a bucket's size
+        counts their full sizes), then released."""
+        from grm.training.weight_group import weight_buckets
+
+        named = list(self.engine.module.named_parameters())
+        if self.zero_stage != 3:
+            yield from weight_buckets(((k, v.detach()) for k, v in named), bucket_bytes)
+            return
+        import deepspeed
+
+        full = [(k, v, v.ds_numel * v.element_size()) for k, v in named]
+        bucket: list[tuple[str, Tensor]] = []
+        size = 0
+        for i, (k, v, n) in enumerate(full):
+            bucket.append((k, v))
+            size += n
+            if i + 1 == len(full) or size + full[i + 1][2] > bucket_bytes:
+                params = [p for _, p in bucket]
+                with self._together("weight_buckets"), deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+                    yield [(name, p.detach()) for name, p in bucket]
+                bucket, size = [], 0
+
     def save(self, path: str | Path) -> None:
         import torch.distributed as dist
 

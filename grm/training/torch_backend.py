@@ -5,6 +5,7 @@ For the smallest runs and as the reference the DeepSpeed backend is checked agai
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -62,6 +63,11 @@ class TorchTrainer:
         self.scheduler.step()
         self.step_count += 1
         return {**step_metrics(loss, rows, weights=tokens), "grad_norm": scalar(grad_norm), "lr": self.scheduler.get_last_lr()[0]}
+
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[list[tuple[str, Tensor]]]:
+        from grm.training.weight_group import weight_buckets
+
+        return weight_buckets(((k, v.detach()) for k, v in self.module.named_parameters()), bucket_bytes)
 
     def state_dict(self) -> dict[str, Tensor]:
         """Weights on the CPU (copies)."""

@@ -17,6 +17,13 @@ Endpoints, with SGLang's request and response shapes (sglang/srt/entrypoints/htt
   safetensors into the live model in place (a tied LM head may be absent); waits for in-flight
   requests; ``{"success", "message", "num_paused_requests"}``, HTTP 400 on failure with the old
   weights kept. On success ``/get_model_info`` reports the new ``model_path`` and ``weight_version``.
+- ``POST /init_weights_update_group`` ``{"master_address", "master_port", "rank_offset",
+  "world_size", "group_name", "backend"}``: joins the trainer's weight-update group (gloo here; the
+  trainer hosts the store at rank 0), answering once the group has formed.
+- ``POST /update_weights_from_distributed`` ``{"names", "dtypes", "shapes", "group_name",
+  "weight_version", "flush_cache"}``: receives each tensor by broadcast from rank 0, in order (all
+  of them, so the group stays in step), checks names and shapes, then copies them in; waits for
+  in-flight requests like a disk update.
 - ``POST /pause_generation`` (mode ``abort``: in-flight rows end with finish_reason ``abort``; new
   requests wait) and ``POST /continue_generation``.
 - ``GET|POST /flush_cache``: plain text, as SGLang answers (HTTP 400 while requests run).
@@ -70,6 +77,8 @@ class StandIn:
         self._paused = False
         self._updating = False
         self._abort_epoch = 0
+        self.groups: dict[str, Any] = {}
+        """Weight-update process groups joined (``/init_weights_update_group``), by name."""
 
     # ------------------------------------------------------------------ generate
     def generate(self, body: dict[str, Any]) -> Any:
@@ -206,6 +215,66 @@ class StandIn:
             live[k].copy_(v)  # in place: a tied LM head shares the embedding's storage
         return True, "Succeeded to update model weights."
 
+    def init_weights_update_group(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        import datetime
+
+        import torch.distributed as dist
+
+        try:
+            address, port = str(body["master_address"]), int(body["master_port"])
+            rank, world = int(body["rank_offset"]), int(body["world_size"])
+        except (KeyError, TypeError, ValueError) as e:
+            return 400, {"success": False, "message": f"Failed to init group: bad request ({e!r})."}
+        name, backend = str(body.get("group_name", "weight_update_group")), body.get("backend", "nccl")
+        if backend != "gloo":
+            message = f"Failed to init group: the stand-in runs on the CPU (gloo), not {backend}."
+            return 400, {"success": False, "message": message}
+        timeout = datetime.timedelta(seconds=300)
+        store = dist.PrefixStore(name, dist.TCPStore(address, port, world, False, timeout=timeout))
+        self.groups[name] = dist.ProcessGroupGloo(store, rank, world, timeout)
+        return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
+
+    @torch.no_grad()
+    def update_weights_from_distributed(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        import torch.distributed as dist
+
+        group = self.groups.get(str(body.get("group_name", "weight_update_group")))
+        if group is None:
+            message = "Failed to update weights: no such group (init_weights_update_group first)."
+            return 400, {"success": False, "message": message}
+        names, dtypes, shapes = body.get("names") or [], body.get("dtypes") or [], body.get("shapes") or []
+        if not (len(names) == len(dtypes) == len(shapes)):
+            return 400, {"success": False, "message": "Failed to update weights: names, dtypes and shapes differ in length."}
+        with self._cond:
+            self._updating = True
+            self._cond.wait_for(lambda: self._active == 0)
+        try:
+            opts = dist.BroadcastOptions()
+            opts.rootRank = 0
+            received = {}
+            for name, dtype, shape in zip(names, dtypes, shapes, strict=True):
+                t = torch.empty([int(x) for x in shape], dtype=getattr(torch, str(dtype)))
+                group.broadcast([t], opts).wait()
+                received[name] = t
+            live = self.model.state_dict()
+            problems = [f"unexpected {k}" for k in received if k not in live]
+            problems += [
+                f"{k}: shape {list(v.shape)} != {list(live[k].shape)}"
+                for k, v in received.items()
+                if k in live and v.shape != live[k].shape
+            ]
+            if problems:
+                return 400, {"success": False, "message": f"Failed to update weights: {'; '.join(problems[:5])}."}
+            for k, v in received.items():
+                live[k].copy_(v)
+            if body.get("weight_version") is not None:
+                self.weight_version = str(body["weight_version"])
+            return 200, {"success": True, "message": "Succeeded to update parameter online."}
+        finally:
+            with self._cond:
+                self._updating = False
+                self._cond.notify_all()
+
     # ------------------------------------------------------------------ control
     def pause(self) -> None:
         """Mode ``abort``: rows in flight end now, new requests wait for ``resume``."""
@@ -277,6 +346,10 @@ def handler(served: StandIn) -> type[BaseHTTPRequestHandler]:
                     self._send(200, served.generate(body))
                 elif path == "/update_weights_from_disk" and method == "POST":
                     self._send(*served.update_weights_from_disk(body))
+                elif path == "/init_weights_update_group" and method == "POST":
+                    self._send(*served.init_weights_update_group(body))
+                elif path == "/update_weights_from_distributed" and method == "POST":
+                    self._send(*served.update_weights_from_distributed(body))
                 elif path == "/pause_generation" and method == "POST":
                     served.pause()
                     self._send(200, {"message": "Generation paused successfully.", "status": "ok"})

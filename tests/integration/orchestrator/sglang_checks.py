@@ -28,10 +28,10 @@ RUN_STEPS = 3
 """Steps of the async run: each sync must put a new version on the server."""
 
 
-def run_args(directory: Path, url: str) -> list[str]:
+def run_args(directory: Path, url: str, weight_sync: str = "broadcast") -> list[str]:
     """``grm run`` arguments of the async arith-verifier run both tests make, rolling out on the
-    server at ``url``; its run directory is ``directory / "run"`` (the brevity judge is written
-    beside it). Each test adds its sizes (tokens, batch, pools)."""
+    server at ``url`` with ``weight_sync`` (broadcast or disk); its run directory is ``directory /
+    "run"`` (the brevity judge is written beside it). Each test adds its sizes (tokens, batch, pools)."""
     brevity = write_brevity_judge(directory)
     return [
         "run",
@@ -42,7 +42,7 @@ def run_args(directory: Path, url: str) -> list[str]:
         "checkpoint.every=1",  # check_served_weights reads every step's weights from its checkpoint
         f"checkpoint.keep={RUN_STEPS}",
         f"judges=[{{spec: builtin:numeric-answer, weight: 1.0}}, {{spec: {brevity}, weight: 0.2}}]",
-        f'policy.overrides=["engine={{type: sglang, urls: [{url}]}}"]',
+        f'policy.overrides=["engine={{type: sglang, urls: [{url}], weight_sync: {weight_sync}}}"]',
     ]
 
 

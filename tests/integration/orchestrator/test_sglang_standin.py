@@ -2,11 +2,11 @@
 SGLang's HTTP API over a transformers model (tests/serving/sglang_standin.py).
 
 The engine alone (no Ray): batched, seeded generation, behaviour log-probs, continuation scoring,
-weight updates from disk with the served version advancing, a refused update. Then a 3-step async
-arith-verifier run with ``policy.engine: {type: sglang, urls: [stand-in]}`` (plus a brevity rule,
-see ``write_brevity_judge``): after each sync the
-served weights version advances and the served log-probs of a fixed sequence equal the trainer's
-(from the run's checkpoints) within 1e-4."""
+weight updates from disk with the served version advancing, a refused update; weight updates by
+broadcast over a gloo group the stand-in joins (no file written). Then 3-step async arith-verifier
+runs with ``policy.engine: {type: sglang, urls: [stand-in], weight_sync: broadcast|disk}`` (plus a
+brevity rule, see ``write_brevity_judge``): after each sync the served weights version advances and
+the served log-probs of a fixed sequence equal the trainer's (from the run's checkpoints) within 1e-4."""
 
 import json
 import sys
@@ -118,9 +118,47 @@ def test_engine_against_the_standin(standin_url):
     eng.close()
 
 
+def test_weights_reach_the_standin_by_broadcast_with_no_file_written(standin_url):
+    """The policy actor's broadcast path without Ray: the stand-in joins a gloo group hosted by the
+    trainer's side, two updates of perturbed weights arrive in 1 MiB buckets (many per update),
+    the served version advances and its log-probs equal the trainer's within 1e-4, and no weight
+    file is written (the disk path's directory is never made; the served model path is unchanged)."""
+    import torch
+
+    from grm.engines.sglang import SGLangEngine
+    from grm.models import resolve_model
+    from grm.models.loading import load_model
+    from grm.orchestrator.weight_broadcast import Broadcaster
+    from grm.training.weight_group import weight_buckets
+
+    model, tok = load_model(MODEL, "fp32")
+    eng = SGLangEngine([standin_url], MODEL, tok)
+    caster = Broadcaster(eng, "gloo", "127.0.0.1")
+    probe = probe_ids(resolve_model(MODEL))
+    for version in (1, 2):
+        sd = {k: v.detach() + 0.01 * version * torch.randn_like(v) for k, v in model.named_parameters()}
+        buckets = list(weight_buckets(sd.items(), 1 << 20))
+        assert len(buckets) > 10
+        caster.push(iter(buckets), version)
+        served_version, served = served_logprobs(standin_url, probe)
+        want = trainer_logprobs(model, sd, probe)
+        assert served_version == str(version) and eng.version == version
+        assert max(abs(a - b) for a, b in zip(served, want, strict=True)) < 1e-4
+    assert eng.sync_dir is None and get_json(standin_url + "/get_model_info")["model_path"] == resolve_model(MODEL)
+    assert eng.generate([Req(token_ids=probe[:5])], SamplingParams(max_new_tokens=2))[0].version == 2
+    # a server that cannot join (the stand-in takes gloo only) is refused at once, naming the server
+    refused = Broadcaster(SGLangEngine([standin_url], MODEL, tok), "nccl", "127.0.0.1")
+    start = time.perf_counter()
+    with pytest.raises(EngineError, match="init_weights_update_group.*gloo"):
+        refused.push(iter(buckets), 3)
+    assert time.perf_counter() - start < 30
+    eng.close()
+
+
 @pytest.mark.timeout(1800)
 @pytest.mark.extended
-def test_async_run_serves_each_synced_version(tmp_path, standin_url):
+@pytest.mark.parametrize("weight_sync", ["broadcast", "disk"])
+def test_async_run_serves_each_synced_version(tmp_path, standin_url, weight_sync):
     from grm.models import resolve_model
 
     out = tmp_path / "run"
@@ -128,7 +166,7 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url):
     t0 = time.perf_counter()
     with WeightWatch(standin_url, probe_ids(path)) as watch:
         r = run_grm(
-            *run_args(tmp_path, standin_url),
+            *run_args(tmp_path, standin_url, weight_sync),
             "algorithm.prompts_per_step=2",
             "algorithm.group_size=4",
             "rollout.max_new_tokens=24",
@@ -144,5 +182,10 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url):
     assert 0 in versions and max(versions) >= 1 and versions <= {0, 1, 2}  # async: rollouts from synced weights
     gaps = check_served_weights(standin_url, out, watch, path, steps=RUN_STEPS, tol=1e-4)
     with urllib.request.urlopen(standin_url + "/get_model_info") as resp:
-        assert json.loads(resp.read())["model_path"].endswith("/v3")
+        served_from = json.loads(resp.read())["model_path"]
+    if weight_sync == "disk":
+        assert served_from.endswith("/v3")
+    else:  # no weight file: the server still names the model it started from
+        assert served_from == path
+    assert json.loads((out / "placement.json").read_text())["policy"]["weight_sync"] == weight_sync
     print(f"run {time.perf_counter() - t0:.0f} s; served vs trainer per step: {gaps}")

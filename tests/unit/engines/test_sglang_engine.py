@@ -201,6 +201,32 @@ def test_distributed_update_bodies():
     assert b["names"] == ["w"] and b["shapes"] == [[2, 3]] and b["dtypes"] == ["bfloat16"] and eng.version == 4
 
 
+def test_a_broadcast_update_announces_each_bucket_while_it_is_sent_then_resumes():
+    import torch
+
+    calls, sent = [], []
+
+    def post(url, body):
+        calls.append((url.rsplit("/", 1)[-1], body.get("names")))
+        return {"success": True, "message": ""}
+
+    eng = SGLangEngine(["http://a:1"], "m", Tok(), post=post)
+    buckets = [[("a", torch.zeros(2, 3)), ("b", torch.zeros(4, dtype=torch.bfloat16))], [("c", torch.zeros(1))]]
+    assert eng.update_weights_by_broadcast(iter(buckets), 5, lambda ts: sent.append([tuple(t.shape) for t in ts])) == 3
+    assert sent == [[(2, 3), (4,)], [(1,)]] and eng.version == 5
+    update = "update_weights_from_distributed"
+    assert [c for c, _ in calls] == ["pause_generation", update, update, "flush_cache", "continue_generation"]
+    assert [names for c, names in calls if names] == [["a", "b"], ["c"]]
+
+    def broken(tensors):
+        raise RuntimeError("group lost")
+
+    calls.clear()
+    with pytest.raises(RuntimeError, match="group lost"):
+        eng.update_weights_by_broadcast(iter(buckets), 6, broken)
+    assert calls[-1][0] == "continue_generation" and eng.version == 5
+
+
 def test_launch_command_and_missing_sglang_message(monkeypatch):
     from grm.config.policy import SGLangEngineSpec
 

@@ -1,0 +1,56 @@
+"""Policy weights to served rollout engines (``engine: sglang``, ``weight_sync: broadcast``) over a
+process group: the policy actor's rank 0 hosts the group, the servers join it on the first sync,
+and every sync then broadcasts the trainer's weights bucket by bucket while the servers receive
+them (``SGLangEngine.update_weights_by_broadcast``; ``grm.training.weight_group``). Engines never
+import the trainer and the trainer never imports engines: this module joins the two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Any
+
+from grm.base import free_port
+from grm.training.weight_group import WeightGroup
+
+GROUP = "grm_weight_update"
+"""The group's name (the servers' ``group_name``)."""
+FORM_TIMEOUT_S = 120.0
+"""Seconds the servers have to join the group on the first sync."""
+
+
+class Broadcaster:
+    """The weight-update group of one policy actor and its served engine."""
+
+    def __init__(self, engine: Any, backend: str, address: str) -> None:
+        """``backend``: nccl (trainer on a GPU) or gloo; ``address``: this node's, which the servers
+        connect to."""
+        self.engine, self.backend, self.address = engine, backend, address
+        self.group: WeightGroup | None = None
+
+    def push(self, buckets: Iterable[list[tuple[str, Any]]], version: int) -> float:
+        """Broadcast every bucket to the servers, which then hold ``version``; the seconds it took
+        (the first call forms the group too)."""
+        start = time.perf_counter()
+        group = self.group or self._form()
+        self.engine.update_weights_by_broadcast(buckets, version, group.broadcast, GROUP)
+        return time.perf_counter() - start
+
+    def _form(self) -> WeightGroup:
+        port = free_port()
+        world = 1 + self.engine.group_ranks
+        side = ThreadPoolExecutor(max_workers=2)  # the servers' join and ours must overlap
+        try:
+            joined = side.submit(self.engine.init_weight_group, self.address, port, world, GROUP, self.backend)
+            formed = side.submit(WeightGroup, self.address, port, world, GROUP, self.backend, FORM_TIMEOUT_S)
+            wait([joined, formed], timeout=FORM_TIMEOUT_S + 30, return_when=FIRST_EXCEPTION)
+            for f in (joined, formed):  # a server's refusal ends the wait at once, and says why
+                if f.done() and f.exception() is not None:
+                    raise f.exception()  # type: ignore[misc]
+            joined.result(timeout=0)
+            self.group = formed.result(timeout=0)
+        finally:
+            side.shutdown(wait=False)  # a group still forming gives up at its own timeout
+        return self.group
