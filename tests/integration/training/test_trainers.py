@@ -49,6 +49,22 @@ def test_zero_stages_match_torch_backend(stage):
         assert [m[key] for m in got] == pytest.approx([m[key] for m in ref], rel=1e-4, abs=2e-4), (stage, key, ref, got)
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_weight_buckets_are_the_full_trained_weights_in_bounded_buckets(stage):
+    """What the weight broadcast sends: every parameter, full (ZeRO-3 gathers each bucket), in
+    buckets of at most the bound unless one tensor alone is larger, equal to the gathered state."""
+    ds = _ds(stage)
+    ds.step(fixed_batch(), nll_loss)
+    full = ds.state_dict()
+    bound = 4 << 10
+    buckets = [[(name, t.detach().clone()) for name, t in b] for b in ds.weight_buckets(bound)]
+    sizes = [sum(t.numel() * t.element_size() for _, t in b) for b in buckets]
+    assert len(buckets) > 2 and all(s <= bound or len(b) == 1 for s, b in zip(sizes, buckets, strict=True)), sizes
+    sent = dict(pair for b in buckets for pair in b)
+    assert set(sent) <= set(full) and set(full) - set(sent) <= {"lm_head.weight"}  # a tied head is sent once
+    assert all(torch.equal(sent[k], full[k]) for k in sent)
+
+
 def test_bf16_trains():
     batch = fixed_batch()
     losses = _run(_ds(2, dtype="bf16"), 6, batch)
