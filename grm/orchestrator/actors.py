@@ -384,17 +384,19 @@ class PolicyActor:
                 from grm.training.weight_group import BUCKET_BYTES
 
                 buckets = self.trainer.weight_buckets(BUCKET_BYTES)
+                by_disk = None
                 if self.broadcaster is not None:
                     secs = self.broadcaster.push(buckets, version)
+                    by_disk = self.broadcaster.mode == "disk"
                 else:  # a rank without the engine takes part in the gathers
                     start = time.perf_counter()
                     for _ in buckets:
                         pass
                     secs = time.perf_counter() - start
-                return _gather(Synced(version, secs), others, gather_synced)
+                return _gather(Synced(version, secs, by_disk), others, gather_synced)
             state = self.trainer.state_dict()
             secs = push_weights(self.engine, state, version) if self.engine is not None else 0.0
-        return _gather(Synced(version, secs), others, gather_synced)
+        return _gather(Synced(version, secs, True if self.weight_sync == "disk" else None), others, gather_synced)
 
     @ray.method(concurrency_group="progress")  # answers while a call waits in a collective
     def failure(self) -> RankFailure | None:

@@ -104,7 +104,7 @@ class Driver:
                 s.train = self.scheduler.wait(policy.train.remote(s.batch))  # train
                 show.set_phase("weight sync")
                 synced = ray.get(policy.sync.remote())  # weight sync
-                self.version, s.sync_s = synced.version, synced.seconds
+                self.version, s.sync_s, s.sync_by_disk = synced.version, synced.seconds, synced.by_disk
                 s.canary = self.canaries.after_step(step + 1, self.roles.judges)  # canary: judges re-score labelled pairs
                 now = time.perf_counter()
                 s.seconds, t_prev = now - t_prev, now

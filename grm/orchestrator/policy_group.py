@@ -209,7 +209,7 @@ def gather_max(parts: Sequence[float]) -> float:
 
 def gather_synced(parts: Sequence[Synced]) -> Synced:
     """Rank 0's version (every rank trained the same steps); seconds of the slowest rank."""
-    return Synced(parts[0].version, max(p.seconds for p in parts))
+    return Synced(parts[0].version, max(p.seconds for p in parts), parts[0].by_disk)
 
 
 # --------------------------------------------------------------------------- which rank failed

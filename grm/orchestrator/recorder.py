@@ -269,6 +269,8 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
         "seconds_reference": ref_s,
         "seconds_training": train_s,
         "seconds_sync": sync_s,
+        # served engines: 1.0 when the step's weights reached them from disk, 0.0 by broadcast
+        **({"weight_sync_disk": float(out.sync_by_disk)} if out.sync_by_disk is not None else {}),
         "seconds_idle": max(0.0, step_s - (work.rollout_s + ref_s + train_s + sync_s)),
         "judge_share": judging / step_s if step_s else 0.0,
         **{f"seconds_judge/{k}": v for k, v in work.judge_s.items()},

@@ -224,6 +224,9 @@ class Synced:
 
     version: int
     seconds: float
+    by_disk: bool | None = None
+    """(served engines) whether the weights went by disk (``weight_sync: disk``, or broadcast's
+    fallback); None when the engine is in process."""
 
 
 @dataclass
@@ -250,6 +253,8 @@ class StepOutcome:
     train: dict[str, float] = field(default_factory=dict)
     """The trainer's metrics (``train_seconds`` among them)."""
     sync_s: float = 0.0
+    sync_by_disk: bool | None = None
+    """``Synced.by_disk`` of the step's weight sync."""
     canary: dict[str, Any] = field(default_factory=dict)
     """Readings of the canaries due after this step."""
     seconds: float = 0.0

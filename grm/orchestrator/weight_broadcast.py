@@ -29,13 +29,29 @@ class Broadcaster:
         connect to."""
         self.engine, self.backend, self.address = engine, backend, address
         self.group: WeightGroup | None = None
+        self.mode = "broadcast"
+        """``broadcast``, or ``disk`` once the group could not form (``fallback`` says why)."""
+        self.fallback: str | None = None
 
     def push(self, buckets: Iterable[list[tuple[str, Any]]], version: int) -> float:
         """Broadcast every bucket to the servers, which then hold ``version``; the seconds it took
-        (the first call forms the group too)."""
+        (the first call forms the group too). When the servers cannot join the group (a refusal, or
+        no group within ``FORM_TIMEOUT_S``), this and every later push goes by disk: the buckets are
+        gathered into one state dict (every rank still iterates them alike) and the engine loads
+        it from safetensors. A failure once the group has formed is the run's."""
         start = time.perf_counter()
-        group = self.group or self._form()
-        self.engine.update_weights_by_broadcast(buckets, version, group.broadcast, GROUP)
+        if self.mode == "broadcast" and self.group is None:
+            try:
+                self._form()
+            except Exception as x:  # noqa: BLE001 - any failure to form the group falls back to disk
+                self.mode, self.fallback = "disk", f"{type(x).__name__}: {str(x)[:300]}"
+                print(f"weight sync: the servers did not join the broadcast group ({self.fallback}); using disk", flush=True)
+        if self.mode == "disk":
+            state = {name: t.detach().cpu().clone() for bucket in buckets for name, t in bucket}
+            self.engine.update_weights(state, version)
+        else:
+            assert self.group is not None
+            self.engine.update_weights_by_broadcast(buckets, version, self.group.broadcast, GROUP)
         return time.perf_counter() - start
 
     def _form(self) -> WeightGroup:

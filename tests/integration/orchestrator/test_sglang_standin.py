@@ -122,7 +122,8 @@ def test_weights_reach_the_standin_by_broadcast_with_no_file_written(standin_url
     """The policy actor's broadcast path without Ray: the stand-in joins a gloo group hosted by the
     trainer's side, two updates of perturbed weights arrive in 1 MiB buckets (many per update),
     the served version advances and its log-probs equal the trainer's within 1e-4, and no weight
-    file is written (the disk path's directory is never made; the served model path is unchanged)."""
+    file is written (the disk path's directory is never made; the served model path is unchanged).
+    Servers that refuse to join make the update fall back to disk, with the reason kept."""
     import torch
 
     from grm.engines.sglang import SGLangEngine
@@ -146,13 +147,20 @@ def test_weights_reach_the_standin_by_broadcast_with_no_file_written(standin_url
         assert max(abs(a - b) for a, b in zip(served, want, strict=True)) < 1e-4
     assert eng.sync_dir is None and get_json(standin_url + "/get_model_info")["model_path"] == resolve_model(MODEL)
     assert eng.generate([Req(token_ids=probe[:5])], SamplingParams(max_new_tokens=2))[0].version == 2
-    # a server that cannot join (the stand-in takes gloo only) is refused at once, naming the server
-    refused = Broadcaster(SGLangEngine([standin_url], MODEL, tok), "nccl", "127.0.0.1")
+    # servers that cannot join (the stand-in takes gloo only) refuse at once, naming the endpoint, and
+    # the weights go by disk instead, this sync and the next
+    other = SGLangEngine([standin_url], MODEL, tok)
+    refused = Broadcaster(other, "nccl", "127.0.0.1")
+    sd = {k: v.detach() + 0.03 * torch.randn_like(v) for k, v in model.named_parameters()}
     start = time.perf_counter()
-    with pytest.raises(EngineError, match="init_weights_update_group.*gloo"):
-        refused.push(iter(buckets), 3)
-    assert time.perf_counter() - start < 30
+    refused.push(weight_buckets(sd.items(), 1 << 20), 3)
+    assert time.perf_counter() - start < 30 and refused.mode == "disk"
+    assert "init_weights_update_group" in refused.fallback and "gloo" in refused.fallback
+    served_version, served = served_logprobs(standin_url, probe)
+    assert served_version == "3" and get_json(standin_url + "/get_model_info")["model_path"].endswith("/v3")
+    assert max(abs(a - b) for a, b in zip(served, trainer_logprobs(model, sd, probe), strict=True)) < 1e-4
     eng.close()
+    other.close()
 
 
 @pytest.mark.timeout(1800)
@@ -188,4 +196,5 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url, weight_sync
     else:  # no weight file: the server still names the model it started from
         assert served_from == path
     assert json.loads((out / "placement.json").read_text())["policy"]["weight_sync"] == weight_sync
+    assert [m["weight_sync_disk"] for m in ms] == [float(weight_sync == "disk")] * RUN_STEPS
     print(f"run {time.perf_counter() - t0:.0f} s; served vs trainer per step: {gaps}")
