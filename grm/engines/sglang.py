@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -280,17 +280,24 @@ class SGLangEngine:
             if old != target:
                 shutil.rmtree(old, ignore_errors=True)
 
-    def update_weights_from_disk(self, path: str, version: int) -> None:
-        """Pause rollouts, load ``path`` on every server, flush prefix caches, resume."""
+    @contextlib.contextmanager
+    def _paused(self) -> Iterator[None]:
+        """A weight update on every server: rollouts paused, prefix caches flushed after the update,
+        rollouts resumed (also when the update failed: its error says more than a failed resume)."""
         self._each_server("/pause_generation", {})
         try:
-            self._each_server("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
+            yield
             self._each_server("/flush_cache", {})
         except BaseException:
-            with contextlib.suppress(EngineError):  # the update's error says more than a failed resume
+            with contextlib.suppress(EngineError):
                 self._each_server("/continue_generation", {})
             raise
         self._each_server("/continue_generation", {})
+
+    def update_weights_from_disk(self, path: str, version: int) -> None:
+        """Pause rollouts, load ``path`` on every server, flush prefix caches, resume."""
+        with self._paused():
+            self._each_server("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
         self.version = version
 
     def init_weight_group(
@@ -349,8 +356,7 @@ class SGLangEngine:
         resume. The tensors go in the trainer's dtype (the server casts as it loads). Returns the
         tensors sent."""
         sent = 0
-        self._each_server("/pause_generation", {})
-        try:
+        with self._paused():
             for bucket in buckets:
                 tensors = [t for _, t in bucket]
                 names = [n for n, _ in bucket]
@@ -363,12 +369,6 @@ class SGLangEngine:
                     finally:
                         told.result()  # the servers' answer (an error says which), or the HTTP timeout
                 sent += len(tensors)
-            self._each_server("/flush_cache", {})
-        except BaseException:
-            with contextlib.suppress(EngineError):  # the update's error says more than a failed resume
-                self._each_server("/continue_generation", {})
-            raise
-        self._each_server("/continue_generation", {})
         self.version = version
         return sent
 
