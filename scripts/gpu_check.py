@@ -10,8 +10,9 @@ store; no weights travel and nothing is downloaded. Random weights test mechanic
 The checks, one process each, each bounded by ``--timeout`` seconds:
 
 - ``cuda``: torch sees a GPU; the model's forward and a backward on it;
-- ``placement-ppo``: a 1-step sync PPO ``grm run`` with policy, reference, critic and judge on one
-  GPU pool (DeepSpeed ZeRO-2): every role of placement.json is on ``cuda``;
+- ``placement-ppo``: a 1-step sync PPO ``grm run`` with policy (and its critic), reference and a
+  judge on one GPU pool (DeepSpeed ZeRO-2): every role of placement.json is on ``cuda``, the
+  critic trained;
 - ``async-torch``: a 2-step async ``grm run`` with the torch trainer on the GPU;
 - ``nccl-weight-group``: the weight-update group of ``engine: sglang, weight_sync: broadcast``
   formed over NCCL with one rank, a tensor broadcast through it;
@@ -69,11 +70,17 @@ print(f"nccl weight group of one rank: {sent} bytes broadcast")
 
 PLACEMENT_ASSERT = """
 import json, sys
-p = json.load(open(sys.argv[1]))
+from pathlib import Path
+run = Path(sys.argv[1])
+p = json.loads((run / "placement.json").read_text())
 roles = {k: v.get("device") for k, v in p.items() if isinstance(v, dict) and "device" in v}
-print(roles)
 assert roles and all(str(d).startswith("cuda") for d in roles.values()), roles
-assert {"policy", "reference", "critic"} <= set(roles), roles
+# the reference is its own role only where it is not in the policy's actor (same pool: it is)
+assert "policy" in roles and any(k.startswith("judge:") for k in roles), roles
+# the critic is the value head in the policy's actor: its loss is in the step's metrics
+m = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+assert m.get("critic_loss", 0) > 0, sorted(m)
+print(f"{roles}; critic_loss {m['critic_loss']:.4f}")
 """
 
 
@@ -90,7 +97,7 @@ def checks(work: Path) -> list[tuple[str, list[list[str]]]]:
             [
                 [*grm, "run", "pipelines/ppo-critic.yaml", f"out_dir={ppo}", GPU_POOL, judge_on_gpu, "train.steps=1"]
                 + ["algorithm.group_size=2", *COMMON],
-                [py, "-c", PLACEMENT_ASSERT, str(ppo / "placement.json")],
+                [py, "-c", PLACEMENT_ASSERT, str(ppo)],
             ],
         ),
         (
