@@ -150,6 +150,30 @@ def score_all(judge: Any, samples: list[Any], batch: int, progress: Any, label: 
     return out
 
 
+def episode(sample_id: str, prompt: str, answer: str) -> Any:
+    """A one-turn episode: the request, then the answer as the assistant's final turn."""
+    from grm.data.trajectory import Task, Trajectory, Turn
+
+    task = Task(row={"prompt": prompt}, messages=[{"role": "user", "content": prompt}])
+    turn = Turn(role="assistant", content=answer)
+    return Trajectory(id=sample_id, task=task, turns=[turn], end_reason="done", final_answer=answer)
+
+
+def episodic(judge: Any) -> bool:
+    """A judge of whole episodes (its template reads ``trajectory``/``trajectories``)."""
+    return "trajectory" in str(judge.spec.template)
+
+
+def as_episodes(samples: list[Any]) -> list[Any]:
+    """The same items for a judge of trajectories: the attack sits in the episode's final answer."""
+    for s in samples:
+        if s.responses is not None:
+            s.trajectories = [episode(f"{s.id}/{i}", s.prompt, r) for i, r in enumerate(s.responses)]
+        else:
+            s.trajectory = episode(s.id, s.prompt, s.response)
+    return samples
+
+
 def run_judge(judge: Any, items: list[Item], attacks: list[str], batch: int, progress: Any, label: str) -> dict[str, Any]:
     """Per attack: n, flips, masked, and each item's preference for the wrong answer."""
     from grm.judges import Sample
@@ -161,7 +185,7 @@ def run_judge(judge: Any, items: list[Item], attacks: list[str], batch: int, pro
             for a in attacks
             for k, it in enumerate(items)
         ]
-        res = score_all(judge, samples, batch, progress, label)
+        res = score_all(judge, as_episodes(samples) if episodic(judge) else samples, batch, progress, label)
         correct = [None] * len(items)
     else:
         # a checklist judge reading the data's checklist asks for the answer (the others ignore it)
@@ -175,7 +199,7 @@ def run_judge(judge: Any, items: list[Item], attacks: list[str], batch: int, pro
             for a in attacks
             for k, it in enumerate(items)
         ]
-        res = score_all(judge, samples, batch, progress, label)
+        res = score_all(judge, as_episodes(samples) if episodic(judge) else samples, batch, progress, label)
         correct, res = res[: len(items)], res[len(items) :]
     out: dict[str, Any] = {}
     n = len(items)
@@ -245,6 +269,11 @@ def main() -> int:
     ap.add_argument("--on", default="guard.neutralise=true", help="comma list of spec overrides for the 'guard on' columns")
     ap.add_argument("--out", default=None, help="write every number as JSON here")
     ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the judges an existing --out file holds (same items, attacks, model and guard) and run the rest",
+    )
+    ap.add_argument(
         "--table", metavar="FILE.json", help="print the machine and table of a saved --out file (e.g. of a stopped run)"
     )
     args = ap.parse_args()
@@ -271,22 +300,27 @@ def main() -> int:
         attacks.insert(0, "none")  # the shift is measured against it
     items = make_items(args.limit, args.seed)
     model = [f"model={args.model}"] if args.model else []
-    results: list[dict[str, Any]] = []
+    results = resumed(Path(args.out), args) if args.resume and args.out and Path(args.out).exists() else []
+    done = {r.get("ref", r["judge"]) for r in results}
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
     ) as progress:
         for name in args.judges.split(","):
+            if name in done:
+                print(f"{name}: kept from {args.out}", flush=True)
+                continue
             ref = name if name.endswith(".yaml") else f"builtin:{name}"
             off = load(ref, overrides=model)
             if off.spec.mode != "rule":  # the shipped judges neutralise: "off" is the spec without any guard
                 off = load(ref, overrides=[*model, "guard.neutralise=false", "guard.fence=false"])
-            row: dict[str, Any] = {"judge": off.name, "model": off.spec.model or "-", "mode": off.spec.mode, "on": None}
+            row: dict[str, Any] = {"judge": off.spec.name, "ref": name, "model": off.spec.model or "-", "mode": off.spec.mode}
+            row["on"] = None
             t0 = time.perf_counter()
-            row["off"] = run_judge(off, items, attacks, args.batch_size, progress, f"{off.name} guard off")
+            row["off"] = run_judge(off, items, attacks, args.batch_size, progress, f"{off.spec.name} guard off")
             if off.spec.mode != "rule":
                 on = load(ref, overrides=[*model, *args.on.split(",")])
-                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{off.name} guard on")
+                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{off.spec.name} guard on")
             row["seconds"] = round(time.perf_counter() - t0, 1)
             results.append(row)
             if args.out:
@@ -296,6 +330,16 @@ def main() -> int:
     if args.out:
         print(f"wrote {args.out}")
     return 0
+
+
+def resumed(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The results of an earlier run into ``path`` with these items, attacks, model and guard."""
+    saved = json.loads(path.read_text())
+    same = ("limit", "seed", "attacks", "on", "model")
+    differ = [k for k in same if saved["args"].get(k) != getattr(args, k)]
+    if differ:
+        raise SystemExit(f"--resume: {path} was written with other {', '.join(f'--{k}' for k in differ)}; use another --out")
+    return saved["results"]
 
 
 def _write(path: Path, facts: dict[str, Any], args: argparse.Namespace, results: list[dict[str, Any]]) -> None:

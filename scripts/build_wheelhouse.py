@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pip._vendor.packaging.requirements import Requirement  # the running pip's own parser
+
 ROOT = Path(__file__).resolve().parents[1]
 DIST, EXTRAS = "grm-rlaif", "train"
 LEFT_TO_IMAGE = "torch"  # the GPU image's own, with everything that only torch needs
@@ -94,28 +96,48 @@ def split_report(report: dict, left_out: str = LEFT_TO_IMAGE) -> tuple[dict[str,
     `left_out` (grm itself included), left is `left_out` and whatever only it needs. Extras are
     followed as the requirement lines ask for them (`ray[default]`): pip reports the extras asked
     for the root alone."""
-    from pip._vendor.packaging.requirements import Requirement  # the running pip's own parser
+    items = {canonical(i["metadata"]["name"]): i for i in report["install"]}
+    kept = {name for name, req in walk(report, left_out) if req is None}
+    version = {n: i["metadata"]["version"] for n, i in items.items()}
+    return {n: version[n] for n in sorted(kept)}, {n: version[n] for n in sorted(set(items) - kept)}
 
+
+def walk(report: dict, left_out: str = LEFT_TO_IMAGE) -> list[tuple[str, Requirement | None]]:
+    """``(package, None)`` for every package reached from grm without going through ``left_out``,
+    and ``(dependency, requirement)`` for every requirement line of theirs that applies."""
     env = report["environment"]
     items = {canonical(i["metadata"]["name"]): i for i in report["install"]}
     root = canonical(DIST)
     if root not in items:
         raise BuildError(f"pip's report does not install {DIST}")
     seen: set[tuple[str, str]] = set()  # (package, extra): "" for its plain requirements
+    found: list[tuple[str, Requirement | None]] = []
     stack = [(root, e) for e in ["", *(items[root].get("requested_extras") or [EXTRAS])]]
     while stack:
         name, extra = stack.pop()
         if (name, extra) in seen or name == left_out:
             continue
         seen.add((name, extra))
+        found.append((name, None))
         for line in items[name]["metadata"].get("requires_dist") or []:
             req = Requirement(line)
             dep = canonical(req.name)
             if dep in items and (req.marker is None or req.marker.evaluate({**env, "extra": extra})):
+                found.append((dep, req))
                 stack.extend((dep, e) for e in ["", *req.extras])
-    kept = {name for name, _ in seen}
-    version = {n: i["metadata"]["version"] for n, i in items.items()}
-    return {n: version[n] for n in sorted(kept)}, {n: version[n] for n in sorted(set(items) - kept)}
+    return found
+
+
+def on_image(report: dict, image: dict[str, str | None]) -> set[str]:
+    """The packages the image holds in a version every requirement on them accepts (a package of
+    unrecorded version counts as held): the rest go to the need bins. ray[default] asking for
+    aiohttp>=3.14.4 where the image has 3.14.3 stopped the first offline install on a GPU machine."""
+    too_old = {
+        dep
+        for dep, req in walk(report)
+        if req is not None and image.get(dep) and not req.specifier.contains(image[dep], prereleases=True)
+    }
+    return set(image) - too_old
 
 
 def fetch_wheels(kept: dict[str, str], src: Path, dest: Path) -> list[Path]:
@@ -161,9 +183,11 @@ def pack(sizes: dict[str, int], capacity: int) -> list[list[str]]:
     return [sorted(names) for _, names in bins]
 
 
-def image_packages(path: Path = IMAGE_PACKAGES) -> set[str]:
+def image_packages(path: Path = IMAGE_PACKAGES) -> dict[str, str | None]:
+    """``name -> version`` (None where the list gives none) of the GPU image's packages."""
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return {canonical(line) for line in lines if line}
+    pairs = (line.partition("==") for line in lines if line)
+    return {canonical(name.strip()): (version.strip() or None) for name, _, version in pairs}
 
 
 def sha256(f: Path) -> str:
@@ -199,14 +223,15 @@ def build(out: Path, model_dir: Path, max_mib: int) -> None:
     with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp_name:
         tmp = Path(tmp_name)
         src = checkout_copy(tmp / "src")
-        kept, left = split_report(resolve(src, tmp))
+        report = resolve(src, tmp)
+        kept, left = split_report(report)
         print(f"left to the machine's torch ({len(left)}): {' '.join(f'{n}=={v}' for n, v in left.items())}")
         wheels = fetch_wheels(kept, src, tmp / "wheels")
         manifest = {f.name: sha256(f) for f in wheels}
         for f in copy_model(model_dir, stage / "tiny-smollm2"):
             manifest[f"tiny-smollm2/{f.name}"] = sha256(f)
         pieces = [p for f in wheels for p in (split_file(f, cap) if f.stat().st_size > cap else [f])]
-        have = image_packages()
+        have = on_image(report, image_packages())
         bins: dict[str, list[Path]] = {}
         for tier in ("need", "spare"):
             sizes = {p.name: p.stat().st_size for p in pieces if (wheel_dist(p.name) in have) == (tier == "spare")}

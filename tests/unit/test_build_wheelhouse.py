@@ -102,8 +102,9 @@ def test_pack_fills_bins_up_to_capacity_and_refuses_an_oversized_file(wh):
 def test_image_package_names_are_canonical(wh, tmp_path):
     f = tmp_path / "have.txt"
     f.write_text("# comment\nPyYAML\nhuggingface_hub  # trailing\n\n")
-    assert wh.image_packages(f) == {"pyyaml", "huggingface-hub"}
-    assert {"torch", "transformers", "numpy"} <= wh.image_packages()
+    assert wh.image_packages(f) == {"pyyaml": None, "huggingface-hub": None}
+    shipped = wh.image_packages()
+    assert {"torch", "transformers", "numpy"} <= set(shipped) and shipped["aiohttp"] == "3.14.3"
 
 
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs GNU coreutils")
@@ -147,3 +148,23 @@ def test_install_sh_rejoins_parts_across_bins_and_checks_them(wh, tmp_path):
     )
     assert r.returncode == 1 and "MANIFEST.sha256" in r.stderr
     assert not (tmp_path / "pip-args").exists()
+
+
+def test_an_image_package_too_old_for_a_requirement_goes_to_the_need_bins(wh, tmp_path):
+    report = {
+        "environment": ENV,
+        "install": [
+            item("grm_rlaif", "0.1.0", ['ray[default]>=2.30; extra == "train"', "numpy", "PyYAML>=6"], ["train"]),
+            item("ray", "2.60.0", ['aiohttp>=3.14.4; extra == "default"', 'pandas>=9; extra == "data"', "pyyaml"]),
+            item("aiohttp", "3.14.5"),
+            item("numpy", "2.5.5"),
+            item("pyyaml", "6.0.4"),
+            item("pandas", "3.1.1"),
+        ],
+    }
+    f = tmp_path / "image.txt"
+    f.write_text("aiohttp==3.14.3\nnumpy  # version not recorded\nPyYAML==6.0.3\npandas==3.0.6\n")
+    image = wh.image_packages(f)
+    assert image == {"aiohttp": "3.14.3", "numpy": None, "pyyaml": "6.0.3", "pandas": "3.0.6"}
+    # aiohttp: ray[default] asks for >=3.14.4; pandas: only ray[data] (not asked for) wants a newer one
+    assert wh.on_image(report, image) == {"numpy", "pyyaml", "pandas"}
