@@ -33,6 +33,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -183,6 +184,8 @@ class HttpClient:
         self.requests = 0
         """Successful JSON replies."""
         self.retries = 0
+        self.before_retry: Callable[[], None] | None = None
+        """Called before each retry (the openai engine restarts a launched server that died)."""
         self._lock = threading.Lock()
         self._opener = _opener()
 
@@ -210,6 +213,8 @@ class HttpClient:
             if attempt:
                 with self._lock:
                     self.retries += 1
+                if self.before_retry is not None:
+                    self.before_retry()
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 reply = self.exchange("POST", url, data)

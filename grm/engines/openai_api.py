@@ -128,16 +128,29 @@ class OpenAIEngine:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="grm-openai")
         self._tokens = {"prompt_tokens": 0, "completion_tokens": 0}
         self._lock = threading.Lock()
-        self.server: ServerProcess | None = None
+        self._server: ServerProcess | None = None
+
+    @property
+    def server(self) -> ServerProcess | None:
+        """The server this engine launched (``engine.launch``), if any: one that dies is started
+        again before the failed request's next retry, so the request is re-issued, not lost."""
+        return self._server
+
+    @server.setter
+    def server(self, server: ServerProcess | None) -> None:
+        self._server = server
+        self._http.before_retry = None if server is None else server.revive
 
     def __repr__(self) -> str:  # no credentials
         return f"OpenAIEngine({self.base_url!r}, model={self.model_id!r}, endpoint={self.endpoint!r})"
 
     @property
     def usage(self) -> dict[str, int]:
-        """Running counters: successful requests, retries, and the tokens the server reported."""
+        """Running counters: successful requests, retries, the tokens the server reported, and the
+        restarts of a launched server."""
+        restarts = self._server.restarts if self._server is not None else 0
         with self._lock:
-            return {"requests": self._http.requests, "retries": self._http.retries, **self._tokens}
+            return {"requests": self._http.requests, "retries": self._http.retries, **self._tokens, "server_restarts": restarts}
 
     # ------------------------------------------------------------------ HTTP
     def _post(self, path: str, body: dict[str, Any]) -> _Reply:
@@ -259,8 +272,8 @@ class OpenAIEngine:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self.server is not None:
-            self.server.stop()
+        if self._server is not None:
+            self._server.stop()
 
 
 def _token_logprobs(lp: _ChatLogprobs | _CompletionLogprobs | None) -> list[float]:
@@ -288,7 +301,8 @@ def _first_top_logprobs(lp: _ChatLogprobs | _CompletionLogprobs | None) -> dict[
 
 class ServerProcess:
     """A server command started by the engine (``engine.launch``), health-checked on ``/models``
-    before first use (``health_path``) and stopped with the process that started it."""
+    before first use (``health_path``), started again on the same port when it dies (``revive``)
+    and stopped with the process that started it."""
 
     def __init__(
         self,
@@ -305,9 +319,33 @@ class ServerProcess:
         # each probe bounded like any request; its reply is small ("/models", "/health")
         self._probe = HttpClient(timeout_s=2.0, max_reply_bytes=1 << 20, credentials=credentials)
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.timeout_s = timeout_s
+        self.restarts = 0
+        """Times the server was found dead and started again."""
+        self._lock = threading.Lock()
+        self.proc = self._start()
         atexit.register(self.stop)
         self._wait_healthy(timeout_s)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        # its own session: a stop signal to the run's process group does not reach it before we stop it
+        return subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def revive(self) -> bool:
+        """Start the server again if its process has exited (killed, crashed, out of memory), and
+        wait until it answers; True if it was restarted. Threads that find it dead together restart
+        it once. A server that cannot come back raises ``EngineError``."""
+        with self._lock:
+            if self.proc.poll() is None:
+                return False
+            code = self.proc.returncode
+            self.proc = self._start()
+            self.restarts += 1
+            try:
+                self._wait_healthy(self.timeout_s)
+            except EngineError as e:
+                raise EngineError(f"the launched server died (exit code {code}) and did not come back: {e}") from None
+            return True
 
     def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 
 COUNTS = ("calls", "retries", "prompt_tokens", "generated_tokens")
-USAGE = ("requests", "retries", "prompt_tokens", "completion_tokens")
-"""The counters an engine with a ``usage`` dict keeps (the openai engine: the server's reply)."""
+USAGE = ("requests", "retries", "prompt_tokens", "completion_tokens", "server_restarts")
+"""The counters an engine with a ``usage`` dict keeps (the openai engine: the server's reply, and
+how often a server it launched was found dead and started again)."""
 
 
 @dataclass
@@ -41,7 +42,8 @@ class JudgeCost:
     """Wall seconds of the judge call(s), measured around them (``costed``); 0 in running totals."""
     usage: dict[str, int] = field(default_factory=dict)
     """What the server reported (openai engine): ``requests``, HTTP ``retries``, ``prompt_tokens``,
-    ``completion_tokens``; empty for engines that report nothing."""
+    ``completion_tokens``, and ``server_restarts`` of a launched server; empty for engines that
+    report nothing."""
 
     def add(self, other: JudgeCost) -> JudgeCost:
         """Add ``other`` into this one (in place); returns self."""

@@ -277,6 +277,8 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
         # per actor-judge replica (``<judge>/<replica index>``): samples judged and seconds of its calls
         **{f"judge_items/{k}": v for k, v in work.replica_items.items()},
         **{f"judge_seconds/{k}": v for k, v in work.replica_s.items()},
+        # and what its server reported (openai engine): judge_usage/<judge>/<replica>/requests, ...
+        **{f"judge_usage/{k}/{c}": v for k, usage in work.replica_usage.items() for c, v in usage.items()},
         # within-group correlation of each judge's reward and of the combined reward (before and
         # after algorithm.length_control) with response length; None when undefined
         **reward_stats.get("length", {}),

@@ -57,6 +57,12 @@ class Issued(NamedTuple):
     judge: JudgeHandle
 
 
+def add_usage(into: dict[str, int], usage: dict[str, int]) -> None:
+    """Add a server's ``usage`` counters into ``into`` (in place)."""
+    for k, v in usage.items():
+        into[k] = into.get(k, 0) + v
+
+
 def least_loaded(replicas: list[Replica], in_flight: list[int], cap: int) -> Replica | None:
     """The live replica with the fewest calls in flight (``in_flight[index]``), ties going to the
     one that judged the fewest samples, then the lowest index; None if every live replica has
@@ -188,6 +194,8 @@ class Scheduler:
         for key, n in extra.replica_items.items():
             work.replica_items[key] = work.replica_items.get(key, 0) + n
             work.replica_s[key] = work.replica_s.get(key, 0.0) + extra.replica_s[key]
+        for key, usage in extra.replica_usage.items():
+            add_usage(work.replica_usage.setdefault(key, {}), usage)
         return groups
 
     def prepare(self, work: StepWork, rollouts: Sequence[Rollout]) -> None:
@@ -314,6 +322,8 @@ class Scheduler:
             key = f"{call.judge}/{call.replica}"
             work.replica_items[key] = work.replica_items.get(key, 0) + n
             work.replica_s[key] = work.replica_s.get(key, 0.0) + secs
+            if cost.usage:
+                add_usage(work.replica_usage.setdefault(key, {}), cost.usage)
             self.replicas[call.judge][call.replica].items += n
         work.last_judge_end = time.perf_counter()
 

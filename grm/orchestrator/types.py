@@ -166,6 +166,9 @@ class StepWork:
     """``<judge>/<replica>`` -> samples that replica judged for this step (actor judges only)."""
     replica_s: dict[str, float] = field(default_factory=dict)
     """``<judge>/<replica>`` -> seconds of that replica's finished calls for this step."""
+    replica_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    """``<judge>/<replica>`` -> what that replica's server reported for this step (openai engine:
+    requests, retries, tokens, server restarts); absent for engines that report nothing."""
     judge_cost: dict[str, JudgeCost] = field(default_factory=dict)
     """judge name -> what its finished calls for this step cost, measured inside the judge (a call
     abandoned past its deadline is not counted: its answer never arrives)."""

@@ -7,6 +7,7 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import pytest
@@ -213,7 +214,7 @@ def test_judge_cost_carries_the_servers_usage(server, tmp_path):
     judge = build_judge(spec, tmp_path, _engine(server))
     _, cost = costed(judge, judge.score_batch, [Sample(prompt="q", response=f"r{i}") for i in range(3)])
     assert cost.calls == 6 and cost.generated_tokens == 6 * 3 and cost.prompt_tokens == 6 * 7
-    assert cost.usage == {"requests": 6, "retries": 2, "prompt_tokens": 42, "completion_tokens": 18}
+    assert cost.usage == {"requests": 6, "retries": 2, "prompt_tokens": 42, "completion_tokens": 18, "server_restarts": 0}
     m = cost.metrics("remote")
     assert m["judge_cost/remote/usage_prompt_tokens"] == 42 and m["judge_cost/remote/usage_retries"] == 2
 
@@ -422,3 +423,64 @@ def test_score_continuations_refuses_bad_top_logprobs_with_one_error(two):
     message = _fails(_remote(a), [Req(text="q")], [["A"]])
     assert "top_logprobs.0.A" in message
     assert_clean(message, a.url)
+
+
+# ---------------------------------------------------------------- a launched server that dies
+TINY = str(Path(__file__).with_name("tiny_openai_server.py"))
+
+
+def _launched(*extra, concurrency=4):
+    import sys
+
+    from grm.config.policy import OpenAIEngineSpec
+    from grm.engines import build_engine
+
+    spec = OpenAIEngineSpec(
+        type="openai",
+        endpoint="chat",
+        launch=[sys.executable, TINY, "{port}", *extra],
+        launch_timeout_s=30,
+        backoff_s=0.05,
+        concurrency=concurrency,
+    )
+    return build_engine(spec, "tiny")
+
+
+def _ask(eng, n):
+    requests = [Req(messages=[{"role": "user", "content": f"q{i}"}]) for i in range(n)]
+    return eng.generate(requests, SamplingParams(max_new_tokens=2))
+
+
+def test_a_launched_server_that_dies_is_started_again_and_the_requests_re_issued():
+    import os
+    import signal
+
+    eng = _launched()
+    try:
+        first = eng.server.proc.pid
+        assert {g.text for g in _ask(eng, 2)} == {f"pid {first}"}
+        os.kill(first, signal.SIGKILL)
+        eng.server.proc.wait()
+        # eight requests from four threads find it dead: it is started once, every request answered
+        gens = _ask(eng, 8)
+        second = eng.server.proc.pid
+        assert second != first and {g.text for g in gens} == {f"pid {second}"}
+        assert eng.usage["server_restarts"] == 1 and eng.usage["requests"] == 10
+        assert eng.usage["retries"] >= 1  # the failed attempts that found it dead
+    finally:
+        eng.close()
+    assert eng.server.proc.poll() is not None  # stopped with the engine
+
+
+def test_a_launched_server_that_cannot_come_back_fails_the_request_with_its_reason(tmp_path):
+    import os
+    import signal
+
+    eng = _launched("--once", str(tmp_path / "started"))
+    try:
+        os.kill(eng.server.proc.pid, signal.SIGKILL)
+        eng.server.proc.wait()
+        with pytest.raises(EngineError, match=r"launched server died \(exit code -9\) and did not come back.*exited with code 3"):
+            _ask(eng, 1)
+    finally:
+        eng.close()

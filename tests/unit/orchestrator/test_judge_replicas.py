@@ -37,8 +37,10 @@ class FakeReplica:
     that time when ``dies(k)``; after a death the probe returns once ``restart_s`` fake seconds have
     passed, or fails when ``restarts`` are spent. ``log`` records each call's issue time and keys."""
 
-    def __init__(self, ray: ReplicaRay, name: str, seconds=lambda k: 3.0, dies=lambda k: False, restart_s=5.0, restarts=3):
-        self.ray, self.name, self.seconds, self.dies = ray, name, seconds, dies
+    def __init__(
+        self, ray: ReplicaRay, name: str, seconds=lambda k: 3.0, dies=lambda k: False, restart_s=5.0, restarts=3, usage=None
+    ):
+        self.ray, self.name, self.seconds, self.dies, self.usage = ray, name, seconds, dies, usage
         self.restart_s, self.restarts = restart_s, restarts
         self.judge, self.log = LengthJudge(), []
         self.score_groups, self.pid = Method(self._score), Method(self._probe)
@@ -48,7 +50,10 @@ class FakeReplica:
         k = len(self.log)
         self.log.append({"at": self.ray.clock.now, "keys": [g[0].id.split("/")[0] for g in groups]})
         died = self.dies(k)
-        ref = Ref(FakeActorError(self.name) if died else judged(self.judge, groups), ready=False)
+        answer = judged(self.judge, groups)
+        if self.usage is not None:  # what an openai engine's server reported for this call
+            answer[1].usage = self.usage(k)
+        ref = Ref(FakeActorError(self.name) if died else answer, ready=False)
         ref.done_at = self.ray.clock.now + self.seconds(k)
         return ref
 
@@ -99,6 +104,21 @@ def test_calls_go_to_the_least_loaded_replica_and_counts_reach_the_metrics(timed
     assert m["judge_items/model/0"] == 4 and m["judge_items/model/1"] == 2  # samples (2 per chunk)
     assert m["judge_seconds/model/1"] >= 10.0 and m["judge_seconds/model/0"] >= 4.0
     assert m["masked"] == 0 and m["judge_timeouts/model"] == 0
+
+
+def test_what_each_replicas_server_reported_reaches_the_metrics_per_replica(timed):
+    served = {"requests": 3, "retries": 1, "prompt_tokens": 90, "completion_tokens": 12, "server_restarts": 0}
+    a = FakeReplica(timed, "r0", seconds=lambda k: 2.0, usage=lambda k: served)
+    b = FakeReplica(timed, "r1", seconds=lambda k: 10.0, usage=lambda k: {**served, "server_restarts": 1})
+    sched, _, _ = make(config(schedule=CHUNKED), [replicated(a, b)], ray=timed)
+    work = sched.take(0)
+    m = metrics_of(work, sched.collect(work))
+    # r0 took chunks 0 and 2, r1 chunk 1 (as above): each replica's counters summed over its calls
+    assert m["judge_usage/model/0/requests"] == 6 and m["judge_usage/model/1/requests"] == 3
+    assert m["judge_usage/model/0/server_restarts"] == 0 and m["judge_usage/model/1/server_restarts"] == 1
+    assert m["judge_usage/model/0/prompt_tokens"] == 180
+    # and the judge's total, as for one replica
+    assert m["judge_cost/model/usage_requests"] == 9 and m["judge_cost/model/usage_server_restarts"] == 1
 
 
 def test_the_cap_applies_per_replica(timed):
