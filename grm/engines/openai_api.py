@@ -17,8 +17,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import os
 import shlex
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -299,6 +301,15 @@ def _first_top_logprobs(lp: _ChatLogprobs | _CompletionLogprobs | None) -> dict[
     return {t: v for t, v in (tops[0] or {}).items() if _usable(v)}  # type: ignore[misc]
 
 
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: kept across exec
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # the parent died before the request: it would never be sent
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
 class ServerProcess:
     """A server command started by the engine (``engine.launch``), health-checked on ``/models``
     before first use (``health_path``), started again on the same port when it dies (``revive``)
@@ -328,8 +339,11 @@ class ServerProcess:
         self._wait_healthy(timeout_s)
 
     def _start(self) -> subprocess.Popen[bytes]:
-        # its own session: a stop signal to the run's process group does not reach it before we stop it
-        return subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        # its own session: a stop signal to the run's process group does not reach it before we
+        # stop it; on Linux it is also killed when the process that started it dies (a judge actor
+        # ended by Ray never runs its atexit), through a shim that asks for that, then execs it
+        shim = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid())] if sys.platform == "linux" else []
+        return subprocess.Popen([*shim, *self.command], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def revive(self) -> bool:
         """Start the server again if its process has exited (killed, crashed, out of memory), and

@@ -4,6 +4,7 @@ request bodies (the real llama.cpp server tests are in tests/serving)."""
 import html
 import json
 import re
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -484,3 +485,29 @@ def test_a_launched_server_that_cannot_come_back_fails_the_request_with_its_reas
             _ask(eng, 1)
     finally:
         eng.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_launched_server_dies_with_the_process_that_launched_it():
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    code = (
+        "import sys; from grm.base import free_port; from grm.engines.openai_api import ServerProcess\n"
+        "port = free_port()\n"
+        f"s = ServerProcess([sys.executable, {TINY!r}, str(port)], f'http://127.0.0.1:{{port}}/v1', timeout_s=30)\n"
+        "print(s.proc.pid, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        server = psutil.Process(int(owner.stdout.readline()))
+        assert server.is_running() and TINY in server.cmdline()  # the shim exec'd the command itself
+        os.kill(owner.pid, signal.SIGKILL)  # as Ray ends a judge actor: no atexit runs
+        owner.wait()
+        server.wait(timeout=10)  # psutil.TimeoutExpired if the server outlived its owner
+    finally:
+        owner.kill()
