@@ -72,17 +72,37 @@ class OpenAIEngineSpec(Strict):
     use and stopped with the run."""
     launch_timeout_s: Seconds = Field(300.0, gt=0)
     """Seconds the launched server has to answer ``/models``."""
+    urls: list[str] | None = Field(None, min_length=1)
+    """Servers already running, each ending in ``/v1``: in ``grm run``, replica ``i`` of the judge
+    sends its requests to ``urls[i % len(urls)]``; elsewhere (``grm eval``, ``grm judge``) the first
+    is used. Instead of ``base_url`` and ``launch``."""
 
     @field_validator("base_url")
     @classmethod
     def _no_credentials(cls, v: str | None) -> str | None:
         return None if v is None else no_credentials(v)
 
+    @field_validator("urls")
+    @classmethod
+    def _no_credentials_in_urls(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else [no_credentials(u) for u in v]
+
     @model_validator(mode="after")
     def _url_or_launch(self) -> OpenAIEngineSpec:
-        if not self.base_url and not self.launch:
-            raise ValueError("engine type openai needs base_url (a running server) or launch (a command to start one)")
+        given = [k for k in ("base_url", "urls", "launch") if getattr(self, k)]
+        if not given:
+            raise ValueError(
+                "engine type openai needs base_url (a running server), urls (one per replica) or launch (a command to start one)"
+            )
+        if "urls" in given and len(given) > 1:
+            raise ValueError(f"engine type openai: urls cannot be combined with {given[0] if given[0] != 'urls' else given[1]}")
         return self
+
+    def for_replica(self, index: int) -> OpenAIEngineSpec:
+        """This spec as replica ``index`` of a judge uses it: ``urls[index % len(urls)]`` as its server."""
+        if not self.urls:
+            return self
+        return self.model_copy(update={"base_url": self.urls[index % len(self.urls)], "urls": None})
 
 
 class SGLangEngineSpec(Strict):

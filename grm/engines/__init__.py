@@ -40,7 +40,7 @@ def _openai(spec: Any, model: str) -> Any:
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
     server = None
-    base_url = spec.base_url or "http://127.0.0.1:{port}/v1"
+    base_url = spec.base_url or (spec.urls[0] if spec.urls else "http://127.0.0.1:{port}/v1")
     if spec.launch:
         port = free_port()
         subs = {"port": str(port)}

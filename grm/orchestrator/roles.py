@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from grm.config.judge import JudgeSpec
 from grm.config.pipeline import PipelineSpec
 from grm.config.resolve import LoadedPipeline
 from grm.judges.limits import CallLimits, call_limits
@@ -204,7 +205,7 @@ def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | Non
                 hosted = ref_args if j is host and i == 0 else None
                 handle.replicas.append(
                     JudgeActor.options(**restarts, **jp.options(role)).remote(
-                        j.spec, str(j.path.parent), threads, hosted, lend=shares(threads)
+                        replica_spec(j.spec, i), str(j.path.parent), threads, hosted, lend=shares(threads)
                     )
                 )
             handle.actor = handle.replicas[0]
@@ -212,3 +213,9 @@ def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | Non
                 reference = handle.actor
         judges.append(handle)
     return Roles(pools, policy, reference, judges, shares.key, envs)
+
+
+def replica_spec(spec: JudgeSpec, index: int) -> JudgeSpec:
+    """``spec`` as replica ``index`` runs it: a served judge with ``engine.urls`` talks to its own server."""
+    for_replica = getattr(spec.engine, "for_replica", None)
+    return spec if for_replica is None else spec.model_copy(update={"engine": for_replica(index)})

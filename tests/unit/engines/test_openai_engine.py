@@ -511,3 +511,29 @@ def test_a_launched_server_dies_with_the_process_that_launched_it():
         server.wait(timeout=10)  # psutil.TimeoutExpired if the server outlived its owner
     finally:
         owner.kill()
+
+
+def test_urls_give_each_replica_its_own_server_and_exclude_base_url_and_launch():
+    from pydantic import ValidationError
+
+    from grm.config.judge import JudgeSpec
+    from grm.config.policy import OpenAIEngineSpec
+    from grm.orchestrator.roles import replica_spec
+
+    urls = ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]
+    spec = JudgeSpec.model_validate(
+        {
+            "name": "served",
+            "mode": "pointwise",
+            "model": "m",
+            "template": "{{ prompt }}",
+            "engine": {"type": "openai", "endpoint": "chat", "urls": urls},
+        }
+    )
+    assert [replica_spec(spec, i).engine.base_url for i in range(3)] == [urls[0], urls[1], urls[0]]
+    assert replica_spec(spec, 1).engine.urls is None and spec.engine.urls == urls  # the pipeline's spec is unchanged
+    for other in ({"base_url": urls[0]}, {"launch": ["server", "{port}"]}):
+        with pytest.raises(ValidationError, match="urls cannot be combined with"):
+            OpenAIEngineSpec(type="openai", urls=urls, **other)
+    with pytest.raises(ValidationError, match="credential"):
+        OpenAIEngineSpec(type="openai", urls=["http://user:pw@10.0.0.1/v1"])
