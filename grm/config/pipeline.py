@@ -228,6 +228,35 @@ class CheckpointSpec(Strict):
     more on CPU in the ``grm run`` process; false skips it (``grm export RUN_DIR --out DIR`` later)."""
 
 
+class WandbSpec(Strict):
+    """Weights & Biases: every step's numeric metrics (the metrics.jsonl line) logged against
+    ``step``, the resolved configuration as the run's config. Needs the ``wandb`` package
+    (``pip install 'grm-rlaif[wandb]'``); an online run reads its key from ``WANDB_API_KEY``
+    (never from YAML)."""
+
+    project: str = Field(min_length=1, max_length=128)
+    """The W&B project."""
+    entity: str | None = Field(None, min_length=1, max_length=128)
+    """The team or user (None: the key's default)."""
+    mode: Literal["online", "offline", "disabled"] = "online"
+    """``offline`` writes the W&B run into RUN_DIR/wandb/ only (``wandb sync`` uploads it later),
+    with no network and no key."""
+    name: str | None = Field(None, min_length=1, max_length=128)
+    """The W&B run's name (None: the run directory's name)."""
+    group: str | None = Field(None, min_length=1, max_length=128)
+    """Groups runs in the W&B interface (seeds of one experiment, say)."""
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=64)
+    """Tags of the W&B run."""
+
+
+class LoggingSpec(Strict):
+    """Where a run's metrics go beside metrics.jsonl and TensorBoard (RUN_DIR/tensorboard/, always)."""
+
+    wandb: WandbSpec | None = None
+    """Log to Weights & Biases too; a resumed run continues the same W&B run (its id is kept in
+    RUN_DIR/wandb-run.json)."""
+
+
 class PipelineSpec(Strict):
     """A full RLAIF run: ``grm run PIPELINE.yaml``."""
 
@@ -258,6 +287,8 @@ class PipelineSpec(Strict):
     """Sync or async steps, rollout chunking and thread sharing between phases."""
     checkpoint: CheckpointSpec = CheckpointSpec()
     """How often checkpoints are written and how many are kept."""
+    logging: LoggingSpec = LoggingSpec()
+    """Metrics to Weights & Biases beside TensorBoard (``logging: {wandb: {project: ...}}``)."""
     faults: FaultSpec = FaultSpec()
     """Judge deadlines, judge restarts and the masked share that stops the run."""
     out_dir: Annotated[str | None, AfterValidator(check_out_dir)] = None

@@ -42,6 +42,7 @@ def run_pipeline(
     recorder = Recorder.create(loaded.spec, resume)
     if gates is not None:
         gates(loaded, recorder.path)
+    recorder.start_logging(loaded.spec)  # W&B, when asked for: a missing package stops the run here
     stop = StopSignals()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     key = None
@@ -62,6 +63,7 @@ def run_pipeline(
             if key is not None:  # the run's core ledger on this node (a remote node keeps its 512 bytes)
                 cores.remove(key)
             stop_ray(address)
+            recorder.close()  # after a stop too: the W&B run is finished, not left to look crashed
         except KeyboardInterrupt:
             pass
         finally:

@@ -22,6 +22,7 @@ from grm.orchestrator.errors import RunError
 from grm.orchestrator.handles import PolicyHandle
 from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
 from grm.orchestrator.types import Group, StepOutcome, rollouts_of
+from grm.orchestrator.wandb_log import WandbLog
 from grm.report_files import markdown_table, new_figure, save_figure
 from grm.run_format import read_row, stamp
 
@@ -39,6 +40,13 @@ class Recorder:
         self.path = path
         self.ckpt_root = path / "checkpoints"
         self._tb: Any = None
+        self.wandb: WandbLog | None = None
+        """``logging.wandb``'s run, once ``start_logging`` made it."""
+
+    def start_logging(self, cfg: PipelineSpec) -> None:
+        """Open ``logging.wandb``'s run (continued on resume); nothing without it."""
+        if cfg.logging.wandb is not None:
+            self.wandb = WandbLog(cfg.logging.wandb, self.path, json.loads(cfg.model_dump_json()))
 
     @classmethod
     def create(cls, cfg: PipelineSpec, resume: str | None) -> Recorder:
@@ -95,6 +103,8 @@ class Recorder:
                 tb.flush()
         except OSError as e:
             raise RunError(f"{self.path / 'tensorboard'}: cannot write step {metrics['step']} ({e.strerror or e})") from None
+        if self.wandb is not None:
+            self.wandb.log(metrics)
 
     def tensorboard(self) -> Any:
         if self._tb is None:
@@ -233,8 +243,13 @@ class Recorder:
         return state
 
     def close(self) -> None:
+        """TensorBoard's writer and the W&B run closed (again: nothing)."""
         if self._tb:
             self._tb.close()
+            self._tb = False
+        if self.wandb is not None:
+            self.wandb.close()
+            self.wandb = None
 
 
 # --------------------------------------------------------------------------- what a step records

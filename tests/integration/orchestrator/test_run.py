@@ -49,11 +49,16 @@ def test_async_run_writes_every_artifact(tmp_path):
         "reference.pool=judge",
         "algorithm.length_control={method: penalty, coef: 0.01}",
         "algorithm.tis_cap=1.0",  # a cap every stale token's ratio may reach: it binds on step 2
+        "logging.wandb={project: grm-test, mode: offline, tags: [ci]}",
     )
     assert f"run directory: {out}" in r.stdout
     for f in ("config.resolved.yaml", "metrics.jsonl", "samples.jsonl", "placement.json", "report.md", "curves.png"):
         assert (out / f).exists(), f
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    # W&B offline: the run inside the run directory, its id kept for a resume, the steps' metrics in it
+    run_id = json.loads((out / "wandb-run.json").read_text())["id"]
+    (record,) = (out / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
+    assert record.read_bytes().count(b"reward_mean") >= 2 and f"wandb: run {run_id} of project grm-test" in r.stdout
     assert (out / "checkpoints" / "step-2" / "COMPLETE").exists()
     ms = metrics(out)
     assert [m["step"] for m in ms] == [1, 2]
