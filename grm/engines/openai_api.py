@@ -248,26 +248,58 @@ class OpenAIEngine:
     ) -> list[list[float | None]]:
         """From the top-``top_logprobs`` alternatives of one generated token: a candidate is the
         best-scoring listed token equal to it (exactly, else after stripping spaces). A candidate
-        that is not listed is None: its log-prob is unknown (below the lowest listed one), and a
-        judge masks the reading rather than guess a value for it."""
+        of several tokens (``10`` after ``Score: `` for most tokenizers) that is not listed whole is
+        read token by token, as the hf engine reads it: the alternatives after the prompt plus the
+        tokens before, one request per distinct prefix (``endpoint: completions``, which has the
+        tokenizer). A candidate with a token that is not listed is None: its log-prob is unknown
+        (below the lowest listed one), and a judge masks the reading rather than guess a value."""
+        prompts = [self.prompt_text(r) if self.endpoint == "completions" else None for r in requests]
+        tops: dict[tuple[int, str], dict[str, float]] = {}
+        self._read_tops(requests, prompts, [(i, "") for i in range(len(requests))], tops)
+        out: list[list[float | None]] = [[_listed(tops[i, ""], c) for c in conts] for i, conts in enumerate(continuations)]
+        # candidates not listed whole: token by token, one round of requests per token position
+        unread = [(i, k, c) for i, conts in enumerate(continuations) for k, c in enumerate(conts) if out[i][k] is None]
+        pieces = {(i, k): p for i, k, c in unread if len(p := self._pieces(c)) > 1}
+        for depth in range(1, max((len(p) for p in pieces.values()), default=0)):
+            need = sorted({(i, "".join(p[:depth])) for (i, _), p in pieces.items() if len(p) > depth} - set(tops))
+            self._read_tops(requests, prompts, need, tops)
+        for (i, k), p in pieces.items():
+            lps = [_listed(tops[i, "".join(p[:d])], piece) for d, piece in enumerate(p)]
+            out[i][k] = None if any(v is None for v in lps) else sum(lps)  # type: ignore[arg-type]
+        return out
+
+    def _pieces(self, text: str) -> list[str]:
+        """``text`` as the model's tokens (their strings), or itself alone without a tokenizer."""
+        if self.tokenizer is None or self.endpoint != "completions":
+            return [text]
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return [self.tokenizer.decode([t]) for t in ids] or [text]
+
+    def _read_tops(
+        self,
+        requests: Sequence[GenerationRequest],
+        prompts: Sequence[str | None],
+        keys: Sequence[tuple[int, str]],
+        into: dict[tuple[int, str], dict[str, float]],
+    ) -> None:
+        """The listed alternatives of the token after request ``i``'s prompt plus ``prefix``, for
+        each ``(i, prefix)`` of ``keys``, into ``into``."""
         sp = SamplingParams(n=1, temperature=0.0, max_new_tokens=1)
-        jobs = [self._body(r, sp, 1, None, self.top_logprobs) for r in requests]
-        results = list(self._pool.map(lambda job: self._post(*job), jobs))
-        out = []
-        for conts, res in zip(continuations, results, strict=False):
+
+        def job(key: tuple[int, str]) -> tuple[str, dict[str, Any]]:
+            i, prefix = key
+            req = requests[i] if not prefix else GenerationRequest(text=f"{prompts[i]}{prefix}")
+            return self._body(req, sp, 1, None, self.top_logprobs)
+
+        results = list(self._pool.map(lambda key: self._post(*job(key)), keys))
+        for key, res in zip(keys, results, strict=True):
             top = _first_top_logprobs(res.choices[0].logprobs)
             if not top:
                 raise EngineError(
                     f"{self.base_url}: the server returned no top log-probs; it must support "
                     "logprobs for the logprob parser (llama.cpp: start it with logits_all)"
                 )
-            row: list[float | None] = []
-            for c in conts:
-                exact = top.get(c)
-                loose = [v for t, v in top.items() if t.strip() == c.strip()]
-                row.append(exact if exact is not None else max(loose) if loose else None)
-            out.append(row)
-        return out
+            into[key] = top
 
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
         raise EngineError("the openai engine serves a frozen model; weights cannot be pushed to it")
@@ -285,6 +317,14 @@ def _token_logprobs(lp: _ChatLogprobs | _CompletionLogprobs | None) -> list[floa
     else:
         values = list(lp.token_logprobs or []) if lp else []
     return [math.nan if v is None else v for v in values]
+
+
+def _listed(top: dict[str, float], candidate: str) -> float | None:
+    """``candidate``'s log-prob among listed alternatives: exact, else the best equal after
+    stripping spaces; None when it is not listed."""
+    exact = top.get(candidate)
+    loose = [v for t, v in top.items() if t.strip() == candidate.strip()]
+    return exact if exact is not None else max(loose) if loose else None
 
 
 def _usable(v: float | None) -> bool:

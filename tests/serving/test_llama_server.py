@@ -103,7 +103,8 @@ def test_stop_string_cuts_text(engine):
 
 def test_logprob_scoring_ranks_paris(engine):
     (row,) = engine.score_continuations([Req(text="The capital of France is")], [[" Paris", " Berlin"]])
-    assert row[0] > row[1] and row[0] > -3.0
+    # " Berlin" (-6.9 under the hf engine) is not among the 20 listed: unknown, not a number
+    assert row[0] > -3.0 and row[1] is None
 
 
 def _judge_yaml(tmp: Path, engine_block: str, name="served-pairwise") -> Path:
@@ -201,3 +202,24 @@ def test_server_killed_mid_eval_then_restarted_eval_resumes(gguf, tmp_path):
     assert r.returncode == 0, r.stderr
     ids = [json.loads(x)["item_id"] for x in results.read_text().splitlines()]
     assert len(ids) == 16 and len(set(ids)) == 16
+
+
+def test_a_score_range_reads_like_the_hf_engine_ten_included(engine):
+    """1..10 after "Score: ": 10 is two SmolLM2 tokens, read token by token (1, then 0 after it)."""
+    from grm.engines.hf import HFEngine
+
+    req = Req(
+        messages=[
+            {"role": "user", "content": "Rate the answer 4 to 'What is 2+2?' from 1 to 10."},
+            {"role": "assistant", "content": "Critique: correct.\nScore: "},
+        ],
+        continue_final=True,
+    )
+    cands = [str(k) for k in range(1, 11)]
+    (served,) = engine.score_continuations([req], [cands])
+    hf = HFEngine(MODEL, dtype="fp32")
+    (local,) = hf.score_continuations([req], [cands])
+    assert all(v is not None for v in served), served
+    # the store's GGUF is quantised (98 MB for 135M weights): single-token readings differ from
+    # fp32 by up to ~0.2 nats; 10, read in two requests, no more than they do
+    assert max(abs(a - b) for a, b in zip(served, local, strict=True)) < 0.3, (served, local)

@@ -29,6 +29,14 @@ from tests.unit.http_servers import (
 
 
 class Tok:
+    """A chat template of tags, and one token per character."""
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
     def apply_chat_template(self, messages, tokenize=False, **kw):
         body = "".join(f"<{m['role']}>{m['content']}" for m in messages)
         return body if kw.get("continue_final_message") else body + "<assistant>"
@@ -40,6 +48,8 @@ class Server:
     def __init__(self):
         self.script, self.bodies, self.headers = [], [], []
         self.token_logprob = -0.1
+        self.tops = lambda prompt: {"A": -0.1, " B": -2.5, "C": -4.0}
+        """The listed alternatives of the token after ``prompt``."""
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -61,7 +71,7 @@ class Server:
                     choice["logprobs"] = {
                         "tokens": ["A"],
                         "token_logprobs": [outer.token_logprob],
-                        "top_logprobs": [{"A": -0.1, " B": -2.5, "C": -4.0}],
+                        "top_logprobs": [outer.tops(body["prompt"])],
                     }
                 out = {"choices": [choice], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
                 data = json.dumps(out).encode()
@@ -138,6 +148,18 @@ def test_score_continuations_from_top_logprobs(server):
     assert row[1] == pytest.approx(-2.5)  # " B" matched after stripping
     assert row[2] is None  # not listed: unknown, never a stand-in value (the judge masks it)
     assert server.bodies[-1]["logprobs"] == 20 and server.bodies[-1]["max_tokens"] == 1
+
+
+def test_a_candidate_of_several_tokens_is_read_token_by_token(server):
+    # after "Score: " the server lists 1 and 2; after "Score: 1", 0 and a newline; nothing else
+    server.tops = lambda prompt: {"1": -1.0, "2": -2.0} if prompt.endswith(": ") else {"0": -0.5, "\n": -0.2}
+    eng = _engine(server)
+    rows = eng.score_continuations([Req(text="a Score: "), Req(text="b Score: ")], [["1", "2", "10", "3", "12"], ["10"]])
+    assert rows[0][:3] == [pytest.approx(-1.0), pytest.approx(-2.0), pytest.approx(-1.5)]  # 10: log P(1) + log P(0 | 1)
+    assert rows[0][3] is None and rows[0][4] is None  # 3 not listed; 12's second token not listed after "1"
+    assert rows[1] == [pytest.approx(-1.5)]
+    # one request per prompt, then one per distinct (prompt, prefix): "a Score: 1" and "b Score: 1"
+    assert sorted(b["prompt"] for b in server.bodies) == ["a Score: ", "a Score: 1", "b Score: ", "b Score: 1"]
 
 
 def test_generated_token_without_logprob_is_an_error_not_zero(server):
