@@ -283,23 +283,34 @@ class OpenAIEngine:
         into: dict[tuple[int, str], dict[str, float]],
     ) -> None:
         """The listed alternatives of the token after request ``i``'s prompt plus ``prefix``, for
-        each ``(i, prefix)`` of ``keys``, into ``into``."""
+        each ``(i, prefix)`` of ``keys``, into ``into``. Where the model's greedy choice is the end
+        of text, a server sends no alternatives (llama.cpp: no token, no log-probs): the request is
+        made again with that token banned by ``logit_bias``, which llama.cpp and vLLM apply after
+        the log-probs they report; still none is an empty (unknown) listing."""
         sp = SamplingParams(n=1, temperature=0.0, max_new_tokens=1)
+        eos = getattr(self.tokenizer, "eos_token_id", None)
 
-        def job(key: tuple[int, str]) -> tuple[str, dict[str, Any]]:
+        def ask(key: tuple[int, str], ban: bool) -> _Reply:
             i, prefix = key
             req = requests[i] if not prefix else GenerationRequest(text=f"{prompts[i]}{prefix}")
-            return self._body(req, sp, 1, None, self.top_logprobs)
+            path, body = self._body(req, sp, 1, None, self.top_logprobs)
+            if ban:
+                body["logit_bias"] = {str(eos): -100}
+            return self._post(path, body)
 
-        results = list(self._pool.map(lambda key: self._post(*job(key)), keys))
-        for key, res in zip(keys, results, strict=True):
-            top = _first_top_logprobs(res.choices[0].logprobs)
-            if not top:
-                raise EngineError(
-                    f"{self.base_url}: the server returned no top log-probs; it must support "
-                    "logprobs for the logprob parser (llama.cpp: start it with logits_all)"
-                )
-            into[key] = top
+        ended: list[tuple[int, str]] = []
+        for key, res in zip(keys, self._pool.map(lambda key: ask(key, False), keys), strict=True):
+            into[key] = _first_top_logprobs(res.choices[0].logprobs)
+            if not into[key]:
+                if not _ended_at_once(res):
+                    raise EngineError(
+                        f"{self.base_url}: the server returned no top log-probs; it must support "
+                        "logprobs for the logprob parser (llama.cpp: start it with logits_all)"
+                    )
+                ended.append(key)
+        if ended and isinstance(eos, int):
+            for key, res in zip(ended, self._pool.map(lambda key: ask(key, True), ended), strict=True):
+                into[key] = _first_top_logprobs(res.choices[0].logprobs)
 
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
         raise EngineError("the openai engine serves a frozen model; weights cannot be pushed to it")
@@ -317,6 +328,13 @@ def _token_logprobs(lp: _ChatLogprobs | _CompletionLogprobs | None) -> list[floa
     else:
         values = list(lp.token_logprobs or []) if lp else []
     return [math.nan if v is None else v for v in values]
+
+
+def _ended_at_once(res: _Reply) -> bool:
+    """The reply generated nothing because its first token was the end of text."""
+    choice = res.choices[0]
+    text = choice.text if choice.text is not None else (choice.message.content if choice.message else None)
+    return not text and choice.finish_reason == "stop"
 
 
 def _listed(top: dict[str, float], candidate: str) -> float | None:

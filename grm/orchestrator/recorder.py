@@ -312,6 +312,7 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
         m[f"judge_directed/{name}"] = sum(x.judge_directed for x in res if x is not None)  # text aimed at it, removed
         m[f"judge_truncated/{name}"] = sum(x.truncated for x in res if x is not None)  # responses cut to fit its context
         m[f"judge_timeouts/{name}"] = work.judge_timeouts.get(name, 0)  # calls past their deadline (re-issued, then masked)
+        m[f"judge_errors/{name}"] = work.judge_errors.get(name, 0)  # calls its model server failed (likewise)
         m.update(work.judge_cost.get(name, JudgeCost()).metrics(name))  # calls, retries, tokens, seconds (grm.judges.cost)
     return m
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.engines.base import EngineError
 from grm.judges.cost import JudgeCost
 from grm.orchestrator.anchors import AnchorStore, attach
 from grm.orchestrator.handles import RayCalls
@@ -189,6 +190,8 @@ class Scheduler:
         groups = self.collect(extra)
         for name, n in extra.judge_timeouts.items():
             work.judge_timeouts[name] = work.judge_timeouts.get(name, 0) + n
+        for name, n in extra.judge_errors.items():
+            work.judge_errors[name] = work.judge_errors.get(name, 0) + n
         for name, cost in extra.judge_cost.items():
             work.judge_cost.setdefault(name, JudgeCost()).add(cost)
         for key, n in extra.replica_items.items():
@@ -257,6 +260,11 @@ class Scheduler:
                     results = self.ray.get(r)
                 except self.ray.exceptions.RayActorError as e:
                     self._replica_died(issued, e)
+                    continue
+                except self.ray.exceptions.RayTaskError as e:
+                    if not isinstance(getattr(e, "cause", None), EngineError):
+                        raise  # an error in the judge's own code: its traceback says more
+                    self._server_failed(issued, e.cause)
                     continue
                 self._finish(issued.work, issued.call, results)
                 self._issue(issued.judge)
@@ -367,6 +375,21 @@ class Scheduler:
             return
         rep.state = "live"
         print(f"judge '{judge.name}' replica {rep.index} is back", flush=True)
+        self._issue(judge)
+
+    def _server_failed(self, issued: Issued, error: Exception) -> None:
+        """``issued`` failed on its judge's model server (after the engine's own retries, and a
+        launched server's restart): re-issued once, then its items are masked; counted either way."""
+        work, call, judge = issued
+        work.judge_errors[call.judge] = work.judge_errors.get(call.judge, 0) + 1
+        n = sum(len(g.rollouts) for g in work.landed[call.chunk])
+        reason = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+        if call.retried:
+            print(f"judge '{call.judge}' failed twice on step {work.step + 1} chunk {call.chunk}: masking {n} samples ({reason})")
+            call.pending, call.results = None, [[None] * len(g.rollouts) for g in work.landed[call.chunk]]
+        else:
+            print(f"judge '{call.judge}' failed on step {work.step + 1} chunk {call.chunk}: re-issuing it ({reason})")
+            self._call(work, call.chunk, judge, retried=True)
         self._issue(judge)
 
     def _timeouts(self) -> None:

@@ -160,6 +160,9 @@ class StepWork:
     """Prompts taken from the stream for refill rounds (dynamic filtering)."""
     rollout_s: float = 0.0
     judge_s: dict[str, float] = field(default_factory=dict)
+    judge_errors: dict[str, int] = field(default_factory=dict)
+    """judge name -> calls that failed on the judge's model server (``EngineError``: refused, or
+    still failing after the engine's retries), each re-issued once, then masked."""
     judge_timeouts: dict[str, int] = field(default_factory=dict)
     """judge name -> calls that ran past their deadline (a re-issued call that times out again counts twice)."""
     replica_items: dict[str, int] = field(default_factory=dict)

@@ -74,3 +74,4 @@ def test_a_run_with_a_served_judge_survives_a_killed_server(tmp_path):
     assert usage[0, "server_restarts"] + usage[1, "server_restarts"] == 1, usage  # the killed one, started again
     assert sum(m[f"judge_cost/{JUDGE}/usage_server_restarts"] for m in ms) == 1
     assert not [s for s in servers() if s.pid not in before], "launched servers outlived the run"
+    print(json.dumps({f"{i}/{k}": v for (i, k), v in usage.items()}), f"items {items}")  # for the record (-s)

@@ -29,7 +29,9 @@ from tests.unit.http_servers import (
 
 
 class Tok:
-    """A chat template of tags, and one token per character."""
+    """A chat template of tags, and one token per character (the end of text: id 0)."""
+
+    eos_token_id = 0
 
     def encode(self, text, add_special_tokens=False):
         return [ord(c) for c in text]
@@ -50,6 +52,8 @@ class Server:
         self.token_logprob = -0.1
         self.tops = lambda prompt: {"A": -0.1, " B": -2.5, "C": -4.0}
         """The listed alternatives of the token after ``prompt``."""
+        self.ends = lambda prompt, body: False
+        """True: the greedy token after ``prompt`` is the end of text (llama.cpp: nothing generated, no log-probs)."""
         outer = self
 
         class H(BaseHTTPRequestHandler):
@@ -67,7 +71,10 @@ class Server:
                     self.wfile.write(b'{"error": "injected"}')
                     return
                 choice = {"index": 0, "text": f"echo:{body['prompt'][-12:]}", "finish_reason": "stop"}
-                if body.get("logprobs") or outer.token_logprob is None:
+                if outer.ends(body["prompt"], body):
+                    choice = {"index": 0, "text": "", "finish_reason": "stop"}
+                    choice["logprobs"] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+                elif body.get("logprobs") or outer.token_logprob is None:
                     choice["logprobs"] = {
                         "tokens": ["A"],
                         "token_logprobs": [outer.token_logprob],
@@ -160,6 +167,19 @@ def test_a_candidate_of_several_tokens_is_read_token_by_token(server):
     assert rows[1] == [pytest.approx(-1.5)]
     # one request per prompt, then one per distinct (prompt, prefix): "a Score: 1" and "b Score: 1"
     assert sorted(b["prompt"] for b in server.bodies) == ["a Score: ", "a Score: 1", "b Score: ", "b Score: 1"]
+
+
+def test_where_the_end_of_text_is_greedy_the_reading_is_asked_again_with_it_banned(server):
+    server.tops = lambda prompt: {"1": -1.0} if prompt.endswith(": ") else {"0": -0.9, "": -0.4}
+    server.ends = lambda prompt, body: prompt.endswith("1") and "logit_bias" not in body
+    eng = _engine(server)
+    (row,) = eng.score_continuations([Req(text="Score: ")], [["1", "10"]])
+    assert row == [pytest.approx(-1.0), pytest.approx(-1.9)]
+    assert server.bodies[-1]["logit_bias"] == {"0": -100} and server.bodies[-1]["prompt"] == "Score: 1"
+    # a server that ignores the ban: the token after "1" stays unknown, the candidate None (no error)
+    server.ends = lambda prompt, body: prompt.endswith("1")
+    (row,) = eng.score_continuations([Req(text="Score: ")], [["1", "10"]])
+    assert row == [pytest.approx(-1.0), None]
 
 
 def test_generated_token_without_logprob_is_an_error_not_zero(server):

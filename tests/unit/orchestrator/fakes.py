@@ -31,10 +31,19 @@ class FakeActorError(Exception):
         self.actor_id = actor_id
 
 
+class FakeTaskError(Exception):
+    """Stands in for ``ray.exceptions.RayTaskError``: what a call whose code raised raises; ``cause``
+    is the exception the actor's code raised."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"task failed: {cause}")
+        self.cause = cause
+
+
 class FakeRay:
     """The ``RayCalls`` the scheduler waits with: a ref is ready when the test made it so."""
 
-    exceptions = SimpleNamespace(RayActorError=FakeActorError)
+    exceptions = SimpleNamespace(RayActorError=FakeActorError, RayTaskError=FakeTaskError)
 
     def __init__(self) -> None:
         self.cancelled: list[Ref] = []

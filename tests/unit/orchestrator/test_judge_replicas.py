@@ -18,7 +18,17 @@ from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import JudgeHandle
 from grm.orchestrator.scheduler import least_loaded
 from grm.orchestrator.types import Replica
-from tests.unit.orchestrator.fakes import Clock, FakeActorError, LengthJudge, Method, Ref, TimedRay, judged, outcome
+from tests.unit.orchestrator.fakes import (
+    Clock,
+    FakeActorError,
+    FakeTaskError,
+    LengthJudge,
+    Method,
+    Ref,
+    TimedRay,
+    judged,
+    outcome,
+)
 from tests.unit.orchestrator.test_scheduler import CHUNKED, config, make
 
 
@@ -38,9 +48,18 @@ class FakeReplica:
     passed, or fails when ``restarts`` are spent. ``log`` records each call's issue time and keys."""
 
     def __init__(
-        self, ray: ReplicaRay, name: str, seconds=lambda k: 3.0, dies=lambda k: False, restart_s=5.0, restarts=3, usage=None
+        self,
+        ray: ReplicaRay,
+        name: str,
+        seconds=lambda k: 3.0,
+        dies=lambda k: False,
+        restart_s=5.0,
+        restarts=3,
+        usage=None,
+        fails=lambda k: None,
     ):
         self.ray, self.name, self.seconds, self.dies, self.usage = ray, name, seconds, dies, usage
+        self.fails = fails  # call k raises this (in the actor's code) instead of answering, when not None
         self.restart_s, self.restarts = restart_s, restarts
         self.judge, self.log = LengthJudge(), []
         self.score_groups, self.pid = Method(self._score), Method(self._probe)
@@ -53,7 +72,8 @@ class FakeReplica:
         answer = judged(self.judge, groups)
         if self.usage is not None:  # what an openai engine's server reported for this call
             answer[1].usage = self.usage(k)
-        ref = Ref(FakeActorError(self.name) if died else answer, ready=False)
+        error = self.fails(k)
+        ref = Ref(FakeActorError(self.name) if died else FakeTaskError(error) if error is not None else answer, ready=False)
         ref.done_at = self.ray.clock.now + self.seconds(k)
         return ref
 
@@ -119,6 +139,35 @@ def test_what_each_replicas_server_reported_reaches_the_metrics_per_replica(time
     assert m["judge_usage/model/0/prompt_tokens"] == 180
     # and the judge's total, as for one replica
     assert m["judge_cost/model/usage_requests"] == 9 and m["judge_cost/model/usage_server_restarts"] == 1
+
+
+def test_a_call_its_model_server_fails_is_re_issued_once_then_masked_and_counted(timed, capsys):
+    from grm.engines.base import EngineError
+
+    gone = EngineError("http://127.0.0.1:8000/v1: gave up after 5 attempts; last error: connection refused")
+    # replica 0 fails its first call (chunk 0), which goes again to the least-loaded replica
+    flaky = FakeReplica(timed, "r0", seconds=lambda k: 2.0, fails=lambda k: gone if k == 0 else None)
+    steady = FakeReplica(timed, "r1", seconds=lambda k: 2.0)
+    sched, _, _ = make(config(schedule=CHUNKED), [replicated(flaky, steady)], ray=timed)
+    work = sched.take(0)
+    m = metrics_of(work, sched.collect(work))
+    assert m["masked"] == 0 and m["judge_errors/model"] == 1 and m["judge_timeouts/model"] == 0
+    assert sum(m[f"judge_items/model/{i}"] for i in range(2)) == 6  # every sample judged once
+    assert "judge 'model' failed on step 1 chunk 0: re-issuing it (http://127.0.0.1:8000/v1: gave up" in capsys.readouterr().out
+    # failing everywhere: re-issued once, then its samples are masked (never a default number)
+    down = [FakeReplica(timed, f"r{i}", seconds=lambda k: 1.0, fails=lambda k: gone) for i in range(2)]
+    sched, _, _ = make(config(schedule=CHUNKED), [replicated(*down)], ray=timed)
+    work = sched.take(0)
+    m = metrics_of(work, sched.collect(work))
+    assert m["masked"] == 6 and m["judge_errors/model"] == 6  # three chunks, each failed twice
+    assert "failed twice on step 1 chunk 0: masking 2 samples" in capsys.readouterr().out
+
+
+def test_an_error_in_the_judges_own_code_ends_the_collection(timed):
+    broken = FakeReplica(timed, "r0", fails=lambda k: ValueError("a bug"))
+    sched, _, _ = make(config(schedule=CHUNKED), [replicated(broken)], ray=timed)
+    with pytest.raises(FakeTaskError, match="a bug"):
+        sched.collect(sched.take(0))
 
 
 def test_the_cap_applies_per_replica(timed):
