@@ -125,6 +125,10 @@ class SGLangEngineSpec(Strict):
     """GPU memory share SGLang reserves for weights and KV cache."""
     extra_args: list[str] = []
     """More ``sglang.launch_server`` flags, passed through."""
+    launcher: list[str] | None = Field(None, min_length=1)
+    """The command that starts one server, before the flags grm adds (``--model-path``, ``--host``,
+    ``--port``, ``--tp-size``, ``--dtype``, ``--mem-fraction-static``, then ``extra_args``). None:
+    this Python's ``-m sglang.launch_server``; e.g. another environment's Python, or a wrapper."""
     weight_sync: Literal["broadcast", "disk"] = "broadcast"
     """How the policy's new weights reach the servers after each step: ``broadcast``, over a
     process group the servers join (SGLang's ``/init_weights_update_group``; NCCL when the trainer

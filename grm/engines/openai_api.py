@@ -381,27 +381,39 @@ class ServerProcess:
         timeout_s: float = 300.0,
         log_path: str | None = None,
         health_path: str = "/models",
+        env: dict[str, str] | None = None,
+        wait: bool = True,
     ) -> None:
+        """``env``: the server's environment (None: this process's); ``wait=False`` returns once it
+        is started (``wait_healthy`` then waits), so several servers can start together."""
         credentials = Credentials()
         self.command, self.health_path = list(command), health_path
         self.base_url = credentials.bind(base_url).rstrip("/")
         # each probe bounded like any request; its reply is small ("/models", "/health")
         self._probe = HttpClient(timeout_s=2.0, max_reply_bytes=1 << 20, credentials=credentials)
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self.timeout_s = timeout_s
+        self.timeout_s, self.env = timeout_s, env
         self.restarts = 0
         """Times the server was found dead and started again."""
         self._lock = threading.Lock()
         self.proc = self._start()
         atexit.register(self.stop)
-        self._wait_healthy(timeout_s)
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self) -> None:
+        """Return once the server answers its health path; ``EngineError`` (the server stopped)
+        when it exits first or stays silent past ``timeout_s``."""
+        self._wait_healthy(self.timeout_s)
 
     def _start(self) -> subprocess.Popen[bytes]:
         # its own session: a stop signal to the run's process group does not reach it before we
         # stop it; on Linux it is also killed when the process that started it dies (a judge actor
         # ended by Ray never runs its atexit), through a shim that asks for that, then execs it
         shim = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid())] if sys.platform == "linux" else []
-        return subprocess.Popen([*shim, *self.command], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [*shim, *self.command], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
+        )
 
     def revive(self) -> bool:
         """Start the server again if its process has exited (killed, crashed, out of memory), and

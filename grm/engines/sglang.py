@@ -30,6 +30,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +52,15 @@ from grm.engines.sglang_api import (
 INSTALL_HINT = "pip install 'grm-rlaif[sglang]' (SGLang needs CUDA GPUs)"
 
 
-def launch_command(model_path: str, port: int, spec: Any) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "sglang.launch_server",
+def launch_command(model_path: str, port: int, spec: Any, host: str = "127.0.0.1") -> list[str]:
+    """The command that starts one server: ``spec.launcher`` (default: this Python's
+    ``-m sglang.launch_server``), then the flags grm sets, then ``spec.extra_args``."""
+    base = list(getattr(spec, "launcher", None) or [sys.executable, "-m", "sglang.launch_server"])
+    cmd = base + [
         "--model-path",
         model_path,
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--tp-size",
@@ -70,6 +71,70 @@ def launch_command(model_path: str, port: int, spec: Any) -> list[str]:
         str(spec.mem_fraction_static),
     ]
     return cmd + list(spec.extra_args)
+
+
+@dataclass(frozen=True)
+class ServerSlot:
+    """Where launched server ``replica`` runs: on policy rank ``rank`` (its bundle), on that rank's
+    visible GPUs ``gpus`` (indices into them; empty on a CPU pool)."""
+
+    replica: int
+    rank: int
+    gpus: tuple[int, ...]
+
+
+def server_plan(replicas: int, tp: int, ranks: int, gpus_per_rank: int) -> list[ServerSlot]:
+    """The launched servers of a policy on ``ranks`` bundles of ``gpus_per_rank`` GPUs each: server
+    ``j`` on rank ``j % ranks`` (each rank launches its own, on the GPUs Ray gave it), the ``k``-th
+    server of a rank on its GPUs ``[k*tp, (k+1)*tp)``, wrapping round when more servers than fit
+    share them (colocated, by ``mem_fraction_static``). ``EngineError`` when one server's ``tp``
+    exceeds a bundle's GPUs: a server cannot span bundles (they may be on different nodes)."""
+    if gpus_per_rank and tp > gpus_per_rank:
+        raise EngineError(
+            f"engine.tp {tp} exceeds the {gpus_per_rank} GPU(s) of one bundle of the policy's pool: "
+            "a server's GPUs must be in one bundle (raise the pool's gpus per bundle, or lower tp)"
+        )
+    slots = []
+    for j in range(replicas):
+        rank, k = j % ranks, j // ranks
+        first = (k * tp) % gpus_per_rank if gpus_per_rank else 0
+        slots.append(ServerSlot(j, rank, tuple(range(first, first + tp)) if gpus_per_rank else ()))
+    return slots
+
+
+def visible_gpus() -> list[str]:
+    """This process's GPUs as CUDA names them (Ray sets ``CUDA_VISIBLE_DEVICES`` to the bundle's)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g for g in env.split(",") if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        return []
+
+
+def launch_servers(spec: Any, model_path: str, slots: Sequence[ServerSlot], host: str = "127.0.0.1") -> list[ServerProcess]:
+    """Start ``slots``' servers in this process (each on its GPUs of this process's visible ones),
+    all at once, then wait until each answers ``/health``."""
+    if not getattr(spec, "launcher", None) and importlib.util.find_spec("sglang") is None:
+        raise EngineError(f"engine type sglang launches SGLang servers, but sglang is not installed: {INSTALL_HINT}")
+    gpus = visible_gpus()
+    servers = []
+    for slot in slots:
+        env = None
+        if slot.gpus:
+            if max(slot.gpus) >= len(gpus):
+                raise EngineError(f"server {slot.replica} needs GPUs {list(slot.gpus)} of this bundle, which has {len(gpus)}")
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus[g] for g in slot.gpus)}
+        port = free_port()
+        url = f"http://{host}:{port}"
+        command = launch_command(model_path, port, spec, host)
+        servers.append(ServerProcess(command, url, timeout_s=spec.launch_timeout_s, health_path="/health", env=env, wait=False))
+    for server in servers:
+        server.wait_healthy()
+    return servers
 
 
 SYNC_PREFIX = "grm-sglang-weights-"
@@ -148,7 +213,9 @@ class SGLangEngine:
         return f"SGLangEngine({self.urls!r}, model={self.model_id!r})"
 
     @classmethod
-    def from_spec(cls, spec: Any, model: str, *, tokenizer: Any = None, **_: Any) -> SGLangEngine:
+    def from_spec(cls, spec: Any, model: str, *, tokenizer: Any = None, launched: Sequence[str] = (), **_: Any) -> SGLangEngine:
+        """The engine over ``spec.urls``, else over ``launched`` (servers the policy's ranks
+        started, ``launch_servers``), else over ``spec.replicas`` servers launched here."""
         from grm.models import resolve_model
 
         path = resolve_model(model)
@@ -156,18 +223,11 @@ class SGLangEngine:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(path)
-        urls = list(spec.urls)
+        urls = list(spec.urls or launched or [])
         servers = []
-        if not urls:
-            if importlib.util.find_spec("sglang") is None:
-                raise EngineError(f"engine type sglang launches SGLang servers, but sglang is not installed: {INSTALL_HINT}")
-            for _ in range(spec.replicas):
-                port = free_port()
-                url = f"http://127.0.0.1:{port}"
-                servers.append(
-                    ServerProcess(launch_command(path, port, spec), url, timeout_s=spec.launch_timeout_s, health_path="/health")
-                )
-                urls.append(url)
+        if not urls:  # all of them here, on this process's GPUs (a policy's ranks launch their own: launched=)
+            servers = launch_servers(spec, path, server_plan(spec.replicas, spec.tp, 1, len(visible_gpus())))
+            urls = [s.base_url for s in servers]
         eng = cls(urls, model, tokenizer, concurrency=spec.concurrency, timeout_s=spec.timeout_s, tp=spec.tp)
         eng.servers = servers
         return eng
@@ -308,8 +368,11 @@ class SGLangEngine:
         group_name: str = "weight_update_group",
         backend: str = "nccl",
     ) -> None:
-        """Servers join an NCCL group with the trainer at rank 0 (ranks 1.. are the servers' GPUs)."""
-        for s, url in enumerate(self.urls):
+        """Servers join an NCCL group with the trainer at rank 0 (ranks 1.. are the servers' GPUs).
+        Every server is asked at once: a server answers only when the whole group has formed, so
+        asking them one after another would wait for the first forever."""
+
+        def join(s: int) -> Any:
             body = {
                 "master_address": master_address,
                 "master_port": master_port,
@@ -318,7 +381,11 @@ class SGLangEngine:
                 "group_name": group_name,
                 "backend": backend,
             }
-            out = self._control(url, "/init_weights_update_group", body)
+            return self._control(self.urls[s], "/init_weights_update_group", body)
+
+        with ThreadPoolExecutor(max_workers=len(self.urls)) as joining:  # not behind rollouts in self._pool
+            outs = list(joining.map(join, range(len(self.urls))))
+        for url, out in zip(self.urls, outs, strict=True):
             if isinstance(out, dict) and out.get("success") is False:
                 raise self._failed(f"{url}/init_weights_update_group", out)
 

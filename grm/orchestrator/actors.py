@@ -18,6 +18,7 @@ import ray
 
 from grm.orchestrator.cores import CoreShare, ledger, set_threads
 from grm.orchestrator.handles import Placement
+from grm.orchestrator.policy_servers import ServerInfo, launches_servers, start_rank_servers
 from grm.orchestrator.role_actor import REFERENCE_DTYPE, engine_dtype, where
 from grm.orchestrator.types import Group, Prepared, Rollout, Synced
 
@@ -131,15 +132,17 @@ class PolicyActor:
         # span the pool) on rank 0 only
         if policy.engine.type == "hf":
             own["device"] = self.device
-        self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own) if self.has_engine else None
+        # launched sglang servers: each rank starts its own on its bundle's GPUs; rank 0's engine
+        # connects to all of them once every rank has (connect_servers)
+        ranks = dist[1] if dist else 1
+        self.launched, self.servers = start_rank_servers(policy, self.rank, ranks) if launches_servers(policy) else ([], [])
+        now = self.has_engine and not launches_servers(policy)
+        self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own) if now else None
         # sglang servers take new weights by broadcast (every rank takes part: ZeRO-3 gathers) or from disk
         self.weight_sync: str | None = getattr(policy.engine, "weight_sync", None)
         self.broadcaster = None
-        if self.weight_sync == "broadcast" and self.engine is not None:
-            from grm.orchestrator.weight_broadcast import Broadcaster
-
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            self.broadcaster = Broadcaster(self.engine, backend, ray.util.get_node_ip_address())
+        if now:
+            self._broadcast_to(self.engine)
         # one optimizer step per mini-batch: the trainers are built for the mini-batch size
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size // algorithm.mini_batches
         common = dict(
@@ -169,6 +172,26 @@ class PolicyActor:
             getattr(self.reference, "module", None),
             critic,
         )
+
+    def _broadcast_to(self, engine: Any) -> None:
+        """With ``weight_sync: broadcast``, the group that carries new weights to ``engine``'s servers."""
+        if self.weight_sync == "broadcast" and engine is not None:
+            from grm.orchestrator.weight_broadcast import Broadcaster
+
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            self.broadcaster = Broadcaster(engine, backend, ray.util.get_node_ip_address())
+
+    def launched_servers(self) -> list[ServerInfo]:
+        """The servers this rank launched (``grm.orchestrator.policy_servers``)."""
+        return self.servers
+
+    def connect_servers(self, servers: Sequence[ServerInfo]) -> None:
+        """(rank 0) The rollout engine over every rank's launched servers, in replica order."""
+        from grm.engines import build_engine
+
+        urls = [s["url"] for s in servers]
+        self.engine = build_engine(self.policy.engine, self.policy.model, tokenizer=self.tok, launched=urls)
+        self._broadcast_to(self.engine)
 
     def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> TrainerBackend:
         b = self.cfg.train.backend
@@ -201,7 +224,8 @@ class PolicyActor:
         if role == "reference":
             return {**where(), "device": str(self.device), "dtype": REFERENCE_DTYPE, "weights": "own"}
         sync = {"weight_sync": self.weight_sync} if self.weight_sync else {}
-        return {**where(), "device": str(self.device), **engine_dtype(self.engine), **sync}
+        servers = {"servers": self.servers} if self.servers else {}  # the sglang servers this rank launched
+        return {**where(), "device": str(self.device), **engine_dtype(self.engine), **sync, **servers}
 
     # ------------------------------------------------------------- rollout
     def rollout(

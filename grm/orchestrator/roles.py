@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from grm.algorithms import Algorithm
     from grm.judges.base import Judge
+    from grm.orchestrator.policy_group import PolicyGroup
 
 
 @dataclass
@@ -147,7 +148,7 @@ def start_policy(
         actor = PolicyActor.options(**pool.options("policy")).remote(
             *args, threads, with_reference, lend=shares(threads), env_workers=env_workers
         )
-        return PolicyGroup([actor], hf)
+        return connected(PolicyGroup([actor], hf), loaded)
     import ray
 
     addr, port = ray.get(rendezvous.options(**{**pool.rank_options(0), "num_cpus": 0}).remote())
@@ -163,7 +164,20 @@ def start_policy(
         )
         for r in range(pool.ranks)
     ]
-    return PolicyGroup(actors, hf)
+    return connected(PolicyGroup(actors, hf), loaded)
+
+
+def connected(group: PolicyGroup, loaded: LoadedPipeline) -> PolicyGroup:
+    """``group``, its rank 0 connected to the sglang servers its ranks launched (if they launch any)."""
+    from grm.orchestrator.policy_servers import launches_servers, servers_in_order
+
+    if launches_servers(loaded.policy):
+        import ray
+
+        names = ["policy"] if group.ranks == 1 else [f"policy#{r}" for r in range(group.ranks)]
+        got = started(ray, {n: a.launched_servers.remote() for n, a in zip(names, group.actors, strict=True)})
+        ray.get(group.actors[0].connect_servers.remote(servers_in_order([got[n] for n in names])))
+    return group
 
 
 def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | None) -> Roles:

@@ -198,3 +198,31 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url, weight_sync
     assert json.loads((out / "placement.json").read_text())["policy"]["weight_sync"] == weight_sync
     assert [m["weight_sync_disk"] for m in ms] == [float(weight_sync == "disk")] * RUN_STEPS
     print(f"run {time.perf_counter() - t0:.0f} s; served vs trainer per step: {gaps}")
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.extended
+def test_each_rank_launches_its_own_servers_and_rank_0_drives_them(tmp_path):
+    """A 2-rank policy with ``engine: {type: sglang, replicas: 2}`` and no urls: rank r launches
+    server r (the stand-in, by ``launcher``) in its own bundle, listening on its node's address;
+    rank 0 rolls out on both and broadcasts each step's weights to both (no disk fallback)."""
+    out = tmp_path / "run"
+    engine = f"engine={{type: sglang, replicas: 2, launcher: [{sys.executable}, {STANDIN}], weight_sync: broadcast}}"
+    r = run_grm(
+        *("run", "pipelines/arith-verifier.yaml", f"out_dir={out}", "train.steps=2", "schedule.mode=sync"),
+        *("checkpoint.every=0", "algorithm.prompts_per_step=2", "algorithm.group_size=4", "rollout.max_new_tokens=16"),
+        *("train.micro_batch_size=2", "train.backend.ranks=2", "pools.train.cpus=2", f"policy.overrides=['{engine}']"),
+        "checkpoint.export=false",
+        timeout=1400,
+        env=ENV,
+    )
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    placement = json.loads((out / "placement.json").read_text())
+    servers = [placement[f"policy#{k}"]["servers"] for k in range(2)]
+    assert [[(s["replica"], s["rank"]) for s in rank] for rank in servers] == [[(0, 0)], [(1, 1)]]
+    # the node's address, not loopback: rank 0 may be on another node than the server
+    assert all(not s["url"].startswith("http://127.0.0.1:") for rank in servers for s in rank), servers
+    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [m["step"] for m in ms] == [1, 2] and [m["weight_sync_disk"] for m in ms] == [0.0, 0.0]
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 * 8 and {s["policy_version"] for s in samples} == {0, 1}  # step 2 from the synced weights

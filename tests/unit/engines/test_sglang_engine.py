@@ -482,3 +482,58 @@ def test_control_replies_are_shown_bounded_and_plain_and_slow_servers_time_out(s
     with pytest.raises(EngineError, match="no complete reply within 1 s"):
         post_control(a.url + "/flush_cache", {}, 1.0)
     assert time.monotonic() - t0 < 6.0
+
+
+# ---------------------------------------------------------------- launched servers: where each runs
+def test_the_server_plan_puts_server_j_on_rank_j_mod_ranks_on_its_own_gpus():
+    from grm.engines.sglang import ServerSlot, server_plan
+
+    assert server_plan(3, 1, 2, 2) == [ServerSlot(0, 0, (0,)), ServerSlot(1, 1, (0,)), ServerSlot(2, 0, (1,))]
+    assert server_plan(2, 2, 1, 4) == [ServerSlot(0, 0, (0, 1)), ServerSlot(1, 0, (2, 3))]
+    assert server_plan(3, 2, 1, 4)[2] == ServerSlot(2, 0, (0, 1))  # more than fit: they share, round again
+    assert server_plan(2, 1, 2, 0) == [ServerSlot(0, 0, ()), ServerSlot(1, 1, ())]  # a CPU pool: no GPUs to give
+    with pytest.raises(EngineError, match="engine.tp 4 exceeds the 2 GPU"):
+        server_plan(1, 4, 2, 2)
+
+
+def test_launched_servers_start_on_their_gpus_of_this_process(monkeypatch):
+    import json
+    import sys
+    import urllib.request
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from grm.engines.sglang import ServerSlot, launch_command, launch_servers
+
+    launcher = [sys.executable, str(Path(__file__).with_name("tiny_sglang_launcher.py"))]
+    spec = SimpleNamespace(launcher=launcher, tp=1, dtype="bfloat16", mem_fraction_static=0.5, extra_args=["--x"])
+    spec.launch_timeout_s = 30
+    cmd = launch_command("/m", 5, spec, "10.0.0.2")
+    assert cmd[: len(launcher) + 6] == [*launcher, "--model-path", "/m", "--host", "10.0.0.2", "--port", "5"] and cmd[-1] == "--x"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # as Ray sets it for a bundle's two GPUs
+    spec.extra_args = []
+    servers = launch_servers(spec, "/m", [ServerSlot(0, 0, (1,)), ServerSlot(1, 0, ())])
+    try:
+        seen = [json.loads(urllib.request.urlopen(s.base_url + "/env").read())["cuda_visible_devices"] for s in servers]
+        assert seen == ["5", "3,5"]  # the slot's GPU by CUDA's name; no slot GPUs: the process's own
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_every_server_is_asked_to_join_the_weight_group_at_once():
+    """A server answers /init_weights_update_group only once the whole group has formed (as
+    torch.distributed's rendezvous does): two servers asked one after the other never form it."""
+    import threading
+
+    formed = threading.Barrier(2, timeout=5)
+    bodies = []
+
+    def post(url, body):
+        bodies.append((url, body["rank_offset"]))
+        formed.wait()  # BrokenBarrierError after 5 s if the other server is never asked
+        return {"success": True}
+
+    eng = SGLangEngine(["http://a:1", "http://b:2"], "m", Tok(), post=post, tp=2)
+    eng.init_weight_group("10.0.0.1", 29500, world_size=5, backend="gloo")
+    assert sorted(bodies) == [("http://a:1/init_weights_update_group", 1), ("http://b:2/init_weights_update_group", 3)]
