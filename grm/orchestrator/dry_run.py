@@ -56,6 +56,7 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
                     lines.append(
                         f"  {label}{extra}: bundle {bundle}, node {node}, {_threads(cpus)} thread(s){alone(role)}, {gpus:g} GPU"
                     )
+                lines += server_lines(loaded, pool)
                 continue
             cpus, gpus = _share(pool, role)
             hosted = (
@@ -77,6 +78,29 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
     if local:
         lines.append(f"in the driver process: {', '.join(local)} (rule judges, no pool)")
     return lines + judge_checks(loaded)
+
+
+def server_lines(loaded: LoadedPipeline, pool: Pool) -> list[str]:
+    """Where each SGLang server the policy's ranks launch sits (``grm.engines.sglang.server_plan``)."""
+    from grm.engines.base import EngineError
+    from grm.engines.sglang import server_plan
+    from grm.orchestrator.policy_servers import launches_servers
+
+    if not launches_servers(loaded.policy):
+        return []
+    eng, ranks = loaded.policy.engine, pool.ranks
+    gpus = int(bundles_of(pool.spec, ranks)[0].get("GPU", 0))
+    try:
+        plan = server_plan(eng.replicas, eng.tp, ranks, gpus)
+    except EngineError as e:
+        return [f"  sglang servers: cannot be placed: {e}"]
+    out = []
+    for s in plan:
+        on = f"GPU(s) {', '.join(map(str, s.gpus))} of the bundle" if s.gpus else "no GPU (a CPU pool: only a stand-in runs)"
+        who = "policy" if ranks == 1 else f"policy rank {s.rank}"
+        where = f"bundle {s.rank}, node {_node(pool, s.rank)}"
+        out.append(f"  sglang server {s.replica} (tp {eng.tp}): launched by {who}, {where}, {on}")
+    return out
 
 
 def _share(pool: Pool, role: str) -> tuple[float, float]:

@@ -162,6 +162,16 @@ def test_dry_run_prints_the_placement_and_what_is_missing():
     assert "pool 'train': 8 bundle(s) of {CPU=4, GPU=1}" in r.stdout
     assert "policy rank 7 + reference: bundle 7" in r.stdout
     assert "pool 'train' needs 8 GPU, pool 'judge' needs 2 GPU: 10 GPU in all, the cluster has 0" in r.stderr
+    # launched SGLang servers: each on a bundle and its GPUs, by the rank that launches it
+    r = run_grm(
+        *("run", "pipelines/cluster-example.yaml", "--dry-run"),
+        "policy.overrides=['engine={type: sglang, replicas: 9, tp: 1}']",
+        timeout=300,
+        env=ENV,
+    )
+    assert "sglang server 0 (tp 1): launched by policy rank 0, bundle 0, node ?, GPU(s) 0 of the bundle" in r.stdout
+    assert "sglang server 8 (tp 1): launched by policy rank 0, bundle 0, node ?, GPU(s) 0 of the bundle" in r.stdout  # 9 on 8
+    assert "sglang server 7 (tp 1): launched by policy rank 7, bundle 7" in r.stdout
     r = run_grm(
         "run", "builtin:arith-verifier", "--dry-run", "train.backend.ranks=2", "train.micro_batch_size=2", timeout=300, env=ENV
     )
