@@ -7,6 +7,8 @@ with its pool's thread count."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import ray
 
+from grm.orchestrator.ckpt_transfer import Shipped, concat, pack, sees, together, unpack
 from grm.orchestrator.cores import CoreShare, ledger, set_threads
 from grm.orchestrator.handles import Placement
 from grm.orchestrator.policy_servers import ServerInfo, launches_servers, start_rank_servers
@@ -430,23 +433,43 @@ class PolicyActor:
 
         return first_failure()
 
-    def save(self, path: str, others: Sequence[ObjectRef[None]] = ()) -> None:
-        """Collective: each rank writes its ZeRO shard under ``path`` (a directory every rank can reach)."""
-        from grm.orchestrator.policy_group import gather_first
-
+    def save(self, path: str, token: str | None = None, others: Sequence[ObjectRef[Shipped]] = ()) -> Shipped:
+        """Collective: each rank writes its ZeRO shard under ``path``. A rank that does not see the
+        driver's marker there (``token``: no shared filesystem) wrote it to its own node's disk and
+        sends the files back instead (``grm.orchestrator.ckpt_transfer``); the ranks' shipments."""
         with self.lock:
             self.trainer.save(os.path.join(path, "policy"))
             if self.critic is not None:
                 self.critic.save(os.path.join(path, "critic"))
-        return _gather(None, others, gather_first)
+        own = [] if sees(path, token) else pack(path)
+        together()  # ranks on one such node share its copy: every one has packed before any deletes it
+        if own:
+            shutil.rmtree(path, ignore_errors=True)
+        return _gather(own, others, concat)
 
-    def load(self, path: str, others: Sequence[ObjectRef[int]] = ()) -> int:
+    def sees(self, path: str, token: str, others: Sequence[ObjectRef[bool]] = ()) -> bool:
+        """Collective: every rank sees the driver's checkpoint ``path`` (its marker ``token``)."""
+        return _gather(sees(path, token), others, all)
+
+    def load(
+        self, path: str, shipped: Shipped | None = None, token: str | None = None, others: Sequence[ObjectRef[int]] = ()
+    ) -> int:
+        """Collective: the checkpoint at ``path`` into trainer, critic and engine; a rank that does
+        not see it (``token``) first writes the driver's ``shipped`` files there, and deletes them after."""
         from grm.orchestrator.policy_group import gather_first
 
+        local = tempfile.mkdtemp(prefix="grm-checkpoint-") if shipped is not None and not sees(path, token) else None
         with self.lock:
-            self.trainer.load(os.path.join(path, "policy"))
-            if self.critic is not None:
-                self.critic.load(os.path.join(path, "critic"))
+            try:
+                if local is not None:  # this rank's own copy (ranks on one node must not share a half-deleted one)
+                    unpack(shipped or [], local)
+                    path = local
+                self.trainer.load(os.path.join(path, "policy"))
+                if self.critic is not None:
+                    self.critic.load(os.path.join(path, "critic"))
+            finally:
+                if local is not None:
+                    shutil.rmtree(local, ignore_errors=True)
             self.sync()
         return _gather(self.version_of_trainer(), others, gather_first)
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from grm.data.prompts import Prompt
+    from grm.orchestrator.ckpt_transfer import Shipped
     from grm.orchestrator.health import RoleLost
     from grm.orchestrator.types import Group, Prepared, Rollout, Synced
     from grm.training import TrainBatch
@@ -59,12 +60,22 @@ class SyncCall(Protocol):
 
 
 class SaveCall(Protocol):
-    def remote(self, path: str, /) -> ObjectRef[None]: ...
+    def remote(self, path: str, token: str | None = None, /) -> ObjectRef[Shipped]:
+        """Every rank's share of a checkpoint under ``path``; the files of the ranks that do not
+        see the driver's marker ``token`` (``grm.orchestrator.ckpt_transfer.Shipped``)."""
+        ...
+
+
+class SeesCall(Protocol):
+    def remote(self, path: str, token: str, /) -> ObjectRef[bool]:
+        """Every rank sees the driver's checkpoint directory (its marker ``token``)."""
+        ...
 
 
 class LoadCall(Protocol):
-    def remote(self, path: str, /) -> ObjectRef[int]:
-        """Load a checkpoint into trainer and engine; the policy version it holds."""
+    def remote(self, path: str, shipped: Shipped | None = None, token: str | None = None, /) -> ObjectRef[int]:
+        """Load a checkpoint into trainer and engine (a rank that does not see ``path`` writes the
+        ``shipped`` files there first); the policy version it holds."""
         ...
 
 
@@ -94,6 +105,7 @@ class PolicyHandle(Protocol):
     train: TrainCall
     sync: SyncCall
     save: SaveCall
+    sees: SeesCall
     load: LoadCall
     train_progress: ProgressCall
 

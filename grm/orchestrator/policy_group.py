@@ -40,7 +40,16 @@ if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
     from grm.data.prompts import Prompt
-    from grm.orchestrator.handles import LoadCall, PrepareCall, ProgressCall, RolloutCall, SaveCall, SyncCall, TrainCall
+    from grm.orchestrator.handles import (
+        LoadCall,
+        PrepareCall,
+        ProgressCall,
+        RolloutCall,
+        SaveCall,
+        SeesCall,
+        SyncCall,
+        TrainCall,
+    )
     from grm.orchestrator.types import Group, Rollout
     from grm.training.distributed import RankFailure
 
@@ -73,6 +82,7 @@ class PolicyGroup:
     train: TrainCall
     sync: SyncCall
     save: SaveCall
+    sees: SeesCall
     load: LoadCall
     train_progress: ProgressCall
 
@@ -81,6 +91,7 @@ class PolicyGroup:
         self.hf_rollout = hf_rollout
         """hf engines on every rank (rollouts split across ranks); otherwise rank 0's engine only."""
         self.sync, self.save, self.load, self.train = (GroupMethod(self, m) for m in ("sync", "save", "load", "train"))
+        self.sees = GroupMethod(self, "sees")
         self.train_progress = _Rank0(self, "train_progress")  # rank 0's micro-batches (each rank trains a shard)
         self.rollout = _Split(self, "rollout", split_rollout if hf_rollout else None)
         self.episodes = _Split(self, "episodes", split_rollout if hf_rollout else None)  # beside the other calls

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from grm.data.prompts import PromptStream
 from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.canary import report_lines
 from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, driver_state, failure_words
+from grm.orchestrator.ckpt_transfer import mark, merge_staged, pack, unpack
 from grm.orchestrator.episodes import episode_metrics
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.handles import PolicyHandle
@@ -206,7 +208,13 @@ class Recorder:
         get = get or ray.get
         try:
             with atomic_dir(self.checkpoint_dir(step)) as tmp:
-                get(policy.save.remote(str(tmp)))
+                token = secrets.token_hex(8)
+                marker = mark(tmp, token)  # a rank that cannot see it sends its files (no shared filesystem)
+                shipped = get(policy.save.remote(str(tmp), token))
+                if shipped:
+                    unpack(shipped, tmp)
+                    merge_staged(tmp)
+                marker.unlink()
                 state = {"step": step, "stream": stream.state_before(untrained_prompts)}
                 (tmp / "driver.json").write_text(json.dumps(stamp("checkpoint", state)))
                 if anchors is not None:
@@ -231,13 +239,23 @@ class Recorder:
         if ckpt is None:
             raise RunError(f"{self.path}: no complete checkpoint to resume from")
         state = driver_state(ckpt)
+        get = get or ray.get
+        token = secrets.token_hex(8)
         try:
-            state["policy_version"] = (get or ray.get)(policy.load.remote(str(ckpt)))
+            marker = mark(ckpt, token)
+        except OSError as e:
+            raise RunError(f"{ckpt}: cannot write in the checkpoint ({e.strerror or e})") from None
+        try:
+            # a rank that cannot see the checkpoint (no shared filesystem) gets its files sent
+            shipped = None if get(policy.sees.remote(str(ckpt), token)) else pack(ckpt)
+            state["policy_version"] = get(policy.load.remote(str(ckpt), shipped, token))
         except ray.exceptions.RayTaskError as e:  # a checkpoint that does not fit the model, or a rank that failed
             lost = policy.diagnose(e) if hasattr(policy, "diagnose") else None
             cause = getattr(e, "cause", None) or e
             text = str(lost) if lost is not None else f"{type(cause).__name__}: {str(cause).strip()[:300]}"
             raise RunError(f"{ckpt}: cannot load the checkpoint ({text.splitlines()[0] if text else ''})") from None
+        finally:
+            marker.unlink(missing_ok=True)
         self.truncate_after(state["step"])
         print(f"resuming {self.path} from {ckpt.name}", flush=True)
         return state

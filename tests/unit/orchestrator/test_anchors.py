@@ -194,7 +194,11 @@ def test_attach_and_remember_key_groups_by_their_prompt():
 def test_a_checkpoint_carries_the_store_and_a_resume_hands_it_back(tmp_path, monkeypatch):
     fake_ray = SimpleNamespace(get=lambda ref: ref, exceptions=SimpleNamespace(RayTaskError=RuntimeError))
     monkeypatch.setitem(sys.modules, "ray", fake_ray)
-    policy = SimpleNamespace(save=Method(lambda path: None), load=Method(lambda path: None))
+    policy = SimpleNamespace(
+        save=Method(lambda path, token=None: []),  # every rank saw the directory: nothing shipped
+        sees=Method(lambda path, token: True),
+        load=Method(lambda path, shipped=None, token=None: None),
+    )
     stream = PromptStream([Prompt(id="a", text="text of a", reference=None)], seed=0, shuffle=False)
     rec = Recorder(tmp_path)
     store = AnchorStore(capacity=4, lag=1)
@@ -203,7 +207,9 @@ def test_a_checkpoint_carries_the_store_and_a_resume_hands_it_back(tmp_path, mon
     assert not (tmp_path / "checkpoints" / "step-1" / "anchors.json").exists()
     rec.checkpoint(2, policy, stream, 0, keep=2, anchors=store.state())
     state = rec.resume_state(policy)
-    assert state["step"] == 2 and policy.load.calls == [(str(tmp_path / "checkpoints" / "step-2"),)]
+    step2 = str(tmp_path / "checkpoints" / "step-2")
+    assert state["step"] == 2 and [c[:2] for c in policy.load.calls] == [(step2, None)]
+    assert not [p for p in (tmp_path / "checkpoints" / "step-2").iterdir() if p.name.startswith(".driver-sees-")]
     again = AnchorStore(capacity=4, lag=1)
     again.restore(state["anchors"])
     assert seen(again, 3, "a") == ["a@1"] and again.state() == store.state()

@@ -106,6 +106,7 @@ def test_the_checker_itself_catches_any_and_a_missing_annotation():
         ("train", "train"),
         ("sync", "sync"),
         ("save", "save"),
+        ("sees", "sees"),
         ("load", "load"),
         ("train_progress", "train_progress"),
     ],

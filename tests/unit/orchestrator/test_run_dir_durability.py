@@ -56,11 +56,13 @@ class FakePolicy:
     def __init__(self, version: str) -> None:
         self.version = version
         self.save = SimpleNamespace(remote=self._save)
-        self.load = SimpleNamespace(remote=lambda path: path)
+        self.sees = SimpleNamespace(remote=lambda path, token: True)  # one machine: every rank sees the run dir
+        self.load = SimpleNamespace(remote=lambda path, shipped=None, token=None: path)
 
-    def _save(self, path: str) -> None:
+    def _save(self, path: str, token: str | None = None) -> list:
         with atomic_dir(Path(path) / "policy") as d:
             (d / "model.bin").write_bytes(self.version.encode() * 500)
+        return []  # nothing shipped
 
 
 STREAM = SimpleNamespace(state_before=lambda n: {"epoch": 0, "index": 8 - n})
