@@ -346,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--out", required=True, type=cli_args.out_dir, metavar="DIR", help="the model directory to write")
     x.add_argument("--step", type=cli_args.integer(0), metavar="N", help="the run's checkpoint of step N (default: the latest)")
     x.add_argument("--force", action="store_true", help="replace --out when it exists and is not empty")
+    x.add_argument(
+        "--push",
+        metavar="REPO",
+        type=cli_args.hub_repo,
+        help="then upload --out to this Hub model repo (OWNER/NAME; private if new; needs HF_HUB_OFFLINE=0 and HF_TOKEN)",
+    )
     x.set_defaults(func=export_cli.cmd_export)
 
     from grm.envs import cli as envs_cli  # argparse only: `grm --help` stays light

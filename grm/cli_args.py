@@ -242,3 +242,15 @@ LENGTH_CONTROL_HELP = (
     "linear dependence on the length difference, slope fitted on these pairs) or penalty:COEF (the longer "
     "response loses COEF per character beyond the pair's median)"
 )
+
+
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+
+
+def hub_repo(value: str) -> str:
+    """A Hugging Face Hub repo id, ``OWNER/NAME`` (letters, digits, '.', '_', '-'; no '..')."""
+    import re
+
+    if not re.fullmatch(f"{_HUB_PART}/{_HUB_PART}", value) or ".." in value:
+        raise argparse.ArgumentTypeError(f"{one_line(value)!r} is not a Hub repo id like OWNER/NAME")
+    return value

@@ -20,7 +20,35 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = export_policy(Path(args.source), Path(args.out), step=args.step, force=args.force)
     print(f"wrote {out}: {WRITTEN}")
     print(f"load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    if getattr(args, "push", None):
+        url = push(out, args.push)
+        print(f"pushed {out} to {url}")
     return 0
+
+
+def push(out: Path, repo: str) -> str:
+    """Upload the model directory ``out`` to the Hub model repo ``repo`` (created private when new);
+    its URL. grm sets ``HF_HUB_OFFLINE=1`` unless the environment says otherwise, so a push needs
+    ``HF_HUB_OFFLINE=0``. No hub (offline, no network, no token, refused) is one ``GrmError``: the
+    directory is written either way."""
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise GrmError(
+            f"--push {repo}: grm keeps the Hub offline unless HF_HUB_OFFLINE=0 is set; {out} is written (push it with that set)"
+        )
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        api.create_repo(repo, repo_type="model", private=True, exist_ok=True)
+        info = api.upload_folder(
+            folder_path=str(out), repo_id=repo, repo_type="model", commit_message="grm export", ignore_patterns=["COMPLETE"]
+        )
+    except Exception as e:  # noqa: BLE001 - network, auth and Hub errors have no common base
+        why = one_line(f"{type(e).__name__}: {e}")[:300]
+        raise GrmError(f"--push {repo}: the upload failed ({why}); {out} is written") from None
+    return str(getattr(info, "commit_url", None) or f"https://huggingface.co/{repo}")
 
 
 def export_finished_run(run_dir: Path) -> int:

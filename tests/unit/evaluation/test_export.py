@@ -187,6 +187,41 @@ def test_the_command_line_says_one_line_naming_the_path_and_exits_2(run, tmp_pat
         assert why in err and err.count("\n") == 1, err
 
 
+def test_push_uploads_the_written_directory_or_says_in_one_line_why_it_could_not(run, tmp_path, capsys, monkeypatch, stub_writer):
+    import huggingface_hub
+
+    calls = []
+
+    class Api:
+        def create_repo(self, repo, **kw):
+            calls.append(("create", repo, kw["private"], kw["exist_ok"]))
+
+        def upload_folder(self, **kw):
+            sent = sorted(p.name for p in Path(kw["folder_path"]).iterdir() if p.name not in kw["ignore_patterns"])
+            calls.append(("upload", kw["repo_id"], sent))  # grm's own COMPLETE marker is not sent
+            return type("Commit", (), {"commit_url": f"https://hub.example/{kw['repo_id']}/commit/1"})()
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # grm keeps the hub offline unless told
+    assert main(["export", str(run), "--out", str(tmp_path / "a"), "--push", "me/grm-policy"]) == 0, capsys.readouterr().err
+    assert calls == [("create", "me/grm-policy", True, True), ("upload", "me/grm-policy", ["README.md", "config.json"])]
+    assert "pushed" in capsys.readouterr().out
+    # offline (as here): the directory is written, the push refused in one line, exit 2
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["export", str(run), "--out", str(tmp_path / "b"), "--push", "me/grm-policy"]) == 2
+    err = capsys.readouterr().err
+    assert "unless HF_HUB_OFFLINE=0 is set" in err and err.count("\n") == 1 and (tmp_path / "b" / "config.json").exists()
+    # a failing hub: the same
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    Api.upload_folder = lambda self, **kw: (_ for _ in ()).throw(OSError("connection refused"))
+    assert main(["export", str(run), "--out", str(tmp_path / "c"), "--push", "me/grm-policy"]) == 2
+    assert "the upload failed (OSError: connection refused)" in capsys.readouterr().err
+    for bad in ("no-slash", "a/b/c", "../x", "a/.."):
+        with pytest.raises(SystemExit):
+            main(["export", str(run), "--out", str(tmp_path / "d"), "--push", bad])
+        assert "is not a Hub repo id like OWNER/NAME" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- the export ending `grm run`
 
 
