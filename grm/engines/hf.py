@@ -65,6 +65,7 @@ class HFEngine:
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         self._prompt_cache: PromptCache | None = None
+        self._read_tokens = self._cached_before = 0  # prompt_counts: readings' prompts; caches since closed
         self.head32 = Fp32Head.install(self.model)
         """The LM head in fp32 when the model runs in bf16/fp16 (None in fp32)."""
 
@@ -78,6 +79,7 @@ class HFEngine:
         try:
             yield self._prompt_cache
         finally:
+            self._cached_before += self._prompt_cache.reused_tokens
             self._prompt_cache = None
 
     # ----------------------------------------------------------------- prompts
@@ -256,6 +258,7 @@ class HFEngine:
         multi-token candidates are fed on top of the prompt's KV cache (a few tokens each). A
         candidate that tokenizes to nothing has no log-prob: None."""
         prompts = [self.encode(r) for r in requests]
+        self._read_tokens += sum(len(p) for p in prompts)
         cont_ids = [[self.tokenize(c) for c in conts] for conts in continuations]
         if self._prompt_cache is not None:  # prefixes several prompts share (a group's instruction), once each
             warm(self.model, prompts, self.pad_id, self._prompt_cache)
@@ -269,6 +272,12 @@ class HFEngine:
 
     def tokenize(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    @property
+    def prompt_counts(self) -> tuple[int, int]:
+        """Running (prompt tokens of log-prob readings, prompt tokens served from the prompt cache)."""
+        now = self._prompt_cache.reused_tokens if self._prompt_cache is not None else 0
+        return self._read_tokens, self._cached_before + now
 
     @torch.inference_mode()
     def _score_chunk(self, prompts: list[list[int]], cont_ids: list[list[list[int]]]) -> list[list[float | None]]:

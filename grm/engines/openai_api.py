@@ -79,9 +79,14 @@ class _Choice(BaseModel):
     finish_reason: str | None = None
 
 
+class _PromptDetails(BaseModel):
+    cached_tokens: NonNegativeInt | None = None
+
+
 class _Usage(BaseModel):
     prompt_tokens: NonNegativeInt | None = None
     completion_tokens: NonNegativeInt | None = None
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _Reply(BaseModel):
@@ -131,6 +136,7 @@ class OpenAIEngine:
         self._tokens = {"prompt_tokens": 0, "completion_tokens": 0}
         self._lock = threading.Lock()
         self._server: ServerProcess | None = None
+        self._read = [0, 0]  # prompt_counts: prompt tokens of log-prob readings, cached tokens of all replies
 
     @property
     def server(self) -> ServerProcess | None:
@@ -167,7 +173,15 @@ class OpenAIEngine:
             u = reply.usage or _Usage()
             self._tokens["prompt_tokens"] += u.prompt_tokens or 0
             self._tokens["completion_tokens"] += u.completion_tokens or 0
+            self._read[1] += (u.prompt_tokens_details.cached_tokens or 0) if u.prompt_tokens_details else 0
         return reply
+
+    @property
+    def prompt_counts(self) -> tuple[int, int]:
+        """Running (prompt tokens the server reported for log-prob readings, prompt tokens it
+        reported as cached, for any request)."""
+        with self._lock:
+            return self._read[0], self._read[1]
 
     # ------------------------------------------------------------------ prompts
     def prompt_text(self, request: GenerationRequest) -> str:
@@ -300,6 +314,7 @@ class OpenAIEngine:
 
         ended: list[tuple[int, str]] = []
         for key, res in zip(keys, self._pool.map(lambda key: ask(key, False), keys), strict=True):
+            self._count_read(res)
             into[key] = _first_top_logprobs(res.choices[0].logprobs)
             if not into[key]:
                 if not _ended_at_once(res):
@@ -310,7 +325,12 @@ class OpenAIEngine:
                 ended.append(key)
         if ended and isinstance(eos, int):
             for key, res in zip(ended, self._pool.map(lambda key: ask(key, True), ended), strict=True):
+                self._count_read(res)
                 into[key] = _first_top_logprobs(res.choices[0].logprobs)
+
+    def _count_read(self, res: _Reply) -> None:
+        with self._lock:
+            self._read[0] += (res.usage.prompt_tokens or 0) if res.usage else 0
 
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
         raise EngineError("the openai engine serves a frozen model; weights cannot be pushed to it")

@@ -208,6 +208,7 @@ class SGLangEngine:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))  # one call per server at a time
         self._requests = ThreadPoolExecutor(max_workers=concurrency)  # continuation scoring, request by request
         self._lock = threading.Lock()
+        self._read = [0, 0]  # prompt_counts
 
     def __repr__(self) -> str:  # no credentials
         return f"SGLangEngine({self.urls!r}, model={self.model_id!r})"
@@ -316,10 +317,21 @@ class SGLangEngine:
         k = len(self.urls)
         outs = list(self._requests.map(lambda jb: self._post(self.urls[jb[0] % k], "/generate", jb[2]), jobs))
         scores: list[list[float | None]] = [[None] * len(c) for c in continuations]
-        for (i, kk, _, n), item in zip(jobs, outs, strict=True):
+        for (i, kk, payload, n), item in zip(jobs, outs, strict=True):
             one = item[0] if isinstance(item, list) and len(item) == 1 else item  # a one-row batch, or the row
             scores[i][kk] = self._parsed(self.urls[i % k], parse_continuation, one, n)
+            meta = one.get("meta_info") if isinstance(one, dict) else None
+            cached = meta.get("cached_tokens") if isinstance(meta, dict) else None
+            with self._lock:
+                self._read[0] += len(payload["input_ids"]) - n  # the prompt of this (prompt, candidate) prefill
+                self._read[1] += cached if isinstance(cached, int) and cached >= 0 else 0
         return scores
+
+    @property
+    def prompt_counts(self) -> tuple[int, int]:
+        """Running (prompt tokens of log-prob readings, of them the server's radix cache served)."""
+        with self._lock:
+            return self._read[0], self._read[1]
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 
-COUNTS = ("calls", "retries", "prompt_tokens", "generated_tokens")
+COUNTS = ("calls", "retries", "prompt_tokens", "cached_tokens", "generated_tokens")
 USAGE = ("requests", "retries", "prompt_tokens", "completion_tokens", "server_restarts")
 """The counters an engine with a ``usage`` dict keeps (the openai engine: the server's reply, and
 how often a server it launched was found dead and started again)."""
@@ -34,8 +34,13 @@ class JudgeCost:
     retries: int = 0
     """Of ``calls``, the re-samples of outputs the parser rejected (``on_failure.retries``)."""
     prompt_tokens: int = 0
-    """Prompt tokens of the generating calls, as the engine reports them: a prompt sampled n times
-    counts n times (as a server bills it). Log-prob readings report none locally."""
+    """Prompt tokens of every call, as the engine reports them: a prompt sampled n times counts n
+    times (as a server bills it); a log-prob reading counts its prompt once (its prefill, nearly
+    all of its cost), and a reading an API server makes in several requests counts each."""
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``, those served from a prefix the engine had already computed (the hf
+    engine's prompt cache: a critique's prompt read again with its score; a server's
+    ``cached_tokens``): prompt tokens that cost next to nothing."""
     generated_tokens: int = 0
     """Tokens the judge's model generated."""
     seconds: float = 0.0
@@ -88,6 +93,13 @@ def server_usage(engine: Any) -> dict[str, int] | None:
     return {k: int(usage.get(k, 0)) for k in USAGE} if isinstance(usage, dict) else None
 
 
+def prompt_counts(engine: Any) -> tuple[int, int]:
+    """The engine's running (prompt tokens its log-prob readings read, prompt tokens it served from
+    a prefix already computed): ``engine.prompt_counts``, (0, 0) for an engine that keeps none."""
+    counts = getattr(engine, "prompt_counts", None)
+    return (int(counts[0]), int(counts[1])) if isinstance(counts, tuple) and len(counts) == 2 else (0, 0)
+
+
 class MeteredEngine:
     """A judge's engine that counts what the judge asks of it into ``cost``. Everything else (the
     tokenizer, ``prompt_cache``, ``version``) passes through to the engine."""
@@ -99,20 +111,24 @@ class MeteredEngine:
         return getattr(self.engine, name)
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
-        before = server_usage(self.engine)
+        before, reads = server_usage(self.engine), prompt_counts(self.engine)
         gens = self.engine.generate(requests, sampling)
         self.cost.calls += len(gens)
         self.cost.prompt_tokens += sum(g.prompt_tokens for g in gens)
         self.cost.generated_tokens += sum(g.n_tokens for g in gens)
+        self.cost.cached_tokens += prompt_counts(self.engine)[1] - reads[1]
         self._usage(before)
         return gens
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
     ) -> list[list[float | None]]:
-        before = server_usage(self.engine)
+        before, reads = server_usage(self.engine), prompt_counts(self.engine)
         out = self.engine.score_continuations(requests, continuations)
         self.cost.calls += len(requests)
+        after = prompt_counts(self.engine)
+        self.cost.prompt_tokens += after[0] - reads[0]
+        self.cost.cached_tokens += after[1] - reads[1]
         self._usage(before)
         return out
 

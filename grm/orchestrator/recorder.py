@@ -406,7 +406,8 @@ def cost_table(ms: list[dict[str, Any]]) -> list[str]:
 COST_WORDS = (
     "calls: model calls (one per sampled critique, parse retry, principles or checklist writing, and per log-prob "
     "reading; a rule verifier: one per sample); retries: of those, re-samples of unparseable outputs; tokens as the "
-    "engine reports them; seconds: inside the judge; usage_*: what an OpenAI-compatible server reported. Calls "
+    "engine reports them (prompt tokens include each log-prob reading's prefill; cached_tokens: of those, served from "
+    "a prefix already computed); seconds: inside the judge; usage_*: what an OpenAI-compatible server reported. Calls "
     "abandoned past their deadline are not counted."
 )
 

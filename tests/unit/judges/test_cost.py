@@ -54,7 +54,8 @@ def test_pointwise_counts_calls_retries_and_tokens_exactly(tmp_path):
     assert judge.cost.calls == 8
     m = again.metrics("pw")
     assert m["judge_cost/pw/calls"] == 2 and m["judge_cost/pw/generated_tokens"] == 8
-    assert set(m) == {f"judge_cost/pw/{k}" for k in ("calls", "retries", "prompt_tokens", "generated_tokens", "seconds")}
+    keys = ("calls", "retries", "prompt_tokens", "cached_tokens", "generated_tokens", "seconds")
+    assert set(m) == {f"judge_cost/pw/{k}" for k in keys}
 
 
 def test_logprob_readings_are_calls(tmp_path):
@@ -65,6 +66,40 @@ def test_logprob_readings_are_calls(tmp_path):
     judge = build_judge(s, tmp_path, eng)
     _, cost = costed(judge, judge.score_batch, [Sample(prompt="q", response=f"r{i}") for i in range(3)])
     assert eng.score_calls == 1 and (cost.calls, cost.generated_tokens, cost.retries) == (6, 3, 0)
+
+
+def test_a_logprob_reading_counts_its_prefill_and_what_the_engine_served_from_cache(tmp_path):
+    """The reading's prompt is nearly all of its cost: it counts as prompt tokens, and the share an
+    engine served from a prefix it had already computed as cached tokens (engine.prompt_counts)."""
+
+    class Counting(ScriptedEngine):
+        prompt_counts = (0, 0)
+
+        def score_continuations(self, requests, continuations):
+            read, cached = self.prompt_counts
+            self.prompt_counts = (read + 10 * len(requests), cached + 6 * len(requests))
+            return super().score_continuations(requests, continuations)
+
+    eng = Counting(lambda *a: "", continuation_logprobs=lambda text, cands: [-1.0] * len(cands))
+    (tmp_path / "t.j2").write_text("{# expects: prompt, response #}Q: {{ prompt }} A: {{ response }}")
+    s = JudgeSpec(name="lp", mode="pointwise", model="m", template="t.j2", parser={"type": "logprob", "range": (1, 5)})
+    judge = build_judge(s, tmp_path, eng)
+    _, cost = costed(judge, judge.score_batch, [Sample(prompt="q", response=f"r{i}") for i in range(3)])
+    assert (cost.prompt_tokens, cost.cached_tokens) == (30, 18)
+
+
+def test_an_hf_judge_reports_the_readings_prompt_tokens_and_its_cache_hits():
+    """SmolLM2 critique-then-score: the score reading re-reads prompt + critique, most of it from
+    the prompt cache the critique's generation filled."""
+    from grm.judges import load
+
+    judge = load("builtin:helpfulness-pointwise-logprob", overrides=["sampling.max_new_tokens=8"])
+    samples = [Sample(prompt="What is 2+2?", response=f"It is {k}.") for k in (3, 4)]
+    _, cost = costed(judge, judge.score_batch, samples)
+    gen_prompts = cost.prompt_tokens - cost.cached_tokens
+    assert cost.calls == 4 and cost.generated_tokens <= 16
+    assert cost.prompt_tokens > 2 * 2 * 100  # two critique prompts and two readings of (about) the same length
+    assert cost.cached_tokens >= cost.prompt_tokens // 3 and gen_prompts > 0, (cost.prompt_tokens, cost.cached_tokens)
 
 
 def test_rule_verifier_counts_calls_only():
