@@ -9,13 +9,12 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_grm
-from tests.integration.orchestrator.test_worker_group import ENV, SMALL, metrics, samples
+from tests.integration.orchestrator.test_worker_group import ENV, RAY_START, SMALL, metrics, node_b_command, samples, start_head
 
 pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
@@ -35,18 +34,9 @@ def hidden_cluster(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     env = {**os.environ, **ENV}
     port = 6440 + os.getpid() % 50
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    start = [ray_bin, "start", "--num-cpus=1", "--object-store-memory=400000000"]
-    subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
     try:
-        head = subprocess.run(
-            [*start, "--head", f"--port={port}", '--resources={"node_a": 1}', "--include-dashboard=false"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert head.returncode == 0, head.stderr
-        worker = [*start, f"--address=127.0.0.1:{port}", '--resources={"node_b": 1}', f"--node-manager-port={port + 100}"]
+        start_head(port, env)
+        worker = node_b_command(port, port + 100)
         hide = f"mount -t tmpfs none {shlex.quote(str(runs))} && exec {shlex.join(worker)}"
         b = subprocess.run(
             ["unshare", "-m", "--propagation", "private", "sh", "-c", hide],
@@ -57,7 +47,7 @@ def hidden_cluster(tmp_path_factory):
         assert b.returncode == 0, b.stderr
         yield f"127.0.0.1:{port}", runs
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
+        subprocess.run([RAY_START[0], "stop", "--force"], env=env, capture_output=True)
 
 
 @pytest.mark.timeout(2400)

@@ -190,6 +190,27 @@ class Cluster(NamedTuple):
     """Start the worker node (again), on ``node_b_port`` or the node-manager port given."""
 
 
+RAY_START = [str(Path(sys.executable).with_name("ray")), "start", "--num-cpus=1", "--object-store-memory=400000000"]
+"""A Ray node of 1 CPU (``ray start``), for the clusters of two nodes on this machine."""
+
+
+def start_head(port: int, env: dict[str, str]) -> None:
+    """Stop any Ray on this machine, then start a head node on ``port`` with resource ``node_a``."""
+    subprocess.run([RAY_START[0], "stop", "--force"], env=env, capture_output=True)
+    head = subprocess.run(
+        [*RAY_START, "--head", f"--port={port}", '--resources={"node_a": 1}', "--include-dashboard=false"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert head.returncode == 0, head.stderr
+
+
+def node_b_command(port: int, manager_port: int) -> list[str]:
+    """``ray start`` of the worker node (resource ``node_b``) joining the head on ``port``."""
+    return [*RAY_START, f"--address=127.0.0.1:{port}", '--resources={"node_b": 1}', f"--node-manager-port={manager_port}"]
+
+
 @pytest.fixture(scope="module")
 def two_node_cluster():
     """Two Ray nodes of 1 CPU on this machine: the head with resource ``node_a``, a worker with
@@ -198,31 +219,17 @@ def two_node_cluster():
     env = {**os.environ, **ENV}
     port = 6390 + os.getpid() % 50
     node_b_port = port + 100
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    start = [ray_bin, "start", "--num-cpus=1", "--object-store-memory=400000000"]
 
     def start_node_b(manager_port: int = node_b_port) -> None:
-        worker = subprocess.run(
-            [*start, f"--address=127.0.0.1:{port}", '--resources={"node_b": 1}', f"--node-manager-port={manager_port}"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        worker = subprocess.run(node_b_command(port, manager_port), env=env, capture_output=True, text=True)
         assert worker.returncode == 0, worker.stderr
 
-    subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
     try:
-        head = subprocess.run(
-            [*start, "--head", f"--port={port}", '--resources={"node_a": 1}', "--include-dashboard=false"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert head.returncode == 0, head.stderr
+        start_head(port, env)
         start_node_b()
         yield Cluster(f"127.0.0.1:{port}", node_b_port, start_node_b)
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
+        subprocess.run([RAY_START[0], "stop", "--force"], env=env, capture_output=True)
 
 
 def read_cluster(address: str, expression: str) -> Any:
