@@ -21,8 +21,9 @@ import ray
 from grm.orchestrator.ckpt_transfer import Shipped, concat, pack, sees, together, unpack
 from grm.orchestrator.cores import CoreShare, ledger, set_threads
 from grm.orchestrator.handles import Placement
-from grm.orchestrator.policy_servers import ServerInfo, launches_servers, start_rank_servers
-from grm.orchestrator.role_actor import REFERENCE_DTYPE, engine_dtype, where
+from grm.orchestrator.policy_servers import ServerInfo
+from grm.orchestrator.role_actor import REFERENCE_DTYPE, where
+from grm.orchestrator.rollout_engine import RolloutEngine
 from grm.orchestrator.types import Group, Prepared, Rollout, Synced
 
 if TYPE_CHECKING:
@@ -109,7 +110,6 @@ class PolicyActor:
             os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=addr, MASTER_PORT=str(port))
         import torch
 
-        from grm.engines import build_engine
         from grm.models.device import role_device
         from grm.models.dtype import resolve_dtype
         from grm.models.loading import load_model
@@ -122,30 +122,10 @@ class PolicyActor:
         torch.manual_seed(cfg.seed)
         t = cfg.train
         train_model, self.tok = load_model(policy.model, "fp32")
-        # hf: generates with the trainer's own module when dtypes agree (torch backend: no copy,
-        # nothing to sync), else with a second copy in the engine's dtype; sglang: servers on the
-        # pool's GPUs that sync() feeds from disk
         rollout_dtype = resolve_dtype(policy.engine.dtype, self.device) if policy.engine.type == "hf" else None
-        self.shared = rollout_dtype == "fp32" and t.backend.type == "torch"
-        self.has_engine = policy.engine.type == "hf" or self.rank == 0
-        own = {}
-        if policy.engine.type == "hf" and self.has_engine:
-            own["model_obj"] = train_model if self.shared else load_model(policy.model, rollout_dtype or "fp32")[0]
-        # an hf engine on every rank (rollouts are split across ranks); an sglang engine (its servers
-        # span the pool) on rank 0 only
-        if policy.engine.type == "hf":
-            own["device"] = self.device
-        # launched sglang servers: each rank starts its own on its bundle's GPUs; rank 0's engine
-        # connects to all of them once every rank has (connect_servers)
+        self.shared = rollout_dtype == "fp32" and t.backend.type == "torch"  # hf: generate with the trainer's module
         ranks = dist[1] if dist else 1
-        self.launched, self.servers = start_rank_servers(policy, self.rank, ranks) if launches_servers(policy) else ([], [])
-        now = self.has_engine and not launches_servers(policy)
-        self.engine = build_engine(policy.engine, policy.model, tokenizer=self.tok, **own) if now else None
-        # sglang servers take new weights by broadcast (every rank takes part: ZeRO-3 gathers) or from disk
-        self.weight_sync: str | None = getattr(policy.engine, "weight_sync", None)
-        self.broadcaster = None
-        if now:
-            self._broadcast_to(self.engine)
+        self.rollout_engine = RolloutEngine(policy, self.rank, ranks, self.device, self.tok, train_model, self.shared)
         # one optimizer step per mini-batch: the trainers are built for the mini-batch size
         batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size // algorithm.mini_batches
         common = dict(
@@ -176,25 +156,18 @@ class PolicyActor:
             critic,
         )
 
-    def _broadcast_to(self, engine: Any) -> None:
-        """With ``weight_sync: broadcast``, the group that carries new weights to ``engine``'s servers."""
-        if self.weight_sync == "broadcast" and engine is not None:
-            from grm.orchestrator.weight_broadcast import Broadcaster
-
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            self.broadcaster = Broadcaster(engine, backend, ray.util.get_node_ip_address())
+    @property
+    def engine(self) -> Any:
+        """The rollout engine (``grm.orchestrator.rollout_engine``); None on an sglang policy's ranks but 0."""
+        return self.rollout_engine.engine
 
     def launched_servers(self) -> list[ServerInfo]:
-        """The servers this rank launched (``grm.orchestrator.policy_servers``)."""
-        return self.servers
+        """The SGLang servers this rank launched (``grm.orchestrator.policy_servers``)."""
+        return self.rollout_engine.servers
 
     def connect_servers(self, servers: Sequence[ServerInfo]) -> None:
         """(rank 0) The rollout engine over every rank's launched servers, in replica order."""
-        from grm.engines import build_engine
-
-        urls = [s["url"] for s in servers]
-        self.engine = build_engine(self.policy.engine, self.policy.model, tokenizer=self.tok, launched=urls)
-        self._broadcast_to(self.engine)
+        self.rollout_engine.connect(servers)
 
     def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> TrainerBackend:
         b = self.cfg.train.backend
@@ -226,9 +199,7 @@ class PolicyActor:
         the policy; the reference's when it is colocated)."""
         if role == "reference":
             return {**where(), "device": str(self.device), "dtype": REFERENCE_DTYPE, "weights": "own"}
-        sync = {"weight_sync": self.weight_sync} if self.weight_sync else {}
-        servers = {"servers": self.servers} if self.servers else {}  # the sglang servers this rank launched
-        return {**where(), "device": str(self.device), **engine_dtype(self.engine), **sync, **servers}
+        return {**where(), "device": str(self.device), **self.rollout_engine.placement()}
 
     # ------------------------------------------------------------- rollout
     def rollout(
@@ -400,30 +371,11 @@ class PolicyActor:
         to the trainer's, which is returned with the seconds of the push. Every rank of a group
         takes part (ZeRO-3 gathers the weights from all of them)."""
         from grm.orchestrator.policy_group import gather_synced
-        from grm.training.sync import push_weights
 
         with self.lock:
             version = self.version_of_trainer()
-            if self.shared:
-                self.engine.version = version
-                return _gather(Synced(version, 0.0), others, gather_synced)
-            if self.weight_sync == "broadcast":
-                from grm.training.weight_group import BUCKET_BYTES
-
-                buckets = self.trainer.weight_buckets(BUCKET_BYTES)
-                by_disk = None
-                if self.broadcaster is not None:
-                    secs = self.broadcaster.push(buckets, version)
-                    by_disk = self.broadcaster.mode == "disk"
-                else:  # a rank without the engine takes part in the gathers
-                    start = time.perf_counter()
-                    for _ in buckets:
-                        pass
-                    secs = time.perf_counter() - start
-                return _gather(Synced(version, secs, by_disk), others, gather_synced)
-            state = self.trainer.state_dict()
-            secs = push_weights(self.engine, state, version) if self.engine is not None else 0.0
-        return _gather(Synced(version, secs, True if self.weight_sync == "disk" else None), others, gather_synced)
+            secs, by_disk = self.rollout_engine.push(self.trainer, version)
+        return _gather(Synced(version, secs, by_disk), others, gather_synced)
 
     @ray.method(concurrency_group="progress")  # answers while a call waits in a collective
     def failure(self) -> RankFailure | None:
