@@ -347,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--step", type=cli_args.integer(0), metavar="N", help="the run's checkpoint of step N (default: the latest)")
     x.add_argument("--force", action="store_true", help="replace --out when it exists and is not empty")
     x.add_argument(
+        "--adapter",
+        action="store_true",
+        help="(a train.lora run) write the LoRA adapters alone (peft format), not the merged model",
+    )
+    x.add_argument(
         "--push",
         metavar="REPO",
         type=cli_args.hub_repo,

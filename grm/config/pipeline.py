@@ -136,6 +136,29 @@ class BackendSpec(Strict):
     silently (NCCL). Leave room for rank 0 writing a checkpoint while the others wait."""
 
 
+class LoraSpec(Strict):
+    """Low-rank adapters (LoRA, through ``peft``) on the policy: only the adapters' weights train and
+    are checkpointed; engines get the merged weights on every sync; ``grm export`` writes the merged
+    model (or, with ``--adapter``, the adapter alone). The reference is the base model, as without."""
+
+    r: int = Field(16, ge=1, le=4096)
+    """Rank of each adapter."""
+    alpha: float = Field(32.0, gt=0)
+    """Scale numerator: an adapter's update is ``B A alpha / r``."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input in training (0 keeps the training pass equal to the merged model's)."""
+    target_modules: list[str] | Literal["all-linear"] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    """Module names (the last part of a name, as ``peft`` matches them) that get adapters, or
+    ``all-linear`` (every linear layer but the output head)."""
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some(cls, v: list[str] | str) -> list[str] | str:
+        if isinstance(v, list) and (not v or any(not m or len(m) > 128 for m in v)):
+            raise ValueError("name at least one module (1-128 characters each), or 'all-linear'")
+        return v
+
+
 class TrainSpec(Strict):
     steps: int = Field(20, ge=1, le=10**7)
     """Training steps (one step = one batch of prompts_per_step x group_size sequences)."""
@@ -156,6 +179,16 @@ class TrainSpec(Strict):
     (n-1)/n of the prompt tokens; false runs every row whole."""
     backend: BackendSpec = BackendSpec()
     """The policy's trainer: backend type, ranks, precision, ZeRO stage."""
+    lora: LoraSpec | None = None
+    """Train low-rank adapters instead of every weight (``LoraSpec``); None: full fine-tuning."""
+
+    @model_validator(mode="after")
+    def _lora_backend(self) -> TrainSpec:
+        if self.lora is not None and self.backend.type == "deepspeed" and self.backend.zero_stage == 3:
+            raise ValueError(
+                "train.lora: ZeRO stage 3 is not supported with adapters (merging needs whole layers); use zero_stage 0-2"
+            )
+        return self
 
 
 class ScheduleSpec(Strict):

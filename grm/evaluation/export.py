@@ -17,18 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from grm.base import GrmError, atomic_dir
-from grm.evaluation.policy_source import (
-    PolicySource,
-    apply_state,
-    checkpoint_state,
-    complete_checkpoints,
-    is_checkpoint_dir,
-    is_run_dir,
-    resolve_policy,
-)
+from grm.evaluation.policy_source import PolicySource, resolve_policy
+from grm.models.checkpoints import CheckpointError, complete_checkpoints, is_checkpoint_dir, is_run_dir
+from grm.models.trained import write_adapter_dir, write_hf_dir
 
 WRITTEN = "config.json, model.safetensors, generation_config.json, tokenizer files, README.md"
 """What an export holds, in words (the CLI's summary line)."""
+ADAPTER_WRITTEN = "adapter_config.json, adapter_model.safetensors, tokenizer files, README.md"
+"""What an adapter-only export (``--adapter``, a LoRA run) holds."""
 CARD_METRICS = ("reward_mean", "kl", "entropy", "response_len_mean", "masked")
 """metrics.jsonl keys the model card shows (with ``reward/JUDGE`` of each judge after the first)."""
 LAYOUT = "a run directory (config.resolved.yaml + checkpoints/) or a checkpoint (RUN/checkpoints/step-N)"
@@ -86,38 +82,31 @@ def check_out(out: Path, force: bool, run_dir: Path) -> None:
         raise ExportError(f"--out {out}: exists and is not empty; use --force to replace it, or another --out")
 
 
-def export_policy(source: Path, out: Path, step: int | None = None, force: bool = False) -> Path:
+def export_policy(source: Path, out: Path, step: int | None = None, force: bool = False, adapter: bool = False) -> Path:
     """Write the policy of SOURCE (a run directory: its latest complete checkpoint, or ``step``; or a
-    checkpoint directory) to ``out`` as a Hugging Face model directory; returns ``out``."""
+    checkpoint directory) to ``out`` as a Hugging Face model directory (a LoRA run's adapters merged),
+    or with ``adapter`` a LoRA run's adapters alone as a ``peft`` adapter directory; returns ``out``."""
     source, out = Path(source).expanduser(), Path(out).expanduser()
     run_dir, ckpt = find_checkpoint(source, step)
     check_out(out, force, run_dir)
     src = resolve_policy(str(ckpt))  # the base model and prompting the run's config records
     card = model_card(run_dir, ckpt, src)
     with atomic_dir(out) as tmp:
-        write_model(src, tmp)
+        try:
+            if adapter:
+                write_adapter_dir(src.model, ckpt, tmp)
+            else:
+                write_model(src, tmp)
+        except CheckpointError as e:
+            raise ExportError(str(e)) from None
         (tmp / "README.md").write_text(card, encoding="utf-8")
     return out
 
 
 def write_model(src: PolicySource, where: Path) -> None:
     """The base model with the checkpoint's weights, its tokenizer and generation config, into ``where``."""
-    from grm.models.loading import load_model
-
     assert src.checkpoint is not None
-    state = checkpoint_state(src.checkpoint)
-    model, tok = load_model(src.model, "fp32")
-    apply_state(model, state, src.checkpoint)
-    kept = {v.dtype for v in state.values() if v.is_floating_point()}
-    del state
-    if len(kept) == 1:  # the precision the checkpoint holds: fp32 masters stay fp32, bf16 weights bf16
-        model.to(kept.pop())
-    model.save_pretrained(str(where))  # safetensors (transformers' default since 4.35)
-    tok.save_pretrained(str(where))
-    if not (where / "generation_config.json").is_file():  # a base model without one
-        from transformers import GenerationConfig
-
-        GenerationConfig.from_model_config(model.config).save_pretrained(str(where))
+    write_hf_dir(src.model, src.checkpoint, where)
 
 
 # --------------------------------------------------------------------------- the model card

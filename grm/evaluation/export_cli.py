@@ -15,11 +15,16 @@ from grm.terminal import one_line
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from grm.evaluation.export import WRITTEN, export_policy
+    from grm.evaluation.export import ADAPTER_WRITTEN, WRITTEN, export_policy
 
-    out = export_policy(Path(args.source), Path(args.out), step=args.step, force=args.force)
-    print(f"wrote {out}: {WRITTEN}")
-    print(f"load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    adapter = bool(getattr(args, "adapter", False))
+    out = export_policy(Path(args.source), Path(args.out), step=args.step, force=args.force, adapter=adapter)
+    if adapter:
+        print(f"wrote {out}: {ADAPTER_WRITTEN}")
+        print(f"load it with peft.PeftModel.from_pretrained(BASE_MODEL, {str(out)!r})")
+    else:
+        print(f"wrote {out}: {WRITTEN}")
+        print(f"load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")
     if getattr(args, "push", None):
         url = push(out, args.push)
         print(f"pushed {out} to {url}")

@@ -1,8 +1,9 @@
 """Loading a causal LM (and its tokenizer, or just its transformer body) from a builtin alias, a
-local directory or a hub id. Engines, trainers and the reference all load models through here."""
+local directory, a grm run or checkpoint, or a hub id. Engines, trainers and the reference all load models through here."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from grm.models.dtype import resolve_dtype, torch_dtype
@@ -20,7 +21,7 @@ def load_model(model: str, dtype: str = "fp32") -> tuple[Any, Any]:
     dtype = resolve_dtype(dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grm.models.store import resolve_model
+    from grm.models.trained import resolve_model
 
     _quiet()
     path = resolve_model(model)
@@ -34,7 +35,16 @@ def load_body(model: str, dtype: str = "fp32") -> Any:
     """The transformer body without its LM head (a critic puts a value head on it)."""
     from transformers import AutoModel
 
-    from grm.models.store import resolve_model
+    from grm.models.trained import resolve_model
 
     _quiet()
     return AutoModel.from_pretrained(resolve_model(model), dtype=torch_dtype(dtype))
+
+
+def load_trained(base_model: str, checkpoint: Path, dtype: str = "fp32") -> tuple[Any, Any]:
+    """(base model with a checkpoint's weights, adapters merged; tokenizer)."""
+    from grm.models.checkpoints import apply_state, checkpoint_state
+
+    model, tok = load_model(base_model, dtype)
+    apply_state(model, checkpoint_state(checkpoint, model), checkpoint)
+    return model, tok

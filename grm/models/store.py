@@ -96,7 +96,7 @@ def _say(msg: str) -> None:
 
 
 @contextlib.contextmanager
-def _lock(name: str) -> Iterator[None]:
+def store_lock(name: str) -> Iterator[None]:
     path = grm_home() / "locks" / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
@@ -209,7 +209,7 @@ def fetch(name: str, *, force: bool = False, say: Callable[[str], None] = _say) 
     out_dir = model_dir(name)
     if is_fetched(name) and not force:
         return out_dir
-    with _lock(name):
+    with store_lock(name):
         if is_fetched(name) and not force:  # another process finished it while we waited
             return out_dir
         t0 = time.time()
@@ -255,11 +255,12 @@ def _record_sha(name: str, digest: str) -> None:
     rec.write_text(digest + "\n")
 
 
-def resolve_model(ref: str) -> str:
+def store_path(ref: str) -> str:
     """Turn a model reference into something ``from_pretrained`` loads.
 
     ``ref`` is a builtin alias (fetched on first use), a local Hugging Face model directory, or a
-    hub id (used as is; needs internet unless already in the HF cache).
+    hub id (used as is; needs internet unless already in the HF cache). ``grm.models.trained.resolve_model``
+    (``grm.models.resolve_model``) also takes a grm run directory or checkpoint.
     """
     if ref in ALIASES:
         if not is_fetched(ref):

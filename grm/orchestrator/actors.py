@@ -123,7 +123,8 @@ class PolicyActor:
         t = cfg.train
         train_model, self.tok = load_model(policy.model, "fp32")
         rollout_dtype = resolve_dtype(policy.engine.dtype, self.device) if policy.engine.type == "hf" else None
-        self.shared = rollout_dtype == "fp32" and t.backend.type == "torch"  # hf: generate with the trainer's module
+        # hf: generate with the trainer's module (with adapters the engine holds its own merged copy)
+        self.shared = rollout_dtype == "fp32" and t.backend.type == "torch" and t.lora is None
         ranks = dist[1] if dist else 1
         self.rollout_engine = RolloutEngine(policy, self.rank, ranks, self.device, self.tok, train_model, self.shared)
         # one optimizer step per mini-batch: the trainers are built for the mini-batch size
@@ -136,6 +137,10 @@ class PolicyActor:
             total_steps=t.steps * algorithm.steps_per_batch,
             schedule=t.lr_schedule,
         )
+        if t.lora is not None:
+            from grm.models.lora import wrap
+
+            train_model = wrap(train_model, t.lora)
         self.trainer = self._trainer(train_model, batch, common, entropy=True)
         self.reference = (
             ReferenceModel(policy.model, dtype=REFERENCE_DTYPE, micro_batch_size=t.micro_batch_size, device=self.device)

@@ -15,6 +15,7 @@ fails there tears the process group down, so the other ranks stop waiting for it
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,9 @@ import torch
 from torch import Tensor
 
 from grm.base import atomic_dir, check_complete
+from grm.models import lora
+from grm.models.checkpoints import LORA_FILE
+from grm.models.weights import unique_tensors
 from grm.training.batch import TrainBatch
 from grm.training.core import Forward, LossFn, accumulate, lr_lambda, policy_forward, rng_state, set_rng_state, step_metrics
 from grm.training.distributed import COLLECTIVE_TIMEOUT_S, failing_together, init_distributed
@@ -87,6 +91,9 @@ class DeepSpeedTrainer:
                 model=module, optimizer=optimizer, lr_scheduler=scheduler, config=config
             )
         self.zero_stage = zero_stage
+        self.lora = lora.is_wrapped(module)
+        if self.lora and zero_stage == 3:
+            raise ValueError("LoRA adapters with ZeRO stage 3 are not supported (use zero_stage 0-2)")
         self.step_count = 0
 
     @property
@@ -137,7 +144,10 @@ class DeepSpeedTrainer:
         return on_device.cpu()
 
     def state_dict(self) -> dict[str, Tensor]:
-        """Full weights on CPU (gathered from every rank under ZeRO-3), in the module's dtype."""
+        """Full weights on CPU (gathered from every rank under ZeRO-3), in the module's dtype; with
+        adapters (ZeRO 0-2), the merged weights under the base model's names."""
+        if self.lora:
+            return lora.merged_state_dict(self.engine.module)
         if self.zero_stage == 3:
             import deepspeed
 
@@ -151,6 +161,9 @@ class DeepSpeedTrainer:
         counts their full sizes), then released."""
         from grm.training.weight_group import weight_buckets
 
+        if self.lora:  # the engines hold the merged model
+            yield from weight_buckets(iter(unique_tensors(lora.merged_state_dict(self.engine.module)).items()), bucket_bytes)
+            return
         named = list(self.engine.module.named_parameters())
         if self.zero_stage != 3:
             yield from weight_buckets(((k, v.detach()) for k, v in named), bucket_bytes)
@@ -176,15 +189,33 @@ class DeepSpeedTrainer:
         with self._together("save"):
             with atomic_dir(path, is_writer=self.rank == 0) as tmp:
                 dist.barrier()
-                self.engine.save_checkpoint(str(tmp), tag="state", client_state={"step": self.step_count, "rng": rng_state()})
+                self.engine.save_checkpoint(
+                    str(tmp),
+                    tag="state",
+                    client_state={"step": self.step_count, "rng": rng_state()},
+                    exclude_frozen_parameters=self.lora,  # with adapters, the base weights are the base model's
+                )
+                if self.lora and self.rank == 0:
+                    (tmp / LORA_FILE).write_text(json.dumps(lora.settings_of(self.engine.module)), encoding="utf-8")
                 dist.barrier()
             dist.barrier()
 
     def load(self, path: str | Path) -> None:
         with self._together("load"):
             path = check_complete(path)
+            if self.lora:  # DeepSpeed loads a module non-strictly: check the adapters' names first
+                files = sorted((Path(path) / "state").glob("mp_rank_*_model_states.pt"))
+                if not files:
+                    raise ValueError(f"{path}: no DeepSpeed model states file (state/mp_rank_*_model_states.pt)")
+                saved = torch.load(files[0], map_location="cpu", weights_only=False)["module"]
+                saved = {k: v for k, v in saved.items() if ".lora_" in k}  # it also keeps a tied head
+                lora.load_adapters(self.engine.module, saved, str(path))
             _, client = self.engine.load_checkpoint(
-                str(path), tag="state", load_optimizer_states=True, load_lr_scheduler_states=True
+                str(path),
+                tag="state",
+                load_optimizer_states=True,
+                load_lr_scheduler_states=True,
+                load_module_strict=not self.lora,  # adapters only: the base weights stay as loaded
             )
         self.step_count = client["step"]
         set_rng_state(client["rng"])

@@ -5,6 +5,7 @@ For the smallest runs and as the reference the DeepSpeed backend is checked agai
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from grm.base import atomic_dir, check_complete
+from grm.models import lora
+from grm.models.checkpoints import LORA_FILE
 from grm.models.device import scalar, to_cpu
 from grm.models.weights import tied_aliases, unique_tensors
 from grm.training.batch import TrainBatch
@@ -67,17 +70,24 @@ class TorchTrainer:
     def weight_buckets(self, bucket_bytes: int) -> Iterator[list[tuple[str, Tensor]]]:
         from grm.training.weight_group import weight_buckets
 
+        if lora.is_wrapped(self.module):  # the engines hold the merged model
+            return weight_buckets(iter(unique_tensors(lora.merged_state_dict(self.module)).items()), bucket_bytes)
         return weight_buckets(((k, v.detach()) for k, v in self.module.named_parameters()), bucket_bytes)
 
     def state_dict(self) -> dict[str, Tensor]:
-        """Weights on the CPU (copies)."""
+        """Weights on the CPU (copies); with adapters, the merged weights under the base model's names."""
+        if lora.is_wrapped(self.module):
+            return lora.merged_state_dict(self.module)
         return {k: to_cpu(v.detach(), copy=True) for k, v in self.module.state_dict().items()}
 
     def save(self, path: str | Path) -> None:
         with atomic_dir(path) as tmp:
-            # tied weights (embeddings = lm head) are stored once
-            unique = unique_tensors(self.module.state_dict())
-            save_file({k: to_cpu(v) for k, v in unique.items()}, str(tmp / "model.safetensors"))
+            if lora.is_wrapped(self.module):  # the adapters alone, and what merging them needs
+                save_file({k: to_cpu(v) for k, v in lora.adapter_state(self.module).items()}, str(tmp / "model.safetensors"))
+                (tmp / LORA_FILE).write_text(json.dumps(lora.settings_of(self.module)), encoding="utf-8")
+            else:  # tied weights (embeddings = lm head) are stored once
+                unique = unique_tensors(self.module.state_dict())
+                save_file({k: to_cpu(v) for k, v in unique.items()}, str(tmp / "model.safetensors"))
             torch.save(
                 {
                     "optimizer": self.optimizer.state_dict(),
@@ -91,6 +101,10 @@ class TorchTrainer:
     def load(self, path: str | Path) -> None:
         path = check_complete(path)
         saved = load_file(str(path / "model.safetensors"))
+        if lora.is_wrapped(self.module):
+            lora.load_adapters(self.module, saved, str(path))
+            self._load_trainer_state(path)
+            return
         # strict but for the tied LM head, which ``save`` stores once under the embedding's name
         missing = set(self.module.state_dict()) - set(saved) - tied_aliases(self.module.state_dict())
         unexpected = set(saved) - set(self.module.state_dict())
@@ -99,6 +113,9 @@ class TorchTrainer:
                 f"{path}: checkpoint does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
             )
         self.module.load_state_dict(saved, strict=False)
+        self._load_trainer_state(path)
+
+    def _load_trainer_state(self, path: Path) -> None:
         state = torch.load(path / "trainer_state.pt", weights_only=False, map_location="cpu")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -44,7 +44,8 @@ def _run_with_one_checkpoint(run, tok):
 def test_an_exported_run_loads_offline_and_scores_as_its_checkpoint(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grm.evaluation.policy_source import apply_state, checkpoint_state, resolve_policy
+    from grm.evaluation.policy_source import resolve_policy
+    from grm.models.checkpoints import apply_state, checkpoint_state
     from grm.models.loading import load_model
     from grm.models.weights import token_logprobs
 

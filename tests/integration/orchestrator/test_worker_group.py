@@ -135,7 +135,8 @@ def test_a_two_rank_zero3_run_exports_a_model_that_scores_as_its_checkpoint(two_
     gathered by zero_to_fp32) within 1e-5, and not the base model's."""
     from transformers import AutoModelForCausalLM
 
-    from grm.evaluation.policy_source import apply_state, checkpoint_state, resolve_policy
+    from grm.evaluation.policy_source import resolve_policy
+    from grm.models.checkpoints import apply_state, checkpoint_state
     from grm.models.loading import load_model
     from grm.models.weights import token_logprobs
 

@@ -13,6 +13,7 @@ from grm.evaluation.policy_eval import PolicyEvalConfig, run_policy_eval
 from grm.evaluation.runner import EvalError
 from grm.judges import build_judge
 from grm.judges.runtime import load
+from grm.models import checkpoints
 from tests.unit.judges.fake_engine import ScriptedEngine
 
 # ----------------------------------------------------------------------------- statistics
@@ -265,15 +266,15 @@ def test_checkpoint_weights_of_either_trainer_load_into_the_base_model(tmp_path)
     torch.save({"module": trained.state_dict()}, ds_state / "mp_rank_00_model_states.pt")
     for ckpt in (tmp_path / "torch", tmp_path / "ds"):
         model = tiny()
-        policy_source.apply_state(model, policy_source.checkpoint_state(ckpt), ckpt)
+        checkpoints.apply_state(model, checkpoints.checkpoint_state(ckpt), ckpt)
         for k, v in trained.state_dict().items():
             assert torch.equal(model.state_dict()[k], v), (ckpt.name, k)
         assert torch.equal(model.lm_head.weight, trained.model.embed_tokens.weight)  # still tied
     broken = {k: v for k, v in unique_tensors(trained.state_dict()).items() if "mlp" not in k}
-    with pytest.raises(policy_source.PolicySourceError, match="missing"):
-        policy_source.apply_state(tiny(), broken, tmp_path)
-    with pytest.raises(policy_source.PolicySourceError, match="no policy weights"):
-        policy_source.checkpoint_state(tmp_path / "empty")
+    with pytest.raises(checkpoints.CheckpointError, match="missing"):
+        checkpoints.apply_state(tiny(), broken, tmp_path)
+    with pytest.raises(checkpoints.CheckpointError, match="no policy weights"):
+        checkpoints.checkpoint_state(tmp_path / "empty")
 
 
 def test_the_constraints_verifier_reads_each_prompts_own_constraints(tmp_path, monkeypatch):

@@ -1,0 +1,172 @@
+"""A run's trained policy as weights: run and checkpoint directories, and the weights a checkpoint
+of either trainer backend holds (LoRA adapters merged into their base). ``grm.models.trained`` makes
+a Hugging Face directory of them.
+
+A checkpoint holds the trainer's state, not a Hugging Face export: ``policy/model.safetensors``
+(torch backend; tied tensors stored once) or ``policy/state/`` (DeepSpeed ``save_checkpoint``; ZeRO
+1-3 keep the fp32 master weights partitioned in the optimizer files, so they are gathered with
+DeepSpeed's own ``zero_to_fp32``; ZeRO-0 keeps the whole module in the model-states file). A LoRA
+run (``train.lora``) stores only the adapters' weights and ``policy/lora.json`` (their settings);
+they are merged into the base model's weights here (``W + B A alpha / r``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grm.base import GrmError
+
+
+class CheckpointError(GrmError):
+    """A run or checkpoint directory that holds no usable weights (no checkpoint, a damaged one)."""
+
+
+LORA_FILE = "lora.json"
+"""``CHECKPOINT/policy/lora.json``: the adapter settings of a LoRA checkpoint (its weights are adapters only)."""
+
+
+def is_run_dir(path: Path) -> bool:
+    """A ``grm run`` directory: its recorded configuration beside its checkpoints folder."""
+    return (path / "config.resolved.yaml").is_file() and (path / "checkpoints").is_dir()
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    """A checkpoint of a run (``RUN/checkpoints/step-N`` holding ``policy/``), complete or not."""
+    return (path / "policy").is_dir() and path.parent.name == "checkpoints"
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's checkpoints with their ``COMPLETE`` marker, oldest first (a half-written one never counts)."""
+    done = [p for p in (run_dir / "checkpoints").glob("step-*") if (p / "COMPLETE").exists() and p.name[5:].isdigit()]
+    return sorted(done, key=lambda p: int(p.name[5:]))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The run's newest complete checkpoint."""
+    done = complete_checkpoints(run_dir)
+    return done[-1] if done else None
+
+
+def run_checkpoint(path: Path) -> tuple[Path, Path]:
+    """(run directory, complete checkpoint) for a run directory (its latest) or a checkpoint directory."""
+    if is_run_dir(path):
+        ckpt = latest_checkpoint(path)
+        if ckpt is None:
+            raise CheckpointError(f"{path}: the run has no complete checkpoint (checkpoints/step-N with COMPLETE)")
+        return path, ckpt
+    real = path.resolve()
+    if is_checkpoint_dir(real):
+        if not (real / "COMPLETE").exists():
+            raise CheckpointError(f"{path}: incomplete checkpoint (no COMPLETE marker); use a finished one")
+        return real.parent.parent, real
+    raise CheckpointError(
+        f"{path}: not a run directory (config.resolved.yaml + checkpoints/) or a checkpoint (checkpoints/step-N)"
+    )
+
+
+def run_policy_role(run_dir: Path) -> dict[str, Any]:
+    """The ``policy:`` block ``config.resolved.yaml`` records (``spec`` and ``overrides``)."""
+    from grm.config import ConfigError, load_yaml
+
+    rec = run_dir / "config.resolved.yaml"
+    if not rec.is_file():
+        raise CheckpointError(f"{run_dir}: no config.resolved.yaml, so the policy's base model is unknown")
+    try:
+        role = load_yaml(rec).data.get("policy")
+    except ConfigError as e:
+        raise CheckpointError(f"cannot read the run's recorded configuration: {e}") from None
+    if not isinstance(role, dict) or "spec" not in role:
+        raise CheckpointError(f"{rec}: no policy.spec (not a grm run directory?)")
+    return role
+
+
+def run_base_model(run_dir: Path) -> str:
+    """The base model (alias, directory or hub id) of the run's policy spec."""
+    from grm.config import ConfigError, load_policy
+
+    role = run_policy_role(run_dir)
+    try:  # config.resolved.yaml records the spec path absolute (older runs: as written, from the run dir)
+        return load_policy(str(role["spec"]), run_dir, list(role.get("overrides") or [])).model
+    except ConfigError as e:
+        raise CheckpointError(f"{run_dir / 'config.resolved.yaml'}: policy.spec: {e}") from None
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def lora_settings(checkpoint: Path) -> dict[str, Any] | None:
+    """The adapter settings of a LoRA checkpoint (``policy/lora.json``), None for full weights."""
+    f = checkpoint / "policy" / LORA_FILE
+    if not f.is_file():
+        return None
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+        float(cfg["alpha"]) / int(cfg["r"])
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+        raise CheckpointError(f"{f}: not a LoRA settings file ({e})") from None
+    return cfg
+
+
+def raw_checkpoint_state(checkpoint: Path) -> dict[str, Any]:
+    """The tensors the checkpoint's trainer saved (CPU), names as the trained module had them; of a
+    LoRA checkpoint, the adapters only (DeepSpeed also keeps a tied head there)."""
+    state = _saved_tensors(checkpoint)
+    return {k: v for k, v in state.items() if ".lora_" in k} if lora_settings(checkpoint) else state
+
+
+def _saved_tensors(checkpoint: Path) -> dict[str, Any]:
+    pdir = checkpoint / "policy"
+    if (pdir / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        return load_file(str(pdir / "model.safetensors"))
+    state_dir = pdir / "state"
+    if state_dir.is_dir():
+        if any(state_dir.glob("*zero_pp_rank_*optim_states.pt")):
+            from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+            kw = {"exclude_frozen_parameters": True} if lora_settings(checkpoint) else {}
+            return dict(get_fp32_state_dict_from_zero_checkpoint(str(pdir), tag="state", **kw))
+        files = sorted(state_dir.glob("mp_rank_*_model_states.pt"))
+        if files:
+            import torch
+
+            return torch.load(files[0], map_location="cpu", weights_only=False)["module"]
+    raise CheckpointError(f"{pdir}: no policy weights (model.safetensors or a DeepSpeed state/ directory)")
+
+
+def checkpoint_state(checkpoint: Path, base: Any | None = None) -> dict[str, Any]:
+    """The trained policy's full weights (CPU tensors, Hugging Face names) from a checkpoint of either
+    backend. A LoRA checkpoint's adapters are merged into ``base`` (the base model, loaded by the
+    caller): the result then holds every weight ``base`` has, the adapted ones merged."""
+    state = raw_checkpoint_state(checkpoint)
+    lora = lora_settings(checkpoint)
+    if lora is None:
+        return state
+    if base is None:
+        raise CheckpointError(f"{checkpoint}: a LoRA checkpoint; its base model is needed to merge the adapters")
+    from grm.models.lora import merge_adapter_state
+
+    try:
+        return merge_adapter_state(base.state_dict(), state, lora)
+    except ValueError as e:
+        raise CheckpointError(f"{checkpoint}: {e}") from None
+
+
+def apply_state(model: Any, state: dict[str, Any], where: Path) -> None:
+    """Load ``state`` into ``model``: every weight must match by name and shape, except the second
+    name of a tied tensor, which checkpoints store once."""
+    from grm.models.weights import tied_aliases
+
+    own = model.state_dict()
+    missing = set(own) - set(state) - tied_aliases(own)
+    unexpected = set(state) - set(own)
+    wrong = [k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape)]
+    if missing or unexpected or wrong:
+        raise CheckpointError(
+            f"{where}: the checkpoint does not fit the base model: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}, shape differs {sorted(wrong)[:3]}"
+        )
+    model.load_state_dict(state, strict=False)
