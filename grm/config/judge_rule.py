@@ -9,19 +9,31 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from grm.config.base import MAX_TOKENS, Strict
+from grm.config.parsers import VerdictParser
 from grm.config.user_regex import compile_user_regex
 
 
 class RuleSpec(Strict):
     """A deterministic verifier with the judge interface."""
 
-    type: Literal["numeric-answer", "exact-match", "regex-format", "length", "constraints", "signal"]
+    type: Literal["numeric-answer", "exact-match", "regex-format", "length", "constraints", "signal", "verdict"]
     """``constraints``: the sample's verifiable instruction constraints (``metadata.constraints``:
     ``data.constraints_field`` in a pipeline, the ``constraints`` column in ``grm eval``) all hold
     (1.0) or not (0.0), per type in ``JudgeResult.details``; a sample without them is masked.
     ``signal``: an episode's environment signal named by ``signal`` (e.g. ``success``), as the
     environment reported it; an episode without it (its environment failed first) or a sample that
-    is not an episode is masked."""
+    is not an episode is masked.
+    ``verdict``: a judge in training (``data.judge_prompts``): the response's pairwise verdict
+    (``verdict`` tokens, the last one wins) against the sample's reference (``A`` or ``B``): 1 right,
+    0 wrong or a tie, masked when no verdict token is there. With ``consistency`` > 0 a right verdict
+    keeps ``1 - consistency + consistency * agree`` of its reward, ``agree`` the share of the pair's
+    other-order verdicts in the same step that pick the same response (1 when there is none), so a
+    judge right in one order only is paid less than one right in both.
+    """
+    verdict: VerdictParser = VerdictParser()
+    """(verdict) the verdict tokens the response is read for."""
+    consistency: float = Field(0.5, ge=0, le=1)
+    """(verdict) share of a right verdict's reward that depends on the other order agreeing."""
     signal: str | None = Field(None, min_length=1, max_length=64)
     """(signal) the environment signal to read."""
     pattern: str | None = None

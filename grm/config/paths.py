@@ -35,6 +35,8 @@ BUILTIN_DATA_SETS = (
     "constraints-lexical-train",
     "constraints-lexical-heldout",
     "constraints-lexical-pairs",
+    "constraints-pairs-train",
+    "constraints-lexical-pairs-train",
 )
 """Names of ``grm.data.builtin``'s generated sets (``builtin:NAME`` as a data source). Listed here so
 that validating a config never imports the data package; a unit test keeps the two in step."""

@@ -99,8 +99,18 @@ class DataSpec(Strict):
     a list of ``{type, ...args}`` (``grm.data.constraints``; JSON text in a CSV cell). Every row must
     have one; a missing or malformed cell is an error naming its row when the data loads. None: none
     is read."""
+    judge_prompts: str | None = None
+    """Train a judge (``pipelines/judge-grpo.yaml``): the prompts are labelled pairs (``prompt``,
+    ``response_a``, ``response_b``, ``label`` 1 or 2; LLMBar's and the builtin pair sets' columns are
+    mapped as ``grm eval`` maps them) rendered through this pairwise judge spec's prompt (path or
+    ``builtin:NAME``) in both orders. Each order is one prompt (the judge's system prompt and prefill
+    included) whose reference is the verdict that order should get (``A`` or ``B``), for the
+    ``verdict`` rule verifier; the two orders of a pair are kept next to each other and in one step
+    (``prompts_per_step`` must be even). ``prompt_field``, ``reference_field`` and the checklist and
+    constraint columns are then not read."""
     shuffle: bool = True
-    """Shuffle prompts every epoch with the pipeline seed."""
+    """Shuffle prompts every epoch with the pipeline seed (a judge's pairs: the pairs, each pair's two
+    orders staying together)."""
     limit: int | None = Field(None, ge=1, le=10**9)
     """Use only the first N prompts of the source (before shuffling)."""
 
@@ -359,4 +369,11 @@ class PipelineSpec(Strict):
             raise ValueError("kl.coef > 0 needs a reference: {pool: ...}")
         if self.env is not None and self.rollout.greedy_anchor:
             raise ValueError("rollout.greedy_anchor compares single answers; an env: run's episodes have none to compare")
+        if self.data.judge_prompts is not None:
+            if a.prompts_per_step % 2:
+                raise ValueError(
+                    f"data.judge_prompts: algorithm.prompts_per_step ({a.prompts_per_step}) must be even (a pair's two orders go in one step)"
+                )
+            if self.env is not None:
+                raise ValueError("data.judge_prompts and env: do not go together (a judge is trained on single answers)")
         return self

@@ -119,6 +119,8 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
                 f"and needs algorithm.group_size >= 2 (it is {spec.algorithm.group_size})"
             )
         judges.append(LoadedJudge(role, judge, jpath))
+    if spec.data.judge_prompts is not None:
+        spec = _judge_prompts(spec, located, base)
     names = [j.name for j in judges]
     if len(set(names)) != len(names):
         raise ConfigError(
@@ -126,6 +128,26 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
             "metrics are keyed by judge name"
         )
     return LoadedPipeline(path, spec, policy, tuple(judges))
+
+
+def _judge_prompts(spec: PipelineSpec, located: Any, base: Path) -> PipelineSpec:
+    """``data.judge_prompts`` checked (a pairwise chat judge with a template and no principles stage:
+    its prompt is what the policy is asked) and made absolute for the run's resolved config."""
+    from grm.config import load_judge
+
+    where = located.where(("data", "judge_prompts"))
+    try:
+        path = resolve_judge(str(spec.data.judge_prompts), base)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    judge = load_judge(path)
+    if judge.mode != "pairwise" or judge.template is None or not judge.chat or judge.principles is not None:
+        raise ConfigError(
+            f"{where}: judge '{judge.name}' cannot frame a judge's training prompts: it needs mode pairwise, a "
+            f"template, chat: true and no principles stage (it has mode {judge.mode}, chat {judge.chat}, "
+            f"principles {'yes' if judge.principles else 'no'})"
+        )
+    return spec.model_copy(update={"data": spec.data.model_copy(update={"judge_prompts": str(path.resolve())})})
 
 
 def _absolute_judge_data(spec: PipelineSpec, located: Any, base: Path) -> PipelineSpec:

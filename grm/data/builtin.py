@@ -93,6 +93,9 @@ SETS["constraints-pairs"] = constraints_pairs
 SETS["constraints-lexical-train"] = partial(constraints_train, lexical=True)
 SETS["constraints-lexical-heldout"] = partial(constraints_heldout, lexical=True)
 SETS["constraints-lexical-pairs"] = partial(constraints_pairs, lexical=True)
+# Pairs over the training prompts (other topics): what a judge is trained on (pipelines/judge-grpo.yaml).
+SETS["constraints-pairs-train"] = partial(constraints_pairs, 512, split="train")
+SETS["constraints-lexical-pairs-train"] = partial(constraints_pairs, 512, lexical=True, split="train")
 
 DEFAULT_MAPS: dict[str, dict[str, str]] = {
     "arith-pairs": {
@@ -116,5 +119,6 @@ DEFAULT_MAPS: dict[str, dict[str, str]] = {
     "constraints-train": {"prompt": "prompt", "id": "id", "checklist": "checklist", "constraints": "constraints"},
     "constraints-heldout": {"prompt": "prompt", "id": "id", "checklist": "checklist", "constraints": "constraints"},
 }
-for _split in ("train", "heldout", "pairs"):
+DEFAULT_MAPS["constraints-pairs-train"] = DEFAULT_MAPS["constraints-pairs"]
+for _split in ("train", "heldout", "pairs", "pairs-train"):
     DEFAULT_MAPS[f"constraints-lexical-{_split}"] = DEFAULT_MAPS[f"constraints-{_split}"]

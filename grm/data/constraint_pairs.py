@@ -18,7 +18,7 @@ import json
 import random
 from typing import Any
 
-from grm.data.constraints import constraints_heldout
+from grm.data.constraints import constraints_heldout, constraints_train
 
 SENTENCES = [
     "{Topic} gets easier with a little planning",
@@ -202,11 +202,18 @@ def _targets(cons: dict[str, dict[str, Any]], broken: str, longer_pass: bool, rn
     return (long, short) if longer_pass else (short, long)
 
 
-def constraints_pairs(n: int = 200, seed: int = 0, lexical: bool = False) -> list[dict[str, Any]]:
-    """One labelled pair per held-out prompt (``constraints_heldout(n, seed, lexical)``) that can be built."""
-    rng = random.Random(f"constraints-{'lexical-' if lexical else ''}pairs:{seed}")
+def constraints_pairs(n: int = 200, seed: int = 0, lexical: bool = False, split: str = "heldout") -> list[dict[str, Any]]:
+    """One labelled pair per held-out prompt (``constraints_heldout(n, seed, lexical)``) that can be
+    built; ``split="train"``: per training prompt (``constraints_train``: other topics), the pairs a
+    judge is trained on (``constraints-pairs-train``), never the held-out ones it is evaluated on."""
+    if split not in ("heldout", "train"):
+        raise ValueError(f"split must be 'heldout' or 'train', got {split!r}")
+    train = split == "train"
+    lex = "lexical-" if lexical else ""
+    rng = random.Random(f"constraints-{lex}pairs{'-train' if train else ''}:{seed}")
     rows = []
-    for i, prompt in enumerate(constraints_heldout(n, seed, lexical)):
+    source = constraints_train(n, seed, lexical) if train else constraints_heldout(n, seed, lexical)
+    for i, prompt in enumerate(source):
         cons = {c["type"]: c for c in prompt["constraints"]}
         order = list(cons)
         pair = None
@@ -227,7 +234,7 @@ def constraints_pairs(n: int = 200, seed: int = 0, lexical: bool = False) -> lis
         out1, out2 = (good, bad) if label == 1 else (bad, good)
         rows.append(
             {
-                "id": f"constraints-{'lexical-' if lexical else ''}pair-{len(rows)}",
+                "id": f"constraints-{lex}pair{'-train' if train else ''}-{len(rows)}",
                 "input": prompt["prompt"],
                 "output_1": out1,
                 "output_2": out2,

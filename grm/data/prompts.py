@@ -28,6 +28,9 @@ class Prompt:
     """Where it was read (``FILE:LINE``, or ``SOURCE row N``), for messages about it."""
     row: dict[str, Any] = field(default_factory=dict)
     """The whole data row: what an environment's ``reset`` starts an episode from (``env:``)."""
+    messages: list[dict[str, str]] | None = None
+    """The whole chat the policy is asked, instead of ``text`` after the policy's system prompt
+    (``data.judge_prompts``: a judge's rendered request; a last assistant message is continued)."""
 
 
 def load_prompts(spec: DataSpec) -> list[Prompt]:
@@ -72,30 +75,37 @@ def check_checklists(prompts: Sequence[Prompt], spec: DataSpec, judges: Sequence
             check_length(p.metadata.get(METADATA_KEY) or [], j.checklist.max_items, j.name, where)
 
 
-def prompt_stream(cfg: PipelineSpec, judges: Sequence[JudgeSpec]) -> PromptStream:
-    """A pipeline's prompts, every row checked (and every data checklist against the judges that
-    read it), as the seeded stream ``grm run`` takes its steps from."""
-    prompts = load_prompts(cfg.data)
-    check_checklists(prompts, cfg.data, judges)
-    return PromptStream(prompts, cfg.seed, cfg.data.shuffle)
+def prompt_stream(cfg: PipelineSpec, judges: Sequence[JudgeSpec], prompts: list[Prompt] | None = None) -> PromptStream:
+    """A pipeline's prompts (``prompts`` when the caller made them: a judge's training prompts,
+    ``data.judge_prompts``, two orders a pair), every row checked (and every data checklist against
+    the judges that read it), as the seeded stream ``grm run`` takes its steps from."""
+    if prompts is None:
+        prompts = load_prompts(cfg.data)
+        check_checklists(prompts, cfg.data, judges)
+    return PromptStream(prompts, cfg.seed, cfg.data.shuffle, block=2 if cfg.data.judge_prompts else 1)
 
 
 class PromptStream:
     """Yields prompts epoch after epoch; each epoch is a fresh seeded shuffle."""
 
-    def __init__(self, prompts: list[Prompt], seed: int, shuffle: bool = True) -> None:
+    def __init__(self, prompts: list[Prompt], seed: int, shuffle: bool = True, block: int = 1) -> None:
+        """``block``: that many consecutive prompts stay together through the shuffle (a pair's two
+        orders); ``prompts`` must come in whole blocks."""
+        if block < 1 or len(prompts) % block:
+            raise ValueError(f"{len(prompts)} prompts do not come in blocks of {block}")
         self.prompts = prompts
         self.seed = seed
         self.shuffle = shuffle
+        self.block = block
         self.epoch = 0
         self.index = 0
         self._order = self._make_order()
 
     def _make_order(self) -> list[int]:
-        order = list(range(len(self.prompts)))
+        blocks = list(range(len(self.prompts) // self.block))
         if self.shuffle:
-            random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
-        return order
+            random.Random(f"{self.seed}:{self.epoch}").shuffle(blocks)
+        return [b * self.block + i for b in blocks for i in range(self.block)]
 
     def take(self, n: int) -> list[Prompt]:
         out = []

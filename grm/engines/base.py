@@ -102,11 +102,22 @@ class Generation:
         return self.completion_tokens if self.completion_tokens is not None else len(self.token_ids)
 
 
-def chat_request(prompt: str, system_prompt: str | None = None, *, seed: int | None = None) -> GenerationRequest:
+def chat_request(
+    prompt: str,
+    system_prompt: str | None = None,
+    *,
+    seed: int | None = None,
+    messages: list[dict[str, str]] | None = None,
+) -> GenerationRequest:
     """How a policy is asked a prompt: one user turn, after ``system_prompt`` when the policy spec
-    has one (None leaves the chat template's default). The rollout of ``grm run`` and the policy
-    evaluation of ``grm eval --policy`` both build requests here, so a policy is evaluated on
-    exactly the text it was trained on."""
+    has one (None leaves the chat template's default); or ``messages``, a whole chat given with the
+    prompt (a judge's rendered request, ``data.judge_prompts``: a last assistant message, the
+    judge's prefill, is continued). The rollout of ``grm run`` and the policy evaluation of
+    ``grm eval --policy`` both build requests here, so a policy is evaluated on exactly the text it
+    was trained on."""
+    if messages:
+        chat = [dict(m) for m in messages]
+        return GenerationRequest(messages=chat, seed=seed, continue_final=chat[-1]["role"] == "assistant")
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return GenerationRequest(messages=[*system, {"role": "user", "content": prompt}], seed=seed)
 

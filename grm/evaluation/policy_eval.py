@@ -172,7 +172,7 @@ def generate(cfg: PolicyEvalConfig, side: str, src: PolicySource, prompts: list[
     progress.update(task, description=f"generate {side}")
     for chunk in _chunks(todo, cfg.batch_size):
         tb = time.perf_counter()
-        gens = engine.generate([chat_request(p.text, src.system_prompt) for p in chunk], sp)
+        gens = engine.generate([chat_request(p.text, src.system_prompt, messages=p.messages) for p in chunk], sp)
         secs = (time.perf_counter() - tb) / len(chunk)
         append_jsonl(
             path,

@@ -18,6 +18,7 @@ from grm.models.checkpoints import (
     checkpoint_state,
     is_checkpoint_dir,
     is_run_dir,
+    latest_checkpoint,
     lora_settings,
     raw_checkpoint_state,
     run_base_model,
@@ -93,14 +94,14 @@ def write_adapter_dir(base_model: str, checkpoint: Path, where: Path) -> None:
 
 def trained_model_dir(path: Path) -> Path:
     """A Hugging Face directory holding the policy of a run directory (its latest checkpoint) or a
-    checkpoint directory: the run's own ``RUN/model/`` when it is that checkpoint's export (written
-    when the run completed), else an export made once into the model store
+    checkpoint directory: the run's own ``RUN/model/`` when it is the latest checkpoint's export
+    (written when the run completed), else an export made once into the model store
     (``GRM_HOME/trained/``), keyed by the checkpoint's path and completion time, so a checkpoint
     rewritten in place is exported anew."""
     run_dir, ckpt = run_checkpoint(path)
     own = run_dir / "model"
     done = ckpt / "COMPLETE"
-    if (own / "config.json").is_file() and (own / "COMPLETE").exists():
+    if ckpt == latest_checkpoint(run_dir) and (own / "config.json").is_file() and (own / "COMPLETE").exists():
         if (own / "COMPLETE").stat().st_mtime_ns >= done.stat().st_mtime_ns:
             return own.resolve()
     key = hashlib.sha256(f"{ckpt.resolve()}:{done.stat().st_mtime_ns}".encode()).hexdigest()[:16]

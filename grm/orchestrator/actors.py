@@ -259,7 +259,7 @@ class PolicyActor:
         from grm.engines.base import SamplingParams, chat_request
 
         r = self.cfg.rollout
-        msgs = [chat_request(p.text, self.policy.system_prompt) for p in prompts]
+        msgs = [chat_request(p.text, self.policy.system_prompt, messages=p.messages) for p in prompts]
         sp = SamplingParams(
             n=n,
             temperature=r.temperature,

@@ -24,6 +24,7 @@ from grm.orchestrator.canary import Canaries
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
+from grm.orchestrator.judge_prompts import judge_training_prompts
 from grm.orchestrator.live import RunDisplay
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
 from grm.orchestrator.recorder import Recorder, sample_rows, step_metrics
@@ -48,7 +49,8 @@ class Driver:
 
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
         self.algorithm = algorithm_of(self.cfg)
-        self.stream = prompt_stream(self.cfg, [j.spec for j in loaded.judges])  # a bad row fails before any actor
+        made = judge_training_prompts(self.cfg.data) if self.cfg.data.judge_prompts else None
+        self.stream = prompt_stream(self.cfg, [j.spec for j in loaded.judges], made)  # a bad row fails before any actor
         self.canaries = Canaries.load(loaded)  # labelled sets read now: a bad file fails before Ray starts
         self.roles = place_roles(loaded, self.algorithm, address)
         self.placement = self.roles.placement()
