@@ -372,7 +372,8 @@ class PipelineSpec(Strict):
         if self.data.judge_prompts is not None:
             if a.prompts_per_step % 2:
                 raise ValueError(
-                    f"data.judge_prompts: algorithm.prompts_per_step ({a.prompts_per_step}) must be even (a pair's two orders go in one step)"
+                    f"data.judge_prompts: algorithm.prompts_per_step ({a.prompts_per_step}) must be even "
+                    "(a pair's two orders go in one step)"
                 )
             if self.env is not None:
                 raise ValueError("data.judge_prompts and env: do not go together (a judge is trained on single answers)")
