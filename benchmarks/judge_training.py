@@ -59,7 +59,7 @@ def policy_spec(out: Path, model: str) -> Path:
     """A policy spec for the judge model (the shipped one for SmolLM2; written for any other)."""
     if model == "smollm2-135m-instruct":
         return ROOT / "policy" / "smollm2-135m-instruct.yaml"
-    path = out / "judge-policy.yaml"
+    path = (out / "judge-policy.yaml").resolve()
     path.write_text(
         f"name: judge-policy\nmodel: {model}\nengine: {{type: hf, dtype: fp32, max_batch_size: 32}}\n"
         "generation: {max_new_tokens: 96, temperature: 1.0, top_p: 1.0}\n"
