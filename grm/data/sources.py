@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,27 @@ def load_rows(source: str) -> list[dict[str, Any]]:
         rows = _csv_rows(path, _text(path, raw)) if path.suffix == ".csv" else _json_rows(path, raw)
     if not rows:
         raise DataError(f"{path}: no rows")
+    if "instruction_id_list" in rows[0] and "constraints" not in rows[0]:
+        rows = _ifeval_rows(rows, path)
     return rows
+
+
+def _ifeval_rows(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """An IFEval-style file (``prompt``, ``instruction_id_list``, ``kwargs``) as constraint prompts:
+    the rows whose every instruction grm's checkers implement (``grm.data.ifeval``); what was left
+    out is said on stderr, once."""
+    from grm.data.ifeval import from_ifeval
+
+    kept, skipped = from_ifeval(rows, str(path))
+    left = ", ".join(f"{k} {v}" for k, v in skipped.most_common(8))
+    print(
+        f"{path}: IFEval rows: {len(kept)} of {len(rows)} kept (every instruction one grm's checkers implement)"
+        + (f"; left out, by instruction: {left}" if left else ""),
+        file=sys.stderr,
+    )
+    if not kept:
+        raise DataError(f"{path}: IFEval rows, but none has only instructions grm's checkers implement")
+    return kept
 
 
 def _text(path: Path, raw: bytes) -> str:
