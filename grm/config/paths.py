@@ -37,6 +37,9 @@ BUILTIN_DATA_SETS = (
     "constraints-lexical-pairs",
     "constraints-pairs-train",
     "constraints-lexical-pairs-train",
+    "constraints-lexical-dev",
+    "constraints-lexical-unseen",
+    "constraints-lexical-dev-pairs",
 )
 """Names of ``grm.data.builtin``'s generated sets (``builtin:NAME`` as a data source). Listed here so
 that validating a config never imports the data package; a unit test keeps the two in step."""

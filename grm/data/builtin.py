@@ -6,7 +6,10 @@ alternates so a judge that always picks one position scores 50%.
 ``arith-prompts``: arithmetic questions with reference answers, for RL pipelines and verifiers.
 ``constraints-train`` / ``constraints-heldout``: instruction-following prompts with verifiable
 constraints, disjoint splits (``grm.data.constraints``); ``constraints-pairs``: a following and a
-breaking response per held-out prompt (``grm.data.constraint_pairs``).
+breaking response per held-out prompt (``grm.data.constraint_pairs``); ``constraints-pairs-train`` the
+same over training prompts (a judge's training pairs). ``constraints-lexical-dev`` (and its pairs):
+the training side's check set; ``constraints-lexical-unseen``: held-out topics, task templates and
+vocabulary (``grm.data.constraints``).
 ``calc-train`` / ``calc-heldout``: arithmetic word problems for the ``calc`` environment's episodes,
 disjoint splits (``grm.data.calc_tasks``); each row names the seed the environment starts from.
 ``clarify-train`` / ``clarify-heldout``: under-specified requests for the ``clarify`` environment's
@@ -23,7 +26,7 @@ from typing import Any
 from grm.data import clarify_tasks
 from grm.data.calc_tasks import prompt_rows
 from grm.data.constraint_pairs import constraints_pairs
-from grm.data.constraints import constraints_heldout, constraints_train
+from grm.data.constraints import constraints_heldout, constraints_lexical_dev, constraints_lexical_unseen, constraints_train
 
 SETS: dict[str, Callable[[], list[dict[str, Any]]]] = {}
 """``builtin:NAME`` -> a function that generates the set with its default size and seed."""
@@ -93,6 +96,11 @@ SETS["constraints-pairs"] = constraints_pairs
 SETS["constraints-lexical-train"] = partial(constraints_train, lexical=True)
 SETS["constraints-lexical-heldout"] = partial(constraints_heldout, lexical=True)
 SETS["constraints-lexical-pairs"] = partial(constraints_pairs, lexical=True)
+# The training side's check set and a held-out set sharing nothing with training but the constraint
+# kinds (held-out topics, task templates and vocabulary): the pre-registered learning curve's splits.
+SETS["constraints-lexical-dev"] = constraints_lexical_dev
+SETS["constraints-lexical-unseen"] = constraints_lexical_unseen
+SETS["constraints-lexical-dev-pairs"] = partial(constraints_pairs, lexical=True, split="dev")
 # Pairs over the training prompts (other topics): what a judge is trained on (pipelines/judge-grpo.yaml).
 SETS["constraints-pairs-train"] = partial(constraints_pairs, 512, split="train")
 SETS["constraints-lexical-pairs-train"] = partial(constraints_pairs, 512, lexical=True, split="train")
@@ -122,3 +130,6 @@ DEFAULT_MAPS: dict[str, dict[str, str]] = {
 DEFAULT_MAPS["constraints-pairs-train"] = DEFAULT_MAPS["constraints-pairs"]
 for _split in ("train", "heldout", "pairs", "pairs-train"):
     DEFAULT_MAPS[f"constraints-lexical-{_split}"] = DEFAULT_MAPS[f"constraints-{_split}"]
+for _split in ("dev", "unseen"):
+    DEFAULT_MAPS[f"constraints-lexical-{_split}"] = DEFAULT_MAPS["constraints-train"]
+DEFAULT_MAPS["constraints-lexical-dev-pairs"] = DEFAULT_MAPS["constraints-pairs"]

@@ -18,7 +18,7 @@ import json
 import random
 from typing import Any
 
-from grm.data.constraints import constraints_heldout, constraints_train
+from grm.data.constraints import constraints_heldout, constraints_lexical_dev, constraints_train
 
 SENTENCES = [
     "{Topic} gets easier with a little planning",
@@ -206,13 +206,19 @@ def constraints_pairs(n: int = 200, seed: int = 0, lexical: bool = False, split:
     """One labelled pair per held-out prompt (``constraints_heldout(n, seed, lexical)``) that can be
     built; ``split="train"``: per training prompt (``constraints_train``: other topics), the pairs a
     judge is trained on (``constraints-pairs-train``), never the held-out ones it is evaluated on."""
-    if split not in ("heldout", "train"):
-        raise ValueError(f"split must be 'heldout' or 'train', got {split!r}")
-    train = split == "train"
+    sources = {
+        "heldout": lambda: constraints_heldout(n, seed, lexical),
+        "train": lambda: constraints_train(n, seed, lexical),
+        "dev": lambda: constraints_lexical_dev(n, seed),
+    }
+    if split not in sources or (split == "dev" and not lexical):
+        raise ValueError(f"split must be 'heldout', 'train' or (lexical) 'dev', got {split!r}")
+    train = split != "heldout"
     lex = "lexical-" if lexical else ""
-    rng = random.Random(f"constraints-{lex}pairs{'-train' if train else ''}:{seed}")
+    tag = f"-{split}" if train else ""
+    rng = random.Random(f"constraints-{lex}pairs{tag}:{seed}")
     rows = []
-    source = constraints_train(n, seed, lexical) if train else constraints_heldout(n, seed, lexical)
+    source = sources[split]()
     for i, prompt in enumerate(source):
         cons = {c["type"]: c for c in prompt["constraints"]}
         order = list(cons)
@@ -234,7 +240,7 @@ def constraints_pairs(n: int = 200, seed: int = 0, lexical: bool = False, split:
         out1, out2 = (good, bad) if label == 1 else (bad, good)
         rows.append(
             {
-                "id": f"constraints-{lex}pair{'-train' if train else ''}-{len(rows)}",
+                "id": f"constraints-{lex}pair{tag}-{len(rows)}",
                 "input": prompt["prompt"],
                 "output_1": out1,
                 "output_2": out2,

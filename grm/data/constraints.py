@@ -242,8 +242,12 @@ words, sentences, paragraphs, bullets; case; commas; JSON): a GRM of this size c
 lexical ones."""
 
 
-def draw_constraints(rng: random.Random, k: int, types: tuple[str, ...] = tuple(ARGS)) -> list[dict[str, Any]]:
-    """``k`` mutually compatible constraints of ``types`` with their arguments, in drawing order."""
+def draw_constraints(
+    rng: random.Random, k: int, types: tuple[str, ...] = tuple(ARGS), values: dict[str, list[Any]] | None = None
+) -> list[dict[str, Any]]:
+    """``k`` mutually compatible constraints of ``types`` with their arguments (from ``values``,
+    default ``VALUES``), in drawing order."""
+    values = {**VALUES, **(values or {})}
     chosen: list[str] = []
     types = list(types)
     while len(chosen) < k:
@@ -253,7 +257,7 @@ def draw_constraints(rng: random.Random, k: int, types: tuple[str, ...] = tuple(
     for t in chosen:
         c: dict[str, Any] = {"type": t}
         for arg in ARGS[t]:
-            c[arg] = rng.choice(VALUES[t])
+            c[arg] = rng.choice(values[t])
         out.append(c)
     return out
 
@@ -277,16 +281,26 @@ def checklist_item(c: dict[str, Any]) -> str | dict[str, Any]:
     return {"question": question(c), "pass_if": "no"} if c["type"] in PASSED_BY_NO else question(c)
 
 
-def make_prompts(topics: list[str], n: int, seed: int, split: str, types: tuple[str, ...] = tuple(ARGS)) -> list[dict[str, Any]]:
-    """``n`` rows (id, prompt, topic, constraints, checklist) over ``topics`` with constraints of
-    ``types``, deterministic by seed."""
+def make_prompts(
+    topics: list[str],
+    n: int,
+    seed: int,
+    split: str,
+    types: tuple[str, ...] = tuple(ARGS),
+    tasks: list[str] = TASKS,
+    values: dict[str, list[Any]] | None = None,
+    avoid: set[str] | None = None,
+) -> list[dict[str, Any]]:
+    """``n`` rows (id, prompt, topic, constraints, checklist) over ``topics`` and ``tasks`` with
+    constraints of ``types`` (arguments from ``values``, default ``VALUES``), deterministic by seed;
+    no text of ``avoid`` is drawn."""
     rng = random.Random(f"constraints-{split}:{seed}")
     rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
+    seen: set[str] = set(avoid or ())
     while len(rows) < n:
         topic = rng.choice(topics)
-        task = rng.choice(TASKS).format(topic=topic)
-        cons = draw_constraints(rng, rng.choices([1, 2, 3], weights=[3, 4, 3])[0], types)
+        task = rng.choice(tasks).format(topic=topic)
+        cons = draw_constraints(rng, rng.choices([1, 2, 3], weights=[3, 4, 3])[0], types, values)
         text = " ".join([task] + [instruction(c) for c in cons])
         if text in seen:
             continue
@@ -313,6 +327,41 @@ def constraints_heldout(n: int = 200, seed: int = 0, lexical: bool = False) -> l
     if lexical:
         return make_prompts(HELDOUT_TOPICS, n, seed, "lexical-heldout", LEXICAL)
     return make_prompts(HELDOUT_TOPICS, n, seed, "heldout")
+
+
+# ---------------------------------------------------------------- the unseen held-out split
+
+UNSEEN_TASKS = [
+    "Draft a two-minute talk for a school assembly about {topic}.",
+    "Write an entry for a questions-and-answers page about {topic}.",
+    "Reply to a neighbor who asked how to begin {topic}.",
+    "Outline a one-day workshop on {topic}.",
+    "Write a postcard to a grandparent about {topic}.",
+    "Tell a coworker what surprised you most about {topic}.",
+]
+"""Task templates no training prompt uses (``constraints-lexical-unseen``)."""
+
+UNSEEN_VALUES: dict[str, list[Any]] = {
+    "keyword": ["harmony", "lantern", "compass", "orchard", "meadow", "ribbon", "puzzle", "thunder"],
+    "forbidden_word": ["totally", "super", "honestly", "simply", "truly", "extremely"],
+    "end_phrase": ["Thanks for reading.", "Good luck with it.", "That is all for now."],
+    "start_phrase": ["Quick answer:", "To begin:", "Here is the idea:"],
+}
+"""Keywords, forbidden words and phrases no training prompt uses (``constraints-lexical-unseen``);
+like ``VALUES``, none occurs in a topic, a task or the sentences ``grm.data.constraint_pairs`` writes."""
+
+
+def constraints_lexical_dev(n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    """The training side's own check set (``constraints-lexical-dev``): training topics, tasks and
+    vocabulary, no text of the first 512 training prompts; where a judge, template or task is chosen."""
+    train = {r["prompt"] for r in constraints_train(512, seed, lexical=True)}
+    return make_prompts(TRAIN_TOPICS, n, seed, "lexical-dev", LEXICAL, avoid=train)
+
+
+def constraints_lexical_unseen(n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    """Held-out prompts that share nothing with training but the constraint kinds
+    (``constraints-lexical-unseen``): held-out topics, ``UNSEEN_TASKS`` and ``UNSEEN_VALUES``."""
+    return make_prompts(HELDOUT_TOPICS, n, seed, "lexical-unseen", LEXICAL, UNSEEN_TASKS, UNSEEN_VALUES)
 
 
 # ---------------------------------------------------------------- the constraints cell

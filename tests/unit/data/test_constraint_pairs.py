@@ -61,3 +61,19 @@ def test_the_lexical_sets_hold_only_constraints_read_without_counting():
         assert [t for t, ok in check_all(r["constraints"], bad).items() if not ok] == [r["broken"]], r["id"]
     assert 0.4 <= length_stats(pairs)["pass_longer"] <= 0.6
     assert constraints_pairs(12, seed=3, lexical=True) == constraints_pairs(12, seed=3, lexical=True)
+
+
+def test_training_and_dev_pairs_are_verified_and_come_from_their_own_prompts():
+    from grm.data.constraints import constraints_lexical_dev, constraints_train
+
+    for name, source in (
+        ("constraints-lexical-pairs-train", constraints_train(512, lexical=True)),
+        ("constraints-lexical-dev-pairs", constraints_lexical_dev()),
+    ):
+        rows = load_rows(f"builtin:{name}")
+        prompts = {r["prompt"] for r in source}
+        assert len(rows) >= 0.9 * len(prompts) and all(r["input"] in prompts for r in rows), name
+        for r in rows:
+            good, bad = r[f"output_{r['label']}"], r[f"output_{3 - r['label']}"]
+            assert set(check_all(r["constraints"], good).values()) == {1.0}, (r["id"], good)
+            assert [t for t, ok in check_all(r["constraints"], bad).items() if not ok] == [r["broken"]], r["id"]

@@ -143,3 +143,26 @@ data: {prompts: builtin:constraints-train}
         load_pipeline(tmp_path / "p.yaml")
     (tmp_path / "p.yaml").write_text(text.replace("constraints-train}", "constraints-train, constraints_field: constraints}"))
     assert load_pipeline(tmp_path / "p.yaml").judges[0].spec.rule.type == "constraints"
+
+
+def test_the_unseen_split_shares_nothing_with_training_but_the_constraint_kinds():
+    """``constraints-lexical-unseen``: held-out topics, task templates and vocabulary; the dev split
+    is the training side's own (its topics, tasks, vocabulary), none of its texts a training text."""
+    import re
+
+    from grm.data.builtin import SETS
+
+    train, dev, unseen = (SETS[f"constraints-lexical-{s}"]() for s in ("train", "dev", "unseen"))
+    vocab = lambda rows: {v for r in rows for c in r["constraints"] for k, v in c.items() if k != "type"}  # noqa: E731
+    assert not vocab(train) & vocab(unseen) and vocab(unseen) <= {v for vs in C.UNSEEN_VALUES.values() for v in vs}
+    assert vocab(dev) <= {v for vs in C.VALUES.values() for v in vs}
+    assert {r["topic"] for r in unseen} <= set(C.HELDOUT_TOPICS) and {r["topic"] for r in dev} <= set(C.TRAIN_TOPICS)
+    task_of = lambda r: r["prompt"][: r["prompt"].index(r["topic"])]  # noqa: E731
+    unseen_starts = {t[: t.index("{topic}")] for t in C.UNSEEN_TASKS}
+    train_starts = {t[: t.index("{topic}")] for t in C.TASKS}
+    assert {task_of(r) for r in unseen} <= unseen_starts and {task_of(r) for r in train} <= train_starts
+    assert not unseen_starts & train_starts
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in dev}
+    texts = " ".join(C.TASKS + C.UNSEEN_TASKS + C.TOPICS).lower()
+    for w in C.UNSEEN_VALUES["keyword"] + C.UNSEEN_VALUES["forbidden_word"]:
+        assert not re.search(rf"\b{w}\b", texts), w
