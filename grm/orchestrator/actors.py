@@ -113,7 +113,7 @@ class PolicyActor:
         from grm.models.device import role_device
         from grm.models.dtype import resolve_dtype
         from grm.models.loading import load_model
-        from grm.training.models import ReferenceModel, ValueModel, value_forward
+        from grm.training.models import AdapterOffReference, ReferenceModel, ValueModel, value_forward
 
         self.cfg = cfg
         self.policy = policy
@@ -142,11 +142,13 @@ class PolicyActor:
 
             train_model = wrap(train_model, t.lora)
         self.trainer = self._trainer(train_model, batch, common, entropy=True)
-        self.reference = (
-            ReferenceModel(policy.model, dtype=REFERENCE_DTYPE, micro_batch_size=t.micro_batch_size, device=self.device)
-            if with_reference
-            else None
-        )
+        self.reference: ReferenceModel | AdapterOffReference | None = None
+        if with_reference and t.lora is not None:  # the base model is the trainer's own, adapters off
+            self.reference = AdapterOffReference(self.trainer.module, micro_batch_size=t.micro_batch_size)
+        elif with_reference:
+            self.reference = ReferenceModel(
+                policy.model, dtype=REFERENCE_DTYPE, micro_batch_size=t.micro_batch_size, device=self.device
+            )
         self.critic = critic = None
         if algorithm.needs_critic:
             critic = ValueModel.from_pretrained(policy.model, "fp32")
@@ -203,7 +205,8 @@ class PolicyActor:
         """Where this actor runs, and the dtype of ``role``'s model here (the rollout engine's for
         the policy; the reference's when it is colocated)."""
         if role == "reference":
-            return {**where(), "device": str(self.device), "dtype": REFERENCE_DTYPE, "weights": "own"}
+            shared = type(self.reference).__name__ == "AdapterOffReference"  # the policy's base weights, adapters off
+            return {**where(), "device": str(self.device), "dtype": REFERENCE_DTYPE, "weights": "policy's" if shared else "own"}
         return {**where(), "device": str(self.device), **self.rollout_engine.placement()}
 
     # ------------------------------------------------------------- rollout

@@ -34,6 +34,27 @@ class ReferenceModel:
         )
 
 
+class AdapterOffReference:
+    """The reference of a LoRA policy (``train.lora``) colocated with it: the trainer's own module
+    with its adapters switched off is the base model, so no second copy of the weights is held. Its
+    passes run under the policy actor's model lock, never beside training."""
+
+    def __init__(self, module: nn.Module, micro_batch_size: int = 8) -> None:
+        self.module = module
+        self.micro_batch_size = micro_batch_size
+
+    @torch.no_grad()
+    def logprobs(self, batch: TrainBatch) -> Tensor:
+        """``[B, L-1]`` on the CPU, 0 outside ``loss_mask``: the base model's (adapters off, eval mode)."""
+        training = self.module.training
+        self.module.eval()
+        try:
+            with self.module.disable_adapter():
+                return batch.map_micro_batches(self.micro_batch_size, lambda mb: policy_forward(self.module, mb, False)[0])
+        finally:
+            self.module.train(training)
+
+
 class ValueModel(nn.Module):
     """Critic: the policy's transformer body with a scalar value head, ``values [B, L]``."""
 

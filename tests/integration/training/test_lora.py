@@ -96,3 +96,17 @@ def test_adapters_of_another_rank_are_refused(tmp_path):
     )
     with pytest.raises(ValueError, match="do not match train.lora"):
         other.load(tmp_path / "policy")
+
+
+@pytest.mark.parametrize("kind", ["torch", "deepspeed"])
+def test_the_colocated_reference_is_the_trainers_module_with_adapters_off(kind):
+    from grm.training.models import AdapterOffReference, ReferenceModel
+
+    t = _trainer(kind, _wrapped())
+    mixed_steps(t, 3)
+    ref = AdapterOffReference(t.module, micro_batch_size=2)
+    batch = fixed_batch()
+    base = ReferenceModel(tiny_llama(), micro_batch_size=2).logprobs(batch)
+    assert torch.allclose(ref.logprobs(batch), base, atol=1e-5)  # the base model, not a copy of it
+    assert t.module.training  # its mode is given back
+    assert not torch.allclose(t.logprobs(batch), base, atol=1e-4)  # the trainer's adapters are on again
