@@ -110,3 +110,33 @@ def test_the_colocated_reference_is_the_trainers_module_with_adapters_off(kind):
     assert torch.allclose(ref.logprobs(batch), base, atol=1e-5)  # the base model, not a copy of it
     assert t.module.training  # its mode is given back
     assert not torch.allclose(t.logprobs(batch), base, atol=1e-4)  # the trainer's adapters are on again
+
+
+def test_adapter_export_loads_with_peft_and_the_merged_export_equals_it(tmp_path):
+    """``grm export --adapter`` writes what ``peft`` loads; ``grm export`` the merged model: both
+    compute what the trained adapters compute."""
+    from peft import PeftModel
+    from tokenizers import Tokenizer, models
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from grm.models.trained import write_adapter_dir, write_hf_dir
+
+    base_dir = tmp_path / "base"
+    tiny_llama().save_pretrained(str(base_dir))  # a base model directory, as the store holds one
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))).save_pretrained(
+        str(base_dir)
+    )
+    t = _trainer("torch", lora.wrap(AutoModelForCausalLM.from_pretrained(str(base_dir)), SPEC))
+    mixed_steps(t, 2)
+    ckpt = tmp_path / "checkpoints" / "step-2"
+    t.save(ckpt / "policy")
+    write_adapter_dir(str(base_dir), ckpt, tmp_path / "adapter")
+    write_hf_dir(str(base_dir), ckpt, tmp_path / "merged")
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base_dir)), str(tmp_path / "adapter"))
+    merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged"))
+    ids = torch.randint(3, 96, (2, 10))
+    with torch.no_grad():
+        want = t.module(ids).logits
+        assert torch.allclose(peft_model(ids).logits, want, atol=1e-5)
+        assert torch.allclose(merged(ids).logits, want, atol=1e-5)
