@@ -38,7 +38,7 @@ from grm.base import free_port
 from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.credentials import Credentials, glimpse, plain
 from grm.engines.http import HttpClient
-from grm.engines.openai_api import ServerProcess
+from grm.engines.server_process import ServerProcess
 from grm.engines.sglang_api import (
     CONTROL_REPLY_BYTES,
     REPLY_BYTES,
