@@ -81,9 +81,9 @@ def describe(loaded: LoadedPipeline, pools: dict[str, Pool]) -> list[str]:
 
 
 def server_lines(loaded: LoadedPipeline, pool: Pool) -> list[str]:
-    """Where each SGLang server the policy's ranks launch sits (``grm.engines.sglang.server_plan``)."""
+    """Where each SGLang server the policy's ranks launch sits (``grm.engines.sglang_launch.server_plan``)."""
     from grm.engines.base import EngineError
-    from grm.engines.sglang import server_plan
+    from grm.engines.sglang_launch import server_plan
     from grm.orchestrator.policy_servers import launches_servers
 
     if not launches_servers(loaded.policy):

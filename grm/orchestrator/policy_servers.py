@@ -1,5 +1,5 @@
 """The SGLang servers a policy launches (``engine: {type: sglang}`` without ``urls``): every rank
-starts its own share on the GPUs Ray gave its bundle (``grm.engines.sglang.server_plan``: server
+starts its own share on the GPUs Ray gave its bundle (``grm.engines.sglang_launch.server_plan``: server
 ``j`` on rank ``j % ranks``), listening on its node's address when the policy spans bundles; rank 0,
 which drives them, is then connected to all of them (``PolicyActor.connect_servers``). Before, rank 0
 launched every server, and Ray shows a rank only its own bundle's GPUs.
@@ -24,7 +24,7 @@ def start_rank_servers(policy: PolicySpec, rank: int, ranks: int) -> tuple[list[
     """This rank's servers, started and healthy, and what to tell rank 0 of them."""
     import ray
 
-    from grm.engines.sglang import launch_servers, server_plan, visible_gpus
+    from grm.engines.sglang_launch import launch_servers, server_plan, visible_gpus
     from grm.models import resolve_model
 
     spec = policy.engine

@@ -11,7 +11,7 @@ import pytest
 
 from grm.engines.base import EngineError, SamplingParams
 from grm.engines.base import GenerationRequest as Req
-from grm.engines.sglang import SGLangEngine, launch_command
+from grm.engines.sglang import SGLangEngine
 from grm.engines.sglang_api import (
     continuation_payload,
     generate_payload,
@@ -19,6 +19,7 @@ from grm.engines.sglang_api import (
     parse_generation,
     post_control,
 )
+from grm.engines.sglang_launch import launch_command
 
 
 class Tok:
@@ -359,7 +360,7 @@ def test_weight_sync_dirs_of_dead_processes_are_swept(tmp_path):
     """A killed actor never runs close(): the next engine removes the directories whose owner is gone."""
     import subprocess
 
-    from grm.engines.sglang import SYNC_PREFIX, weight_sync_dir
+    from grm.engines.sglang_launch import SYNC_PREFIX, weight_sync_dir
 
     gone = subprocess.Popen(["true"])
     gone.wait()
@@ -486,7 +487,7 @@ def test_control_replies_are_shown_bounded_and_plain_and_slow_servers_time_out(s
 
 # ---------------------------------------------------------------- launched servers: where each runs
 def test_the_server_plan_puts_server_j_on_rank_j_mod_ranks_on_its_own_gpus():
-    from grm.engines.sglang import ServerSlot, server_plan
+    from grm.engines.sglang_launch import ServerSlot, server_plan
 
     assert server_plan(3, 1, 2, 2) == [ServerSlot(0, 0, (0,)), ServerSlot(1, 1, (0,)), ServerSlot(2, 0, (1,))]
     assert server_plan(2, 2, 1, 4) == [ServerSlot(0, 0, (0, 1)), ServerSlot(1, 0, (2, 3))]
@@ -503,7 +504,7 @@ def test_launched_servers_start_on_their_gpus_of_this_process(monkeypatch):
     from pathlib import Path
     from types import SimpleNamespace
 
-    from grm.engines.sglang import ServerSlot, launch_command, launch_servers
+    from grm.engines.sglang_launch import ServerSlot, launch_command, launch_servers
 
     launcher = [sys.executable, str(Path(__file__).with_name("tiny_sglang_launcher.py"))]
     spec = SimpleNamespace(launcher=launcher, tp=1, dtype="bfloat16", mem_fraction_static=0.5, extra_args=["--x"])
