@@ -27,10 +27,11 @@ from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
 from grm.orchestrator.judge_prompts import judge_training_prompts
 from grm.orchestrator.live import RunDisplay
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
-from grm.orchestrator.recorder import Recorder, sample_rows, step_metrics
+from grm.orchestrator.recorder import Recorder
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
+from grm.orchestrator.step_rows import sample_rows, step_metrics
 from grm.orchestrator.types import Group, StepOutcome, StepWork, rollouts_of
 
 

@@ -152,7 +152,7 @@ class RunDisplay:
         """A step is trained and logged: its line, and the panel's "last step" from its metrics."""
         from rich.text import Text
 
-        from grm.orchestrator.recorder import console_line
+        from grm.orchestrator.step_rows import console_line
 
         self.last = metrics
         self.step_seconds.append(metrics["seconds_step"])

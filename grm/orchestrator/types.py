@@ -238,7 +238,7 @@ class Synced:
 @dataclass
 class StepOutcome:
     """What one training step made, filled in by the driver as the step runs, in the order of its
-    data flow; ``grm.orchestrator.recorder.step_metrics`` turns it into the step's metrics line."""
+    data flow; ``grm.orchestrator.step_rows.step_metrics`` turns it into the step's metrics line."""
 
     step: int
     """0-based step index (logged 1-based)."""

@@ -7,8 +7,8 @@ import json
 from grm.data.prompts import Prompt
 from grm.judges.runtime import load
 from grm.judges.types import JudgeResult
-from grm.orchestrator.recorder import sample_rows
 from grm.orchestrator.rewards import combine_rewards
+from grm.orchestrator.step_rows import sample_rows
 from grm.orchestrator.types import Group, Rollout
 
 CONS = [{"type": "lowercase"}, {"type": "max_words", "n": 3}]

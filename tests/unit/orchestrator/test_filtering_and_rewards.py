@@ -64,7 +64,7 @@ def test_refill_tops_up_with_flat_groups_after_the_last_round():
 
 
 def test_step_metrics_count_responses_cut_to_fit_each_judge():
-    from grm.orchestrator.recorder import step_metrics
+    from grm.orchestrator.step_rows import step_metrics
     from tests.unit.orchestrator.fakes import outcome
 
     g = group("a", [1.0, 0.5, 0.2])

@@ -9,13 +9,13 @@ import pytest
 
 from grm.config.algorithm import GRPOSpec, LengthControlSpec
 from grm.judges.types import JudgeResult
-from grm.orchestrator.recorder import sample_rows, step_metrics
 from grm.orchestrator.rewards import (
     length_correlation,
     penalise_length,
     regress_out_length,
     reward_groups,
 )
+from grm.orchestrator.step_rows import sample_rows, step_metrics
 from grm.orchestrator.types import Group, Rollout
 from tests.unit.orchestrator.fakes import outcome, prompts
 

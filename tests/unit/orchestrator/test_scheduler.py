@@ -11,10 +11,10 @@ import pytest
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.judges.limits import CallLimits
-from grm.orchestrator.recorder import step_metrics
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import JudgeHandle
 from grm.orchestrator.scheduler import Interrupted, Scheduler
+from grm.orchestrator.step_rows import step_metrics
 from grm.orchestrator.types import rollouts_of
 from tests.unit.orchestrator.fakes import (
     Clock,
@@ -253,7 +253,7 @@ def test_judge_cost_is_summed_per_step_per_judge_and_logged():
     sched.more(work, salt=1)
     assert work.judge_cost["rule"].calls == 12
     # report.md: totals over the run and per step
-    from grm.orchestrator.recorder import cost_table
+    from grm.orchestrator.step_rows import cost_table
 
     lines = cost_table([m, m])
     assert "## Judge cost" in lines
