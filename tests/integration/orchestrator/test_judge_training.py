@@ -1,6 +1,7 @@
 """Judges grm trains itself (``pipelines/judge-grpo.yaml``), through the real ``grm run``: SmolLM2
 trained as a pairwise judge for 2 steps, with LoRA adapters (only the adapters checkpointed, the
-engine generating with the merged weights), rewarded by the verdict rule; then its run directory
+engine generating with the merged weights, the reference the same module with its adapters off),
+rewarded by the verdict rule; then its run directory
 and its checkpoint are a judge's ``model:`` in ``grm eval`` and in a policy pipeline's ``judges:``."""
 
 import json
@@ -21,6 +22,7 @@ JUDGE_RUN = [
     "rollout.max_new_tokens=24",
     "train.micro_batch_size=2",
     "train.lora={r: 4, alpha: 8}",
+    "train.backend.type=torch",  # LoRA on DeepSpeed: test_lora.py
     "checkpoint.every=1",
     "checkpoint.keep=2",
     "checkpoint.export=true",

@@ -93,7 +93,9 @@ def two_ranks(tmp_path_factory):
 
 
 @pytest.mark.timeout(2400)  # up to two `grm run`s in a row (the shared reference, this stage's 2 ranks)
-@pytest.mark.parametrize("zero", [2, 3])
+# ZeRO-3 over two ranks (74 s, and the run its export test reads) runs in `make test-all`: the suite's
+# 25-minute budget keeps ZeRO-2 here; one-rank ZeRO-3 is the reference both stages reproduce.
+@pytest.mark.parametrize("zero", [2, pytest.param(3, marks=pytest.mark.extended)])
 def test_two_ranks_reproduce_one_rank(one_rank, two_ranks, zero):
     """Same global batch and seed: the same rollouts, rewards, losses and KL (1e-3 relative) and the
     same final weights (1e-4 max abs) with one rank of 2 threads or two ranks of one thread each."""
@@ -121,12 +123,13 @@ def test_two_ranks_reproduce_one_rank(one_rank, two_ranks, zero):
 def final_weights_at_start() -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    from grm.models.store import resolve_model
+    from grm.models import resolve_model
 
     path = Path(resolve_model("smollm2-135m-instruct"))
     return {k: v.float() for f in path.glob("*.safetensors") for k, v in load_file(str(f)).items()}
 
 
+@pytest.mark.extended  # with the 2-rank ZeRO-3 run above
 @pytest.mark.timeout(1500)  # the 2-rank ZeRO-3 run, if not made yet, and its export
 def test_a_two_rank_zero3_run_exports_a_model_that_scores_as_its_checkpoint(two_ranks):
     """Issue #42: RUN/model, written at the run's end by what `grm export RUN` runs (export_policy;
