@@ -67,6 +67,10 @@ class JudgeRole(Strict):
     canary: CanarySpec | None = None
     """Re-score a fixed labelled set every ``canary.every`` steps during training (metrics
     ``canary/<judge>/...``); None: no canary."""
+    cache: bool = True
+    """(pointwise and checklist judges) Keep each judgment, keyed by the judge spec and the sample's
+    content, and answer a sample judged before from it (``RUN/judge_cache/``, kept across
+    ``--resume``; ``judge_cache/<judge>/...`` metrics); other modes are never cached."""
 
     @field_validator("spec")
     @classmethod

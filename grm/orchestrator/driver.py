@@ -24,6 +24,7 @@ from grm.orchestrator.canary import Canaries
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
+from grm.orchestrator.judge_cache import open_caches
 from grm.orchestrator.judge_prompts import judge_training_prompts
 from grm.orchestrator.live import RunDisplay
 from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
@@ -59,7 +60,8 @@ class Driver:
         self.watch = NodeWatch(ray, self.placement)
         self.anchors = store_for(self.cfg, [j.spec for j in loaded.judges])  # groups.anchor: previous
         self.display = RunDisplay.for_run(self.cfg, {j.name: len(j.replicas) for j in self.roles.judges}, live)
-        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.display, self.anchors)
+        caches = open_caches([(j.spec, j.role.cache) for j in loaded.judges], recorder.path)
+        self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.display, self.anchors, caches)
         self.weights = {j.name: j.weight for j in self.roles.judges}
         self.required = {j.name: j.required for j in self.roles.judges}
         self.start_step = 0

@@ -33,9 +33,11 @@ from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
 from grm.engines.base import EngineError
 from grm.judges.cost import JudgeCost
+from grm.judges.types import Sample
 from grm.orchestrator.anchors import AnchorStore, attach
 from grm.orchestrator.handles import RayCalls
 from grm.orchestrator.health import NodeWatch
+from grm.orchestrator.judge_cache import JudgeCache
 from grm.orchestrator.live import NoProgress, StepProgress
 from grm.orchestrator.roles import JudgeHandle, Roles
 from grm.orchestrator.types import Group, JudgeCall, Judged, Prepared, Replica, Rollout, StepWork, rollouts_of
@@ -82,8 +84,11 @@ class Scheduler:
         watch: NodeWatch | None = None,
         progress: StepProgress | None = None,
         anchors: AnchorStore | None = None,
+        caches: dict[str, JudgeCache] | None = None,
     ) -> None:
         self.cfg, self.roles, self.stream, self.ray = cfg, roles, stream, ray
+        self.caches = caches or {}
+        """The critique caches of the judges that have one (``grm.orchestrator.judge_cache``)."""
         self.watch = watch
         self.progress: StepProgress = progress or NoProgress()
         """Told of every landed chunk and finished judge call (the live display)."""
@@ -288,14 +293,26 @@ class Scheduler:
 
     def _call(self, work: StepWork, c: int, judge: JudgeHandle, retried: bool = False) -> None:
         """Judge chunk ``c``: a local judge at once; an actor judge when its concurrency cap allows,
-        after the calls already waiting (a re-issue goes first: it takes its timed-out call's slot)."""
+        after the calls already waiting (a re-issue goes first: it takes its timed-out call's slot).
+        A cached judge is sent only the samples its cache has no judgment of (none: no call)."""
         groups = work.landed[c]
-        deadline = judge.limits.deadline(judge.limits.samples_in([len(g.rollouts) for g in groups]))
-        call = JudgeCall(judge.name, c, deadline, retried=retried)
+        cache = self.caches.get(judge.name)
+        plan = cache.plan([g.samples() for g in groups]) if cache is not None else None
+        if plan is not None and not retried:  # a re-issue is the same samples: counted once
+            work.cache_hits[judge.name] = work.cache_hits.get(judge.name, 0) + plan.hits
+            work.cache_misses[judge.name] = work.cache_misses.get(judge.name, 0) + sum(len(m) for m in plan.missing)
+            work.cache_saved_s[judge.name] = work.cache_saved_s.get(judge.name, 0.0) + plan.saved_s
+        sizes = [len(m) for m in plan.missing] if plan is not None else [len(g.rollouts) for g in groups]
+        deadline = judge.limits.deadline(judge.limits.samples_in(sizes))
+        call = JudgeCall(judge.name, c, deadline, retried=retried, plan=plan)
         work.calls[(c, judge.name)] = call
+        if plan is not None and plan.complete:
+            call.submitted_at = time.perf_counter()
+            self._finish(work, call, ([], JudgeCost()))
+            return
         if judge.local is not None:
             call.submitted_at = time.perf_counter()
-            self._finish(work, call, judge.submit([g.samples() for g in groups]))
+            self._finish(work, call, judge.submit(self._sent(work, call)))
             return
         waiting = self.waiting[judge.name]
         (waiting.appendleft if retried else waiting.append)(Issued(work, call, judge))
@@ -313,14 +330,24 @@ class Scheduler:
             issued = waiting.popleft()
             work, call = issued.work, issued.call
             call.submitted_at, call.replica = time.perf_counter(), rep.index
-            call.pending = judge.submit([g.samples() for g in work.landed[call.chunk]], rep.index)
+            call.pending = judge.submit(self._sent(work, call), rep.index)
             self.running[call.pending] = issued
             in_flight[rep.index] += 1
+
+    @staticmethod
+    def _sent(work: StepWork, call: JudgeCall) -> list[list[Sample]]:
+        """What a call sends: its chunk's groups, or only what the critique cache lacks."""
+        if call.plan is not None:
+            return call.plan.missing
+        return [g.samples() for g in work.landed[call.chunk]]
 
     def _finish(self, work: StepWork, call: JudgeCall, judged: Judged) -> None:
         assert call.submitted_at is not None
         secs = time.perf_counter() - call.submitted_at
         results, cost = judged
+        if call.plan is not None:  # the cached judgments back in place, the new ones kept
+            self.caches[call.judge].store(call.plan, results)
+            results = call.plan.merge(results)
         call.pending, call.results = None, results
         work.judge_s[call.judge] = work.judge_s.get(call.judge, 0.0) + secs
         work.judge_cost.setdefault(call.judge, JudgeCost()).add(cost)

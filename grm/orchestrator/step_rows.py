@@ -82,6 +82,11 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
         m[f"judge_timeouts/{name}"] = work.judge_timeouts.get(name, 0)  # calls past their deadline (re-issued, then masked)
         m[f"judge_errors/{name}"] = work.judge_errors.get(name, 0)  # calls its model server failed (likewise)
         m.update(work.judge_cost.get(name, JudgeCost()).metrics(name))  # calls, retries, tokens, seconds (grm.judges.cost)
+        if name in work.cache_hits:  # a cached judge (grm.orchestrator.judge_cache)
+            hits, misses = work.cache_hits[name], work.cache_misses.get(name, 0)
+            m[f"judge_cache/{name}/hits"] = hits
+            m[f"judge_cache/{name}/hit_rate"] = hits / (hits + misses) if hits + misses else 0.0
+            m[f"judge_cache/{name}/seconds_saved"] = work.cache_saved_s.get(name, 0.0)
     return m
 
 

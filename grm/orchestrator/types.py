@@ -131,6 +131,9 @@ class JudgeCall:
     retried: bool = False
     replica: int | None = None
     """Index of the judge replica the call was last issued to (None: a local judge, or not yet issued)."""
+    plan: Any = None
+    """The critique cache's split of the call (``grm.orchestrator.judge_cache.Plan``): what was
+    found, and the samples sent; None when the judge is not cached."""
 
 
 @dataclass
@@ -173,6 +176,11 @@ class StepWork:
     """``<judge>/<replica>`` -> what that replica's server reported for this step (openai engine:
     requests, retries, tokens, server restarts); absent for engines that report nothing."""
     judge_cost: dict[str, JudgeCost] = field(default_factory=dict)
+    cache_hits: dict[str, int] = field(default_factory=dict)
+    """Per judge: samples this step answered from the critique cache (``grm.orchestrator.judge_cache``)."""
+    cache_misses: dict[str, int] = field(default_factory=dict)
+    cache_saved_s: dict[str, float] = field(default_factory=dict)
+    """Per judge: the judge seconds the cached results had cost when they were made."""
     """judge name -> what its finished calls for this step cost, measured inside the judge (a call
     abandoned past its deadline is not counted: its answer never arrives)."""
     first_judge_start: float | None = None
