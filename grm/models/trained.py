@@ -39,8 +39,8 @@ def resolve_model(ref: str) -> str:
             raise ModelStoreError(str(e)) from None
     if path.is_dir() and not (path / "config.json").is_file():
         raise ModelStoreError(
-            f"{path} is a directory but not a Hugging Face model dir (config.json), a grm run directory "
-            "(config.resolved.yaml + checkpoints/) or a checkpoint (RUN/checkpoints/step-N)"
+            f"{path} is a directory but has no config.json: not a Hugging Face model dir, nor a grm run "
+            "directory (config.resolved.yaml + checkpoints/) or a checkpoint (RUN/checkpoints/step-N)"
         )
     return store_path(ref)
 
