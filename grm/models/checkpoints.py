@@ -158,15 +158,9 @@ def checkpoint_state(checkpoint: Path, base: Any | None = None) -> dict[str, Any
 def apply_state(model: Any, state: dict[str, Any], where: Path) -> None:
     """Load ``state`` into ``model``: every weight must match by name and shape, except the second
     name of a tied tensor, which checkpoints store once."""
-    from grm.models.weights import tied_aliases
+    from grm.models.weights import mismatch, tied_aliases
 
     own = model.state_dict()
-    missing = set(own) - set(state) - tied_aliases(own)
-    unexpected = set(state) - set(own)
-    wrong = [k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape)]
-    if missing or unexpected or wrong:
-        raise CheckpointError(
-            f"{where}: the checkpoint does not fit the base model: missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}, shape differs {sorted(wrong)[:3]}"
-        )
+    if (why := mismatch(own, state, tied_aliases(own))) is not None:
+        raise CheckpointError(f"{where}: the checkpoint does not fit the base model: {why}")
     model.load_state_dict(state, strict=False)

@@ -68,14 +68,10 @@ def adapter_state(module: nn.Module) -> dict[str, Tensor]:
 def load_adapters(module: nn.Module, saved: dict[str, Tensor], where: str) -> None:
     """Put a checkpoint's adapter weights into a wrapped model; ValueError naming ``where`` when
     they are not exactly its adapters (another rank, other target modules)."""
-    own = adapter_state(module)
-    missing, unexpected = set(own) - set(saved), set(saved) - set(own)
-    wrong = [k for k in set(own) & set(saved) if tuple(own[k].shape) != tuple(saved[k].shape)]
-    if missing or unexpected or wrong:
-        raise ValueError(
-            f"{where}: the adapters do not match train.lora: missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}, shape differs {sorted(wrong)[:3]}"
-        )
+    from grm.models.weights import mismatch
+
+    if (why := mismatch(adapter_state(module), saved)) is not None:
+        raise ValueError(f"{where}: the adapters do not match train.lora: {why}")
     module.load_state_dict(saved, strict=False)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,17 @@ def unique_tensors(state: dict[str, Any]) -> dict[str, Any]:
 def tied_aliases(state: dict[str, Any]) -> set[str]:
     """Names ``unique_tensors`` leaves out: the second name of each tied tensor."""
     return set(state) - set(unique_tensors(state))
+
+
+def mismatch(own: dict[str, Any], saved: dict[str, Any], may_miss: Set[str] = frozenset()) -> str | None:
+    """How ``saved`` does not fit ``own`` by names and shapes (``may_miss``: names it may lack), or
+    None: ``missing [...], unexpected [...], shape differs [...]`` (at most three of each)."""
+    missing = set(own) - set(saved) - may_miss
+    unexpected = set(saved) - set(own)
+    wrong = [k for k in set(own) & set(saved) if tuple(own[k].shape) != tuple(saved[k].shape)]
+    if not (missing or unexpected or wrong):
+        return None
+    return f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}, shape differs {sorted(wrong)[:3]}"
 
 
 def save_weights(state_dict: dict[str, Any], path: str | Path, version: int) -> float:
