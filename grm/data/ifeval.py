@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from grm.data.constraints import checklist_item, read_constraints
+from grm.data.constraint_cell import read_constraints
+from grm.data.constraints import checklist_item
 from grm.data.errors import DataError
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from grm.data import constraints
 from grm.data.builtin import DEFAULT_MAPS
 from grm.data.checklists import METADATA_KEY, read_checklist
+from grm.data.constraint_cell import read_constraints
 from grm.data.errors import DataError
 from grm.data.sources import load_rows, row_where
 
@@ -145,7 +146,7 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
     if "checklist" in mapping:
         extra[METADATA_KEY] = read_checklist(col("checklist", required=False), f"{where}: column '{mapping['checklist']}'")
     if "constraints" in mapping:
-        extra[constraints.METADATA_KEY] = constraints.read_constraints(
+        extra[constraints.METADATA_KEY] = read_constraints(
             col("constraints", required=False), f"{where}: column '{mapping['constraints']}'"
         )
     hashed = [prompt, responses, reference] + [extra[k] for k in sorted(extra)]  # items without metadata keep their hash

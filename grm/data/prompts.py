@@ -11,6 +11,7 @@ from grm.config.judge import JudgeSpec
 from grm.config.pipeline import DataSpec, PipelineSpec
 from grm.data import constraints
 from grm.data.checklists import METADATA_KEY, check_length, read_checklist
+from grm.data.constraint_cell import read_constraints
 from grm.data.errors import DataError
 from grm.data.sources import load_rows, row_where
 
@@ -48,7 +49,7 @@ def load_prompts(spec: DataSpec) -> list[Prompt]:
         if spec.checklist_field:
             meta[METADATA_KEY] = read_checklist(row.get(spec.checklist_field), f"{where}: column '{spec.checklist_field}'")
         if spec.constraints_field:
-            meta[constraints.METADATA_KEY] = constraints.read_constraints(
+            meta[constraints.METADATA_KEY] = read_constraints(
                 row.get(spec.constraints_field), f"{where}: column '{spec.constraints_field}'"
             )
         out.append(

@@ -25,7 +25,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
-from grm.data.constraints import METADATA_KEY, read_constraints
+from grm.data.constraint_cell import read_constraints
+from grm.data.constraints import METADATA_KEY
 from grm.data.sources import DataError
 from grm.judges.errors import JudgeError
 

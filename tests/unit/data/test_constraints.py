@@ -8,6 +8,7 @@ import pytest
 
 from grm.config.pipeline import DataSpec
 from grm.data import constraints as C
+from grm.data.constraint_cell import read_constraints
 from grm.data.errors import DataError
 from grm.data.items import default_map, to_items
 from grm.data.prompts import load_prompts
@@ -27,7 +28,7 @@ def test_default_sizes_and_row_columns():
     for row in train + held:
         assert {"id", "prompt", "constraints", "checklist"} <= set(row)
         assert 1 <= len(row["constraints"]) <= 3 and len(row["checklist"]) == len(row["constraints"])
-        assert C.read_constraints(row["constraints"], "row") == row["constraints"]  # generated rows are valid cells
+        assert read_constraints(row["constraints"], "row") == row["constraints"]  # generated rows are valid cells
         for c, q in zip(row["constraints"], row["checklist"], strict=True):
             assert C.instruction(c) in row["prompt"] and q == C.checklist_item(c)
             if c["type"] in C.PASSED_BY_NO:  # asked about presence: "No" passes
@@ -90,12 +91,12 @@ def test_keywords_never_collide_with_the_words_of_prompts():
 )
 def test_read_constraints_says_what_is_wrong(value, message):
     with pytest.raises(DataError, match=r"^f row 3: column 'c'.*" + message):
-        C.read_constraints(value, "f row 3: column 'c'")
+        read_constraints(value, "f row 3: column 'c'")
 
 
 def test_read_constraints_accepts_json_text_and_strips_phrases():
     cell = json.dumps([{"type": "end_phrase", "phrase": " Bye. "}, {"type": "max_words", "n": 9}])
-    assert C.read_constraints(cell, "x") == [{"type": "end_phrase", "phrase": "Bye."}, {"type": "max_words", "n": 9}]
+    assert read_constraints(cell, "x") == [{"type": "end_phrase", "phrase": "Bye."}, {"type": "max_words", "n": 9}]
 
 
 def test_pipeline_prompts_carry_constraints_and_a_malformed_row_is_named(tmp_path):
