@@ -205,8 +205,8 @@ class PolicyActor:
         """Where this actor runs, and the dtype of ``role``'s model here (the rollout engine's for
         the policy; the reference's when it is colocated)."""
         if role == "reference":
-            shared = type(self.reference).__name__ == "AdapterOffReference"  # the policy's base weights, adapters off
-            return {**where(), "device": str(self.device), "dtype": REFERENCE_DTYPE, "weights": "policy's" if shared else "own"}
+            weights = "policy's" if self.cfg.train.lora is not None else "own"  # LoRA: the base weights, adapters off
+            return {**where(), "device": str(self.device), "dtype": REFERENCE_DTYPE, "weights": weights}
         return {**where(), "device": str(self.device), **self.rollout_engine.placement()}
 
     # ------------------------------------------------------------- rollout
