@@ -11,6 +11,7 @@ from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, check_file
 from grm.config.checklist import ChecklistSpec, check_checklist_judge
 from grm.config.judge_rule import RuleSpec
 from grm.config.judge_trajectory import TrajectoryJudgeSpec, check_trajectory_judge
+from grm.config.judge_votes import AdaptiveVotes, check_votes
 from grm.config.names import SafeName
 from grm.config.parsers import ParserSpec, RegexParser, is_number
 from grm.config.policy import EngineSpec, HFEngineSpec
@@ -290,6 +291,9 @@ class JudgeSpec(Strict):
     """How one critique becomes a score or verdict (``type`` picks the parser; default regex)."""
     aggregate: AggregateSpec = AggregateSpec()
     """How an item's n parsed critiques vote into one score."""
+    votes: AdaptiveVotes | None = None
+    """Adaptive votes: ``first`` critiques for every item, the rest of ``sampling.n`` only where
+    they could change a reward (``grm.config.judge_votes``). None: every item gets ``sampling.n``."""
     position: PositionSpec = PositionSpec()
     """Position-bias control: swapped orders (pairwise), shuffled lists (listwise)."""
     on_failure: FailureSpec = FailureSpec()
@@ -316,6 +320,7 @@ class JudgeSpec(Strict):
     def _consistent(self) -> JudgeSpec:
         check_checklist_judge(self)
         check_trajectory_judge(self)
+        check_votes(self)
         if self.mode == "rule":
             if self.rule is None:
                 raise ValueError("mode 'rule' needs a rule: {type: numeric-answer|exact-match|regex-format|length|constraints}")

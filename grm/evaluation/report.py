@@ -96,6 +96,8 @@ def cost_rows(m: dict[str, Any]) -> list[dict[str, str]]:
             "gen tok": str(c["generated_tokens"]),
             "seconds": f"{c['seconds']:.2f}",
         }
+        if c.get("votes_skipped"):
+            row["votes skipped"] = str(c["votes_skipped"])
         if u:
             row["server req"] = str(u.get("requests", 0))
             row["server prompt tok"] = str(u.get("prompt_tokens", 0))

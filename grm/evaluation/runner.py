@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ from grm.judges.errors import JudgeError
 from grm.judges.labelled import outcome, samples_for
 from grm.judges.limits import call_limits
 from grm.judges.runtime import build_judge, load
+from grm.judges.types import JudgeResult, Sample
 from grm.run_format import read_row, stamp
 
 
@@ -189,6 +190,20 @@ def past_deadline(judge: Judge, samples: int, seconds: float) -> str | None:
     )
 
 
+def _scorer(judge: Judge, per_item: list[list[Sample]]) -> Callable[[list[Sample]], list[JudgeResult]]:
+    """How a chunk is scored: a pointwise judge sees each item's responses (a pair's two) as one
+    group, so adaptive votes (``votes``) can compare them; other modes score the flat batch."""
+    if judge.spec.mode != "pointwise":
+        return judge.score_batch
+
+    def grouped(_flat: list[Sample]) -> list[JudgeResult]:
+        out = [r for g in judge.score_groups(per_item) for r in g]
+        assert all(r is not None for r in out), "a pointwise judge scores every response"
+        return out  # type: ignore[return-value]
+
+    return grouped
+
+
 def _chunks(items: list[EvalItem], size: int) -> Iterator[list[EvalItem]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -266,7 +281,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
                 flat = [s for ss in per_item for s in ss]
                 t_batch = time.perf_counter()
                 try:
-                    res, cost = costed(judge, judge.score_batch, flat)
+                    res, cost = costed(judge, _scorer(judge, per_item), flat)
                 except JudgeError as e:
                     raise EvalError(f"judge '{judge.spec.name}': {e}") from None
                 late = past_deadline(judge, len(flat), time.perf_counter() - t_batch)

@@ -61,6 +61,9 @@ class GroupPlan:
 
     items: list[Sample]
     regroup: Callable[[list[JudgeResult]], list[list[JudgeResult | None]]]
+    members: list[list[int]] | None = None
+    """The items of each group, where each item is one response of it (judges scoring responses
+    alone): adaptive votes compare a group's rewards. None: items are not responses of a group."""
 
 
 def alone(groups: Sequence[Sequence[Sample]]) -> GroupPlan:
@@ -75,10 +78,18 @@ def alone(groups: Sequence[Sequence[Sample]]) -> GroupPlan:
             k += n
         return out
 
-    return GroupPlan([s for g in groups for s in g], regroup)
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    members = [list(range(start, start + n)) for start, n in zip(starts, sizes, strict=True)]
+    return GroupPlan([s for g in groups for s in g], regroup, members)
 
 
-LATER_FIELDS = {"guard": GuardSpec(), "groups": GroupSpec(), "checklist": None, "trajectory": TrajectoryJudgeSpec()}
+LATER_FIELDS = {
+    "guard": GuardSpec(),
+    "groups": GroupSpec(),
+    "checklist": None,
+    "trajectory": TrajectoryJudgeSpec(),
+    "votes": None,
+}
 """Spec sections added after specs were first hashed, with their defaults: left out of the hash
 while at those defaults, so a spec written before they existed keeps its hash (and ``grm eval``
 resumes); set otherwise (fencing, a group strategy) they change what is judged, and the hash."""

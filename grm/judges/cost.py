@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 
-COUNTS = ("calls", "retries", "prompt_tokens", "cached_tokens", "generated_tokens")
+COUNTS = ("calls", "retries", "prompt_tokens", "cached_tokens", "generated_tokens", "votes_skipped")
 USAGE = ("requests", "retries", "prompt_tokens", "completion_tokens", "server_restarts")
 """The counters an engine with a ``usage`` dict keeps (the openai engine: the server's reply, and
 how often a server it launched was found dead and started again)."""
@@ -43,6 +43,9 @@ class JudgeCost:
     ``cached_tokens``): prompt tokens that cost next to nothing."""
     generated_tokens: int = 0
     """Tokens the judge's model generated."""
+    votes_skipped: int = 0
+    """Critiques fixed voting (``sampling.n`` per view) would have drawn that adaptive votes
+    (``votes``) did not: the items already decided after their first ``votes.first``."""
     seconds: float = 0.0
     """Wall seconds of the judge call(s), measured around them (``costed``); 0 in running totals."""
     usage: dict[str, int] = field(default_factory=dict)

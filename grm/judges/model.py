@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grm.config.judge import JudgeSpec
+from grm.judges.adaptive import undecided
 from grm.judges.base import GroupPlan, Judge, check_samples, hash_spec, provenance, spread_seconds
 from grm.judges.cost import JudgeCost
 from grm.judges.engine_slot import EngineSlot
@@ -58,6 +59,10 @@ class ModelJudge:
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         """One result per sample, in order, with as few engine calls as the mode allows: one for the
         principles of the whole batch, then the sampler's (``CritiqueSampler.sample``)."""
+        return self._score(samples, None)
+
+    def _score(self, samples: Sequence[Sample], members: Sequence[Sequence[int]] | None) -> list[JudgeResult]:
+        """``score_batch``; ``members`` (the items of each group) lets adaptive votes compare a group's responses."""
         t0 = time.perf_counter()
         check_samples(self.spec, samples)
         with self.sampler.keeping_prompts():
@@ -67,7 +72,10 @@ class ModelJudge:
                 requests = [self.prompts.principles_request(s) for s in samples]
                 principles = list(self.sampler.principles(requests, tokens))
             views = self.prompts.views(samples, principles, self.mode.orders, self.sampler.slot.loaded)
-            self.sampler.sample(views, tokens, self.mode)
+            if self.spec.votes is None:
+                self.sampler.sample(views, tokens, self.mode)
+            else:
+                self._adaptive(views, len(samples), tokens, members)
             if self.meta is not None:
                 self._meta_rate(samples, views, tokens)
             results = [
@@ -80,7 +88,26 @@ class ModelJudge:
 
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
         plan = self.mode.group(groups)
-        return plan.regroup(self.score_batch(plan.items) if plan.items else [])  # an empty step loads no model
+        return plan.regroup(self._score(plan.items, plan.members) if plan.items else [])  # an empty step loads no model
+
+    def _adaptive(self, views: list[View], n_items: int, tokens: list[int], members: Sequence[Sequence[int]] | None) -> None:
+        """Adaptive votes: ``votes.first`` critiques of every view, then the rest of ``sampling.n``
+        for the items ``grm.judges.adaptive.undecided`` picks from the first round's results."""
+        votes = self.spec.votes
+        assert votes is not None
+        for v in views:
+            v.n = votes.first
+        self.sampler.sample(views, tokens, self.mode)
+        per_item = by_item(views, n_items)
+        first = [self.mode.combine(vs, 0) for vs in per_item]
+        recs = [[r for v in vs for r in v.records] for vs in per_item]
+        chosen = undecided(votes, self.spec.mode, first, recs, members)
+        extra = [v for i in chosen for v in per_item[i]]
+        for v in extra:
+            v.n = self.spec.sampling.n
+        if extra:
+            self.sampler.more(extra, votes.first, tokens, self.mode)
+        self.cost.votes_skipped += (len(views) - len(extra)) * (self.spec.sampling.n - votes.first)
 
     def result(self, views: list[View], n_responses: int) -> JudgeResult:
         """An item's result from its views' records: the mode's combination, plus the counts."""

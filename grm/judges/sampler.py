@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 from grm.config.judge import JudgeSpec
 from grm.config.parsers import LogprobParser
@@ -22,6 +23,10 @@ from grm.judges.engine_slot import EngineSlot
 from grm.judges.parsers import JudgeParsers, ParsedScore, logprob_candidates, read_candidates
 from grm.judges.types import SampleRecord
 from grm.judges.views import Mode, View, sampling_params
+
+MORE_SEED = 15_485_863
+"""Added to ``sampling.seed`` for adaptive votes' second-round critiques (a prime, apart from the
+retries' offsets)."""
 
 
 def _sent(view: View) -> GenerationRequest:
@@ -94,6 +99,25 @@ class CritiqueSampler:
             # would read the same log-probs again, so only critiques are re-sampled.
             self._retry(views, tokens, mode)
 
+    def more(self, views: list[View], start: int, tokens: list[int], mode: Mode) -> None:
+        """Adaptive votes' second round: critiques ``start`` to ``v.n - 1`` of each view (its first
+        ``start`` are on record), read and retried like the first. They are sampled under their own
+        seed (``sampling.seed`` + ``MORE_SEED``), so they never repeat a first-round critique."""
+        fresh: list[tuple[View, SampleRecord]] = []
+        for n in sorted({v.n - start for v in views}):
+            group = [v for v in views if v.n - start == n]
+            reqs = [replace(_sent(v), seed=self.spec.sampling.seed + MORE_SEED) for v in group]
+            gens = self.metered.generate(reqs, self._sampling(sampling_params(self.spec.sampling, n=n)))
+            for v_idx, v in enumerate(group):
+                for j in range(n):
+                    g = gens[v_idx * n + j]
+                    tokens[v.item] += g.n_tokens
+                    v.records.append(self._record(v, start + j, 0, g, mode))
+                    fresh.append((v, v.records[-1]))
+        if self.logprob is not None:
+            self._read_logprobs(fresh, self.logprob, mode)
+        self._retry(views, tokens, mode, start=start)
+
     def parse(self, mode: Mode, order: list[int], text: str) -> ParsedScore:
         """What one critique says (the prefill put back in front)."""
         return mode.parse(order, (self.spec.prefill or "") + text)
@@ -135,14 +159,20 @@ class CritiqueSampler:
                     tokens[v.item] += g.n_tokens
                     v.records.append(self._record(v, j, 0, g, mode))
 
-    def _retry(self, views: list[View], tokens: list[int], mode: Mode) -> None:
+    def _retry(self, views: list[View], tokens: list[int], mode: Mode, start: int = 0) -> None:
         """Re-sample failed parses with fresh seeds, all failures of a round in one call. With the
         logprob parser a failure is a critique after which a candidate could not be read: the new
-        critique is read again (one log-prob pass per round)."""
+        critique is read again (one log-prob pass per round). Only slots ``start`` and later: the
+        earlier ones had their retries."""
         s = self.spec.sampling
         for attempt in range(1, self.spec.on_failure.retries + 1):
             # Only the latest attempt of a slot is retried; earlier failures stay on record.
-            failed = [(v, r.index) for v in views for r in v.records if r.parsed is None and r.attempt == attempt - 1]
+            failed = [
+                (v, r.index)
+                for v in views
+                for r in v.records
+                if r.parsed is None and r.attempt == attempt - 1 and r.index >= start
+            ]
             if not failed:
                 return
             reqs = []

@@ -229,7 +229,19 @@ class RunDisplay:
             box=None,
             pad_edge=False,
         )
-        for col in ("judge", "reward", "masked", "calls", "retries", "prompt tok", "cached tok", "gen tok", "judge s"):
+        cols = (
+            "judge",
+            "reward",
+            "masked",
+            "calls",
+            "retries",
+            "prompt tok",
+            "cached tok",
+            "gen tok",
+            "votes skipped",
+            "judge s",
+        )
+        for col in cols:
             t.add_column(col, no_wrap=True, justify="left" if col == "judge" else "right")
         masked = m.get("masked_by_judge") or {}
         for name in self.judges:

@@ -58,3 +58,33 @@ def test_eval_records_each_batchs_cost_and_reports_it_per_judge(tmp_path, monkey
     # lines from before cost accounting count nothing, and no table is made of nothing
     old = [{k: v for k, v in ln.items() if k != "cost"} for ln in lines]
     assert "cost" not in compute(old, ["pw"])["judges"]["pw"] and report.cost_rows(compute(old, ["pw"])) == []
+
+
+def test_a_pointwise_judge_with_adaptive_votes_compares_each_pairs_two_responses(tmp_path, monkeypatch):
+    # grm eval on pairs: each pair's two responses are one group, so only the near-tied pair ("5"
+    # and "5") gets the rest of its votes; the clear pair ("9" vs "1") keeps one critique each
+    import re
+
+    from tests.unit.judges.fake_engine import ScriptedEngine
+
+    digit = re.compile(r"A: (\d)")
+    engine = ScriptedEngine(lambda p, j, c: "Score: " + digit.search(p).group(1))
+    monkeypatch.setattr("grm.judges.engine_slot.shared_engine", lambda model, spec: engine)
+    (tmp_path / "t.j2").write_text("{# expects: prompt, response #}Q: {{ prompt }} A: {{ response }}")
+    (tmp_path / "pw.yaml").write_text(
+        "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, range: [0, 10]}\n"
+        "sampling: {n: 3}\nvotes: {first: 1, margin: 0.05}\n"
+    )
+    rows = [
+        {"prompt": "a", "response_a": "9", "response_b": "1", "label": "A"},
+        {"prompt": "b", "response_a": "5", "response_b": "5", "label": "A"},
+    ]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console, **_: extra)  # no plots
+    run(EvalConfig(judges=[str(tmp_path / "pw.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=2))
+    lines = [json.loads(ln) for ln in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert engine.calls == [(4, 1), (2, 2)]
+    m = compute(lines, ["pw"])
+    assert m["judges"]["pw"]["cost"]["votes_skipped"] == 2 * 2
+    (row,) = report.cost_rows(m)
+    assert row["votes skipped"] == "4"

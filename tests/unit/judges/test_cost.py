@@ -54,7 +54,7 @@ def test_pointwise_counts_calls_retries_and_tokens_exactly(tmp_path):
     assert judge.cost.calls == 8
     m = again.metrics("pw")
     assert m["judge_cost/pw/calls"] == 2 and m["judge_cost/pw/generated_tokens"] == 8
-    keys = ("calls", "retries", "prompt_tokens", "cached_tokens", "generated_tokens", "seconds")
+    keys = ("calls", "retries", "prompt_tokens", "cached_tokens", "generated_tokens", "votes_skipped", "seconds")
     assert set(m) == {f"judge_cost/pw/{k}" for k in keys}
 
 

@@ -33,9 +33,9 @@ def metrics(step: int) -> dict:
         "seconds_step": 10.0,
         "reward/helpful": 0.625,
         "reward/math": 0.375,
-        **{f"judge_cost/helpful/{k}": v for k, v in zip(COUNTS, (17, 3, 4321, 3500, 987), strict=True)},
+        **{f"judge_cost/helpful/{k}": v for k, v in zip(COUNTS, (17, 3, 4321, 3500, 987, 6), strict=True)},
         "judge_cost/helpful/seconds": 2.5,
-        **{f"judge_cost/math/{k}": v for k, v in zip(COUNTS, (16, 0, 0, 0, 0), strict=True)},
+        **{f"judge_cost/math/{k}": v for k, v in zip(COUNTS, (16, 0, 0, 0, 0, 0), strict=True)},
         "judge_cost/math/seconds": 0.01,
     }
 
@@ -110,7 +110,7 @@ def test_panel_shows_progress_per_judge_and_replica_and_the_last_steps_cost():
     assert "ETA 0:40" in text  # 10 s per step, 4 steps to go
     # the last step: rewards, masking and each judge's cost
     row = next(ln for ln in text.splitlines() if ln.lstrip("│ ").startswith("helpful"))
-    assert row.strip("│ ").split()[1:9] == ["0.625", "1", "17", "3", "4321", "3500", "987", "2.5"]
+    assert row.strip("│ ").split()[1:10] == ["0.625", "1", "17", "3", "4321", "3500", "987", "6", "2.5"]
     assert "step 1: reward 0.500±0.250  masked 1  kl 0.0012" in text
 
 
