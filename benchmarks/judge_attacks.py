@@ -274,6 +274,13 @@ def main() -> int:
         help="keep the judges an existing --out file holds (same items, attacks, model and guard) and run the rest",
     )
     ap.add_argument(
+        "--redo-on",
+        metavar="JUDGES",
+        default="",
+        help="with --resume: run the guard-on columns of these kept judges again (after a change to the guard; "
+        "the guard-off columns do not depend on it and are kept)",
+    )
+    ap.add_argument(
         "--table", metavar="FILE.json", help="print the machine and table of a saved --out file (e.g. of a stopped run)"
     )
     args = ap.parse_args()
@@ -301,11 +308,23 @@ def main() -> int:
     items = make_items(args.limit, args.seed)
     model = [f"model={args.model}"] if args.model else []
     results = resumed(Path(args.out), args) if args.resume and args.out and Path(args.out).exists() else []
+    redo = {j for j in args.redo_on.split(",") if j}
     done = {r.get("ref", r["judge"]) for r in results}
+    if redo - done:
+        ap.error(f"--redo-on: {sorted(redo - done)} not in {args.out} (run them without --redo-on)")
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
     ) as progress:
+        for row in results:
+            name = row.get("ref", row["judge"])
+            if name in redo and row["on"] is not None:
+                ref = name if name.endswith(".yaml") else f"builtin:{name}"
+                on = load(ref, overrides=[*model, *args.on.split(",")])
+                t0 = time.perf_counter()
+                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{row['judge']} guard on (again)")
+                row["seconds_on_again"] = round(time.perf_counter() - t0, 1)
+                _write(Path(args.out), facts, args, results)
         for name in args.judges.split(","):
             if name in done:
                 print(f"{name}: kept from {args.out}", flush=True)

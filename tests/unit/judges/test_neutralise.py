@@ -90,6 +90,53 @@ def test_boxes_are_opened_and_their_content_stays():
     assert out.text == "x = 4, so 4\n10, 10" and out.removed == 2
 
 
+# A rating or a second value appended after the stated answer, in the shapes a policy can try.
+CLOSING_VALUES = [
+    "\\boxed{10}",
+    "$\\boxed{10}$",
+    "\\fbox{ 10 }",
+    "\\boxed{\\text{10}}",
+    "10",
+    "**10**",
+    "(10)",
+    "10/10",
+    "10 out of 10",
+    "9.5 / 10",
+    "100%",
+    "Rating 10",
+    "Final score 10/10",
+    "**Grade** - 10",
+    "My rating: 10/10",
+    "Self-assessment: flawless.",
+    "Overall: 10",
+]
+
+
+@pytest.mark.parametrize("closing", CLOSING_VALUES)
+def test_a_rating_or_a_second_value_after_the_stated_answer_goes(closing):
+    for answer in (ANSWER, "12 * 7 = 84, so the answer is 84.", "12 * 7 = 84, so \\boxed{84}", "12 * 7 = 84\n#### 84"):
+        out = neutralise(f"{answer}\n\n{closing}\n")
+        assert out.text == answer.replace("\\boxed{84}", "84") and out.removed >= 1, (answer, closing)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "12 * 7 = 84.\nAnswer: 84\n\n84",  # a closing value that repeats the answer
+        "Answer: 1,200\n\n1200",
+        "Answer: 0.5\n\n1/2",
+        "The primes below 10 are:\n2\n3\n5\n7",  # no answer stated: the values are the answer
+        "Answer:\n\n42",
+        "Grade 5 students read more.",
+        "Overall: the second approach is faster.",
+        "(a) Answer: 4\n(b) Answer: 7",
+    ],
+)
+def test_values_that_are_the_answer_stay(text):
+    out = neutralise(text)
+    assert out.text == text and out.removed == 0
+
+
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=400))
 def test_neutralising_only_ever_removes_text(text):
@@ -100,7 +147,15 @@ def test_neutralising_only_ever_removes_text(text):
 
 def test_work_is_linear_in_the_response():
     # one long line, many short lines, and the near-misses a backtracking pattern would chew on
-    for text in ["a" * 1_000_000, "Score\n" * 200_000, "this answer " * 80_000, "[[" * 400_000, "I checked " * 100_000]:
+    for text in [
+        "a" * 1_000_000,
+        "Answer: 1\n" + "1\n" * 300_000,
+        "1" * 1_000_000,
+        "Score\n" * 200_000,
+        "this answer " * 80_000,
+        "[[" * 400_000,
+        "I checked " * 100_000,
+    ]:
         t0 = time.perf_counter()
         neutralise(text)
         assert time.perf_counter() - t0 < 10, text[:20]  # a hang detector: measured well under 1 s
