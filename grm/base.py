@@ -12,12 +12,14 @@ import errno
 import json
 import math
 import os
+import resource
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -383,3 +385,24 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def balanced_partition(sizes: Sequence[int], parts: int) -> list[list[int]]:
+    """Row indices cut into ``parts`` shards of equal count (every rank must run the same number of
+    micro-batches) with balanced token totals: rows by size, largest first, dealt out in a snake
+    (0, 1, ..., p-1, p-1, ..., 0, ...); each shard keeps its rows in their original order. The
+    same ``sizes`` give the same shards on every rank. ``len(sizes)`` must divide by ``parts``."""
+    if len(sizes) % parts:
+        raise ValueError(f"{len(sizes)} rows do not split into {parts} equal shards")
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    shards: list[list[int]] = [[] for _ in range(parts)]
+    for k, i in enumerate(order):
+        lap, pos = divmod(k, parts)
+        shards[pos if lap % 2 == 0 else parts - 1 - pos].append(i)
+    return [sorted(s) for s in shards]
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)

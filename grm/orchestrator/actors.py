@@ -24,13 +24,13 @@ from grm.orchestrator.handles import Placement
 from grm.orchestrator.policy_servers import ServerInfo
 from grm.orchestrator.role_actor import REFERENCE_DTYPE, where
 from grm.orchestrator.rollout_engine import RolloutEngine
-from grm.orchestrator.types import Group, Prepared, Rollout, Synced
+from grm.orchestrator.types import AdvantagePlan, Group, Prepared, Rollout, Synced, Trained
 
 if TYPE_CHECKING:
     from ray import ObjectRef
     from ray.actor import ActorHandle
+    from torch import Tensor
 
-    from grm.algorithms import Algorithm
     from grm.config.pipeline import PipelineSpec
     from grm.config.policy import PolicySpec
     from grm.data.prompts import Prompt
@@ -87,7 +87,6 @@ class PolicyActor:
         self,
         cfg: PipelineSpec,
         policy: PolicySpec,
-        algorithm: Algorithm,
         threads: int,
         with_reference: bool,
         dist: RankOf | None = None,
@@ -113,11 +112,12 @@ class PolicyActor:
         from grm.models.device import role_device
         from grm.models.dtype import resolve_dtype
         from grm.models.loading import load_model
+        from grm.orchestrator.policy_update import algorithm_of
         from grm.training.models import AdapterOffReference, ReferenceModel, ValueModel, value_forward
 
         self.cfg = cfg
         self.policy = policy
-        self.algorithm = algorithm
+        self.algorithm = algorithm = algorithm_of(cfg)  # built here: the driver holds no tensor code
         self.device = role_device(cfg.pools[cfg.policy.pool].gpus)  # DeepSpeed places its own module
         torch.manual_seed(cfg.seed)
         t = cfg.train
@@ -342,13 +342,26 @@ class PolicyActor:
         return batch.with_fields(**fields), time.perf_counter() - t0
 
     # ------------------------------------------------------------- train, sync
-    def train(self, batch: TrainBatch, others: Sequence[ObjectRef[dict[str, float]]] = ()) -> dict[str, float]:
+    def train(
+        self,
+        prepared: Prepared,
+        reference: tuple[Tensor, float] | None,
+        plan: AdvantagePlan,
+        others: Sequence[ObjectRef[Trained]] = (),
+    ) -> Trained:
         """Every optimizer step of one batch (policy, then critic); the engine's version advances by
-        one. Each rank of a group trains its shard of the batch (the trainer picks it)."""
+        one. ``prepared`` and ``reference`` arrive as the refs of the batch pass and of the remote
+        reference's pass (None when colocated): the batch gets its reference log-probs and, from
+        ``plan``, its advantages here, so the tensors never pass through the driver. Each rank of a
+        group gets the whole batch and trains its shard of it (the trainer picks it)."""
         from grm.orchestrator.policy_group import gather_first
-        from grm.orchestrator.policy_update import train_on_batch
+        from grm.orchestrator.policy_update import row_advantages, train_on_batch, with_advantages
         from grm.training.core import MICRO_BATCHES
 
+        batch, seconds = prepared.batch, prepared.seconds
+        if reference is not None:
+            batch, seconds = batch.with_fields(ref_logprobs=reference[0]), seconds + reference[1]
+        batch, stats, per_turn = with_advantages(self.algorithm, batch, plan)
         t0 = time.perf_counter()
         MICRO_BATCHES.reset()
         self.cores.take_peak()
@@ -360,7 +373,8 @@ class PolicyActor:
         metrics["train_seconds"] = time.perf_counter() - t0
         # what this call ran with: sync, the node's cores; async, its share plus any cores lent while it ran
         metrics["threads_training"] = self.cores.take_peak()
-        return _gather(metrics, others, gather_first)
+        trained = Trained(metrics, row_advantages(batch), stats, per_turn, seconds)
+        return _gather(trained, others, gather_first)
 
     @ray.method(concurrency_group="progress")
     def train_progress(self) -> tuple[int, int | None]:

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+from grm.base import peak_rss_mb
 from grm.config.pipeline import PipelineSpec
 from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import prompt_stream
@@ -27,13 +28,12 @@ from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
 from grm.orchestrator.judge_cache import open_caches
 from grm.orchestrator.judge_prompts import judge_training_prompts
 from grm.orchestrator.live import RunDisplay
-from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
 from grm.orchestrator.recorder import Recorder
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 from grm.orchestrator.step_rows import sample_rows, step_metrics
-from grm.orchestrator.types import Group, StepOutcome, StepWork, rollouts_of
+from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, StepWork, Trained, rollouts_of
 
 
 def early_batch_pass(cfg: PipelineSpec) -> bool:
@@ -50,11 +50,10 @@ class Driver:
         import ray
 
         self.cfg, self.recorder, self.ray = loaded.spec, recorder, ray
-        self.algorithm = algorithm_of(self.cfg)
         made = judge_training_prompts(self.cfg.data) if self.cfg.data.judge_prompts else None
         self.stream = prompt_stream(self.cfg, [j.spec for j in loaded.judges], made)  # a bad row fails before any actor
         self.canaries = Canaries.load(loaded)  # labelled sets read now: a bad file fails before Ray starts
-        self.roles = place_roles(loaded, self.algorithm, address)
+        self.roles = place_roles(loaded, address)
         self.placement = self.roles.placement()
         recorder.write_placement(self.placement)
         self.watch = NodeWatch(ray, self.placement)
@@ -101,12 +100,11 @@ class Driver:
                 if s.work.prepared is None:
                     self.scheduler.prepare(s.work, rollouts_of(s.groups))  # batch pass over the final groups
                 show.set_phase("reference")
-                prepared = self.scheduler.prepared(s.work)  # reference + values
-                s.reference_s = prepared.seconds
-                credit = self.cfg.env.credit if self.cfg.env is not None else "episode"
-                s.batch, s.advantage_stats = with_advantages(self.algorithm, prepared.batch, s.groups, s.version, credit)
+                self.scheduler.prepared(s.work)  # reference + values, left in the actors' object store
                 show.set_phase("training")
-                s.train = self.scheduler.wait(policy.train.remote(s.batch))  # train
+                plan = AdvantagePlan.of(s.groups, s.version, self.cfg.env.credit if self.cfg.env is not None else "episode")
+                trained = self.scheduler.wait(policy.train.remote(s.work.prepared, s.work.reference, plan))  # train
+                self.trained(s, trained)
                 show.set_phase("weight sync")
                 synced = ray.get(policy.sync.remote())  # weight sync
                 self.version, s.sync_s, s.sync_by_disk = synced.version, synced.seconds, synced.by_disk
@@ -114,14 +112,15 @@ class Driver:
                 now = time.perf_counter()
                 s.seconds, t_prev = now - t_prev, now
                 metrics = step_metrics(s)
-                self.recorder.log_step(metrics, sample_rows(step, s.groups, row_advantages(s.batch)))
+                metrics["driver_peak_rss_mb"] = peak_rss_mb()  # this process: it holds no model and no tensor
+                self.recorder.log_step(metrics, sample_rows(step, s.groups, s.advantages))
                 if self.anchors is not None:  # trained and logged: later steps may compare with its answers
                     remember(self.anchors, step + 1, s.groups)
                 self.scheduler.trained()
                 show.done(metrics)
-                if metrics["masked"] > cfg.faults.max_masked_fraction * len(s.batch):
+                if metrics["masked"] > cfg.faults.max_masked_fraction * s.rows:
                     raise RunError(
-                        f"step {step + 1}: {metrics['masked']} of {len(s.batch)} samples masked (> faults."
+                        f"step {step + 1}: {metrics['masked']} of {s.rows} samples masked (> faults."
                         f"max_masked_fraction {cfg.faults.max_masked_fraction}); by judge: {metrics['masked_by_judge']}"
                     )
                 if cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and step + 1 < cfg.train.steps:
@@ -147,6 +146,15 @@ class Driver:
         self.recorder.write_report()
         self.recorder.close()
         return self.recorder.path
+
+    @staticmethod
+    def trained(s: StepOutcome, trained: Trained) -> None:
+        """The training call's results into the step's outcome (process credit onto its episodes)."""
+        s.train, s.advantages, s.advantage_stats = trained.metrics, trained.advantages, trained.advantage_stats
+        s.reference_s, s.rows = trained.prepare_seconds, len(trained.advantages)
+        for r in rollouts_of(s.groups):
+            if r.id in trained.turn_credit:
+                r.turn_credit = trained.turn_credit[r.id]
 
     def rewards(self, groups: list[Group]) -> dict[str, Any]:
         return reward_groups(groups, self.weights, self.required, self.cfg.algorithm)  # overlong penalty, length control

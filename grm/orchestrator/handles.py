@@ -24,8 +24,7 @@ if TYPE_CHECKING:
     from grm.data.prompts import Prompt
     from grm.orchestrator.ckpt_transfer import Shipped
     from grm.orchestrator.health import RoleLost
-    from grm.orchestrator.types import Group, Prepared, Rollout, Synced
-    from grm.training import TrainBatch
+    from grm.orchestrator.types import AdvantagePlan, Group, Prepared, Rollout, Synced, Trained
 
 T = TypeVar("T")
 
@@ -48,8 +47,15 @@ class PrepareCall(Protocol):
 
 
 class TrainCall(Protocol):
-    def remote(self, batch: TrainBatch, /) -> ObjectRef[dict[str, float]]:
-        """Every optimizer step of one batch; the trainer's metrics."""
+    def remote(
+        self,
+        prepared: ObjectRef[Prepared],
+        reference: ObjectRef[tuple[Tensor, float]] | None,
+        plan: AdvantagePlan,
+        /,
+    ) -> ObjectRef[Trained]:
+        """Every optimizer step of the batch a ``prepare`` call made (its ref, and the remote
+        reference's), advantages from ``plan``: the metrics and per-row advantages."""
         ...
 
 

@@ -49,9 +49,14 @@ class NodeWatch:
 
     def get(self, ref: Any, wait_s: float = 5.0) -> Any:
         """``ray.get(ref)`` that gives up with ``RoleLost`` when a node hosting roles dies meanwhile."""
+        self.wait(ref, wait_s)
+        return self.ray.get(ref)
+
+    def wait(self, ref: Any, wait_s: float = 5.0) -> None:
+        """Until ``ref`` is ready (an actor's error included), not fetching it; ``RoleLost`` when a
+        node hosting roles dies meanwhile."""
         while not self.ray.wait([ref], timeout=wait_s)[0]:
             self.check()
-        return self.ray.get(ref)
 
 
 def actor_lost(error: Exception, roles: Any, placement: dict[str, dict[str, Any]]) -> RoleLost:

@@ -2,7 +2,7 @@
 policy's pool, joined in one torch.distributed group (gloo on CPU, NCCL on GPUs) that DeepSpeed's
 ZeRO data parallelism runs over.
 
-The driver and scheduler see one handle with the actor's methods: ``group.train.remote(batch)``
+The driver and scheduler see one handle with the actor's methods: ``group.train.remote(...)``
 returns one Ray ref, so a 1-rank and an N-rank run take the same code path. Work is split so that
 N ranks reproduce one:
 
@@ -68,7 +68,7 @@ class GroupMethod:
         if self.group.ranks > 1:  # one copy in the object store for every rank (a batch is large)
             import ray
 
-            args = tuple(ray.put(a) for a in args)
+            args = tuple(a if a is None or isinstance(a, ray.ObjectRef) else ray.put(a) for a in args)
         return self.group.call(self.name, [args] * self.group.ranks)
 
 
@@ -182,7 +182,7 @@ def split_rollout(
 def split_prepare(ranks: int, rollouts: Sequence[Rollout]) -> list[tuple[list[Rollout], list[int]]]:
     """Rollouts cut into ``ranks`` equal shards balanced by tokens; each shard carries the rollouts'
     positions so rank 0 can put the batch back in order."""
-    from grm.training.batch import balanced_partition
+    from grm.base import balanced_partition
 
     sizes = [len(r.prompt_ids) + len(r.token_ids or [0]) for r in rollouts]
     shards = balanced_partition(sizes, ranks)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grm.algorithms import Algorithm, PolicyLoss, build_algorithm
 from grm.config.pipeline import PipelineSpec
-from grm.orchestrator.types import Group
+from grm.orchestrator.types import AdvantagePlan
 from grm.training import TrainBatch, TrainerBackend
 from grm.training.core import mean_metrics
 
@@ -63,39 +63,35 @@ def train_on_batch(
 
 
 def with_advantages(
-    algorithm: Algorithm, batch: TrainBatch, groups: list[Group], version: int, credit: str = "episode"
-) -> tuple[TrainBatch, dict[str, float]]:
+    algorithm: Algorithm, batch: TrainBatch, plan: AdvantagePlan
+) -> tuple[TrainBatch, dict[str, float], dict[str, list[float]]]:
     """The batch with ``advantages`` (+ ``returns`` for PPO), ``stale`` and ``valid`` per row, each
-    row's reward and group found by its sample id. The KL in the reward uses the trainer's old
-    log-probs; for the logged KL (KL in the loss) the rollout engine's log-probs stand in.
-    ``credit: process`` (``env.credit``): token-level advantages that spare an episode's turns
-    before the first faulty turn a judge named (``grm.orchestrator.episodes.process_credit``)."""
+    row's reward and group found by its sample id in ``plan``; the advantage statistics; and, for
+    ``credit: process`` (``env.credit``), each credited episode's per-turn credit. The KL in the
+    reward uses the trainer's old log-probs; for the logged KL (KL in the loss) the rollout engine's
+    log-probs stand in. Process credit: token-level advantages that spare an episode's turns before
+    the first faulty turn a judge named (``grm.orchestrator.episodes.process_credit``)."""
     import torch
 
-    reward_of = {r.id: x for g in groups for r, x in zip(g.rollouts, g.rewards, strict=True)}
-    group_of = {r.id: i for i, g in enumerate(groups) for r in g.rollouts}
-    version_of = {r.id: r.version for g in groups for r in g.rollouts}
-    rewards = torch.tensor([reward_of[i] for i in batch.ids], dtype=torch.float32)
-    group_ids = torch.tensor([group_of[i] for i in batch.ids])
+    rewards = torch.tensor([plan.rewards[i] for i in batch.ids], dtype=torch.float32)
+    group_ids = torch.tensor([plan.groups[i] for i in batch.ids])
     current = batch["old_logprobs"] if "old_logprobs" in batch.fields else batch["behaviour_logprobs"]
     kl = algorithm.loss.token_kl(current, batch["ref_logprobs"], batch.loss_mask) if algorithm.loss.kl_coef > 0 else None
     out = algorithm.advantages(rewards, group_ids, batch.loss_mask, kl, batch.fields.get("old_values"))
     advantages = out.advantages
-    if credit == "process":
+    per_turn: dict[str, list[float]] = {}
+    if plan.credit == "process":
         from grm.orchestrator.episodes import process_credit
 
-        advantages, per_turn = process_credit(advantages, batch.loss_mask, batch.ids, groups)
-        for g in groups:
-            for r in g.rollouts:
-                r.turn_credit = per_turn.get(r.id)
+        advantages, per_turn = process_credit(advantages, batch.loss_mask, batch.ids, plan.episodes or [])
     fields = {
         "advantages": advantages,
         "valid": (~torch.isnan(rewards)).float(),
-        "stale": torch.tensor([version_of[i] < version for i in batch.ids], dtype=torch.float32),
+        "stale": torch.tensor([plan.versions[i] < plan.version for i in batch.ids], dtype=torch.float32),
     }
     if out.returns is not None:
         fields["returns"] = out.returns
-    return batch.with_fields(**fields), out.stats
+    return batch.with_fields(**fields), out.stats, per_turn
 
 
 def row_advantages(batch: TrainBatch) -> dict[str, float]:

@@ -101,11 +101,10 @@ class Recorder:
     def tensorboard(self) -> Any:
         if self._tb is None:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                self._tb = Scalars(self.path / "tensorboard")
             except ImportError:  # tensorboard is in the [train] extra
                 self._tb = False
                 return None
-            self._tb = SummaryWriter(str(self.path / "tensorboard"))
         return self._tb or None
 
     def truncate_after(self, step: int) -> None:
@@ -258,6 +257,29 @@ class Recorder:
         if self.wandb is not None:
             self.wandb.close()
             self.wandb = None
+
+
+class Scalars:
+    """TensorBoard scalars through tensorboard's own event writer: what torch's ``SummaryWriter``
+    does inside, without torch in the driver."""
+
+    def __init__(self, directory: Path) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.writer = EventFileWriter(str(directory))
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self.writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 # --------------------------------------------------------------------------- what a step records

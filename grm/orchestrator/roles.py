@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from ray import ObjectRef
     from ray.actor import ActorHandle
 
-    from grm.algorithms import Algorithm
     from grm.judges.base import Judge
     from grm.orchestrator.policy_group import PolicyGroup
 
@@ -129,7 +128,6 @@ def started(ray: ModuleType, refs: dict[str, ObjectRef[Placement]]) -> dict[str,
 def start_policy(
     cfg: PipelineSpec,
     loaded: LoadedPipeline,
-    algorithm: Algorithm,
     pool: Pool,
     with_reference: bool,
     solo: dict[str, int],
@@ -141,7 +139,7 @@ def start_policy(
     from grm.orchestrator.actors import PolicyActor, RankOf, rendezvous
     from grm.orchestrator.policy_group import PolicyGroup
 
-    args = (cfg, loaded.policy, algorithm)
+    args = (cfg, loaded.policy)
     hf = loaded.policy.engine.type == "hf"
     if pool.ranks == 1:
         threads = solo.get("policy", pool.threads)
@@ -180,7 +178,7 @@ def connected(group: PolicyGroup, loaded: LoadedPipeline) -> PolicyGroup:
     return group
 
 
-def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | None) -> Roles:
+def place_roles(loaded: LoadedPipeline, address: str | None) -> Roles:
     """Start (or join) Ray, reserve every pool and start each role's actor in its pool."""
     from grm.judges import build_judge
     from grm.orchestrator.env_workers import start_env_workers
@@ -194,7 +192,7 @@ def place_roles(loaded: LoadedPipeline, algorithm: Algorithm, address: str | Non
     remote_ref = cfg.reference is not None and cfg.reference.pool != cfg.policy.pool
     with_ref = cfg.reference is not None and not remote_ref
     envs = start_env_workers(cfg.env, pools[cfg.env.pool]) if cfg.env is not None and cfg.env.pool is not None else []
-    policy = start_policy(cfg, loaded, algorithm, pools[cfg.policy.pool], with_ref, solo, shares, envs)
+    policy = start_policy(cfg, loaded, pools[cfg.policy.pool], with_ref, solo, shares, envs)
     ref_args = (loaded.policy.model, cfg.train.micro_batch_size)
     # a reference on a judge's pool lives in that judge's actor (see Pool.processes)
     host = next((j for j in loaded.judges if remote_ref and j.spec.mode != "rule" and j.role.pool == cfg.reference.pool), None)  # type: ignore[union-attr]

@@ -40,7 +40,7 @@ from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.judge_cache import JudgeCache
 from grm.orchestrator.live import NoProgress, StepProgress
 from grm.orchestrator.roles import JudgeHandle, Roles
-from grm.orchestrator.types import Group, JudgeCall, Judged, Prepared, Replica, Rollout, StepWork, rollouts_of
+from grm.orchestrator.types import Group, JudgeCall, Judged, Replica, Rollout, StepWork, rollouts_of
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -216,22 +216,24 @@ class Scheduler:
         ref = self.roles.reference
         work.reference = ref.logprobs.remote(work.prepared) if ref is not None else None
 
-    def prepared(self, work: StepWork) -> Prepared:
-        """The batch with reference log-probs and values, and the seconds of those passes. The last
-        point where a stop is honoured before the step trains: a step whose rollouts and judgments
-        all landed within one wait would otherwise train (and, as the last step, end the run) after
-        the signal."""
+    def prepared(self, work: StepWork) -> None:
+        """Wait for the batch pass (and the remote reference's pass) without fetching them: their
+        tensors go from the actors' object store to the training call, never through this process.
+        The last point where a stop is honoured before the step trains: a step whose rollouts and
+        judgments all landed within one wait would otherwise train (and, as the last step, end the
+        run) after the signal."""
         if self.stop_requested:  # before waiting: nothing of it will be trained
             raise Interrupted()
         assert work.prepared is not None, "prepared() before prepare()"
-        get = self.watch.get if self.watch is not None else self.ray.get
-        out = get(work.prepared)
-        if work.reference is not None:
-            ref_lp, ref_s = get(work.reference)  # a reference on a judge's pool: its node may go
-            out = Prepared(out.batch.with_fields(ref_logprobs=ref_lp), out.seconds + ref_s)
+        for ref in (work.prepared, work.reference):
+            if ref is None:
+                continue
+            if self.watch is not None:
+                self.watch.wait(ref)  # a reference on a judge's pool: its node may go
+            else:
+                self.ray.wait([ref], num_returns=1)
         if self.stop_requested:
             raise Interrupted()
-        return out
 
     def wait(self, ref: ObjectRef[T]) -> T:
         """``ray.get(ref)`` of a training call that meanwhile hands the chunks of queued (async) steps

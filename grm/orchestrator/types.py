@@ -232,6 +232,51 @@ class Prepared:
 
 
 @dataclass
+class AdvantagePlan:
+    """What the policy needs besides its prepared batch to give each row an advantage, as plain data:
+    the driver sends it with the training call and never holds a tensor (``PolicyActor.train``)."""
+
+    rewards: dict[str, float]
+    """Sample id -> its reward (NaN: masked)."""
+    groups: dict[str, int]
+    """Sample id -> its group's index in the step."""
+    versions: dict[str, int]
+    """Sample id -> the policy version that sampled it."""
+    version: int
+    """The policy version the step trains from: older samples are stale."""
+    credit: Literal["episode", "process"] = "episode"
+    """``env.credit``; ``process`` needs the judged groups themselves (their first faulty turns)."""
+    episodes: list[Group] | None = None
+    """The step's groups, for ``credit: process`` only."""
+
+    @classmethod
+    def of(cls, groups: list[Group], version: int, credit: Literal["episode", "process"] = "episode") -> AdvantagePlan:
+        return cls(
+            rewards={r.id: x for g in groups for r, x in zip(g.rollouts, g.rewards, strict=True)},
+            groups={r.id: i for i, g in enumerate(groups) for r in g.rollouts},
+            versions={r.id: r.version for g in groups for r in g.rollouts},
+            version=version,
+            credit=credit,
+            episodes=groups if credit == "process" else None,
+        )
+
+
+@dataclass
+class Trained:
+    """What training one batch left (``PolicyActor.train``), tensors kept in the actor."""
+
+    metrics: dict[str, float]
+    """The trainer's metrics (``train_seconds`` among them)."""
+    advantages: dict[str, float]
+    """Sample id -> its advantage (token-level ones: the mean over its response tokens)."""
+    advantage_stats: dict[str, float]
+    turn_credit: dict[str, list[float]]
+    """``credit: process``: sample id -> per-turn credit (``process_credit``); empty otherwise."""
+    prepare_seconds: float
+    """Seconds of the batch pass and the remote reference's pass."""
+
+
+@dataclass
 class Synced:
     """What a weight sync left (``PolicyActor.sync``): the rollout engine's policy version, and the
     seconds the push took (0 when the engine shares the trainer's module)."""
@@ -261,8 +306,10 @@ class StepOutcome:
     """Dynamic filtering's statistics (``groups_kept_informative``, ``refill_rounds``); empty when off."""
     reference_s: float = 0.0
     """Seconds of the batch pass (and the remote reference's pass)."""
-    batch: TrainBatch | None = None
-    """The training batch, with advantages."""
+    rows: int = 0
+    """Rows of the training batch."""
+    advantages: dict[str, float] = field(default_factory=dict)
+    """Sample id -> its advantage (``Trained.advantages``)."""
     advantage_stats: dict[str, float] = field(default_factory=dict)
     train: dict[str, float] = field(default_factory=dict)
     """The trainer's metrics (``train_seconds`` among them)."""

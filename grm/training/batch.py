@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
+from grm.base import balanced_partition
 from grm.models.device import to_cpu
 from grm.models.weights import token_logprobs
 
@@ -170,21 +171,6 @@ def first_target(loss_mask: Tensor) -> int:
     """The first column of ``loss_mask`` [B, L-1] that any row trains on (0 if none)."""
     cols = loss_mask.any(0).nonzero()
     return int(cols[0]) if len(cols) else 0
-
-
-def balanced_partition(sizes: Sequence[int], parts: int) -> list[list[int]]:
-    """Row indices cut into ``parts`` shards of equal count (every rank must run the same number of
-    micro-batches) with balanced token totals: rows by size, largest first, dealt out in a snake
-    (0, 1, ..., p-1, p-1, ..., 0, ...); each shard keeps its rows in their original order. The
-    same ``sizes`` give the same shards on every rank. ``len(sizes)`` must divide by ``parts``."""
-    if len(sizes) % parts:
-        raise ValueError(f"{len(sizes)} rows do not split into {parts} equal shards")
-    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-    shards: list[list[int]] = [[] for _ in range(parts)]
-    for k, i in enumerate(order):
-        lap, pos = divmod(k, parts)
-        shards[pos if lap % 2 == 0 else parts - 1 - pos].append(i)
-    return [sorted(s) for s in shards]
 
 
 def concat_batches(batches: Sequence[TrainBatch], pad_id: int = 0) -> TrainBatch:

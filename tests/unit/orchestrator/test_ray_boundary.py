@@ -113,14 +113,16 @@ def test_the_checker_itself_catches_any_and_a_missing_annotation():
 )
 def test_each_call_of_the_policy_handle_matches_the_actor_method_it_reaches(member, method):
     """``policy.NAME.remote(args)`` takes the actor method's leading parameters (the group adds
-    ``positions`` and ``others`` itself) and its ref holds what the method returns."""
+    ``positions`` and ``others`` itself; a parameter the call passes as ``ObjectRef[X]`` arrives
+    as ``X``, Ray resolving it) and its ref holds what the method returns."""
     from grm.orchestrator import handles
     from grm.orchestrator.actors import PolicyActor
 
     protocol = getattr(handles, handles.PolicyHandle.__annotations__[member])
     call = inspect.signature(protocol.remote)
     actor = inspect.signature(own_methods(actor_class(PolicyActor))[method])
-    want = [(p.name, p.annotation) for p in call.parameters.values() if p.name != "self"]
+    resolved = re.compile(r"^ObjectRef\[(.*)\]( \| None)?$")
+    want = [(p.name, resolved.sub(r"\1\2", p.annotation)) for p in call.parameters.values() if p.name != "self"]
     have = [(p.name, p.annotation) for p in actor.parameters.values() if p.name != "self"][: len(want)]
     assert want == have
     assert call.return_annotation == f"ObjectRef[{actor.return_annotation}]"
