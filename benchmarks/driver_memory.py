@@ -36,7 +36,9 @@ SMALL = [
 ]
 WRAPPER = (
     "import atexit, resource, sys\n"
-    "atexit.register(lambda: print('DRIVER', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'torch' in sys.modules, flush=True))\n"
+    "def report():\n"
+    "    print('DRIVER', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'torch' in sys.modules, flush=True)\n"
+    "atexit.register(report)\n"
     "from grm.cli import main\n"
     "sys.exit(main())\n"
 )
@@ -73,7 +75,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="driver-memory-") as tmp:
         for rep in range(args.repeats):
             for name, tree in systems.items():
-                got = run_once(tree, args.pipeline, args.steps, args.overrides, Path(tmp) / f"{rep}-{len(rows[name])}-{tree is None}")
+                out = Path(tmp) / f"{rep}-{len(rows[name])}-{tree is None}"
+                got = run_once(tree, args.pipeline, args.steps, args.overrides, out)
                 rows[name].append(got)
                 print(f"{name}, repeat {rep + 1}: {json.dumps(got)}", flush=True)
     print(f"\n{args.pipeline}, {args.steps} steps, {args.repeats} repeat(s); medians")
