@@ -103,17 +103,7 @@ class CritiqueSampler:
         """Adaptive votes' second round: critiques ``start`` to ``v.n - 1`` of each view (its first
         ``start`` are on record), read and retried like the first. They are sampled under their own
         seed (``sampling.seed`` + ``MORE_SEED``), so they never repeat a first-round critique."""
-        fresh: list[tuple[View, SampleRecord]] = []
-        for n in sorted({v.n - start for v in views}):
-            group = [v for v in views if v.n - start == n]
-            reqs = [replace(_sent(v), seed=self.spec.sampling.seed + MORE_SEED) for v in group]
-            gens = self.metered.generate(reqs, self._sampling(sampling_params(self.spec.sampling, n=n)))
-            for v_idx, v in enumerate(group):
-                for j in range(n):
-                    g = gens[v_idx * n + j]
-                    tokens[v.item] += g.n_tokens
-                    v.records.append(self._record(v, start + j, 0, g, mode))
-                    fresh.append((v, v.records[-1]))
+        fresh = self._critiques(views, tokens, mode, start, self.spec.sampling.seed + MORE_SEED)
         if self.logprob is not None:
             self._read_logprobs(fresh, self.logprob, mode)
         self._retry(views, tokens, mode, start=start)
@@ -148,16 +138,23 @@ class CritiqueSampler:
         now = parse(prefill + text).value
         return now is not None and len(text) > 2 and parse(prefill + text[:-2]).value == now
 
-    def _critiques(self, views: list[View], tokens: list[int], mode: Mode) -> None:
-        """All critiques of the batch: one generate call per distinct n (usually one)."""
-        for n in sorted({v.n for v in views}):
-            group = [v for v in views if v.n == n]
-            gens = self.metered.generate([_sent(v) for v in group], self._sampling(sampling_params(self.spec.sampling, n=n)))
+    def _critiques(
+        self, views: list[View], tokens: list[int], mode: Mode, start: int = 0, seed: int | None = None
+    ) -> list[tuple[View, SampleRecord]]:
+        """Critiques ``start`` to ``v.n - 1`` of every view, one generate call per distinct count
+        (usually one), under ``seed`` when given (else each view's own); the new records."""
+        fresh: list[tuple[View, SampleRecord]] = []
+        for n in sorted({v.n - start for v in views}):
+            group = [v for v in views if v.n - start == n]
+            reqs = [_sent(v) if seed is None else replace(_sent(v), seed=seed) for v in group]
+            gens = self.metered.generate(reqs, self._sampling(sampling_params(self.spec.sampling, n=n)))
             for v_idx, v in enumerate(group):
                 for j in range(n):
                     g = gens[v_idx * n + j]
                     tokens[v.item] += g.n_tokens
-                    v.records.append(self._record(v, j, 0, g, mode))
+                    v.records.append(self._record(v, start + j, 0, g, mode))
+                    fresh.append((v, v.records[-1]))
+        return fresh
 
     def _retry(self, views: list[View], tokens: list[int], mode: Mode, start: int = 0) -> None:
         """Re-sample failed parses with fresh seeds, all failures of a round in one call. With the
