@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from grm.config.policy import PolicySpec
     from grm.data.prompts import Prompt
     from grm.orchestrator.episodes import EpisodeRollout
-    from grm.training import TrainBatch, TrainerBackend
+    from grm.training import TrainBatch
     from grm.training.distributed import RankFailure
 
 T = TypeVar("T")
@@ -112,12 +112,12 @@ class PolicyActor:
         from grm.models.device import role_device
         from grm.models.dtype import resolve_dtype
         from grm.models.loading import load_model
+        from grm.orchestrator.policy_models import build_models
         from grm.orchestrator.policy_update import algorithm_of
-        from grm.training.models import AdapterOffReference, ReferenceModel, ValueModel, value_forward
 
         self.cfg = cfg
         self.policy = policy
-        self.algorithm = algorithm = algorithm_of(cfg)  # built here: the driver holds no tensor code
+        self.algorithm = algorithm_of(cfg)  # built here: the driver holds no tensor code
         self.device = role_device(cfg.pools[cfg.policy.pool].gpus)  # DeepSpeed places its own module
         torch.manual_seed(cfg.seed)
         t = cfg.train
@@ -127,32 +127,8 @@ class PolicyActor:
         self.shared = rollout_dtype == "fp32" and t.backend.type == "torch" and t.lora is None
         ranks = dist[1] if dist else 1
         self.rollout_engine = RolloutEngine(policy, self.rank, ranks, self.device, self.tok, train_model, self.shared)
-        # one optimizer step per mini-batch: the trainers are built for the mini-batch size
-        batch = cfg.algorithm.prompts_per_step * cfg.algorithm.group_size // algorithm.mini_batches
-        common = dict(
-            lr=t.lr,
-            micro_batch_size=t.micro_batch_size,
-            max_grad_norm=t.max_grad_norm,
-            warmup_steps=t.warmup_steps * algorithm.steps_per_batch,
-            total_steps=t.steps * algorithm.steps_per_batch,
-            schedule=t.lr_schedule,
-        )
-        if t.lora is not None:
-            from grm.models.lora import wrap
-
-            train_model = wrap(train_model, t.lora)
-        self.trainer = self._trainer(train_model, batch, common, entropy=True)
-        self.reference: ReferenceModel | AdapterOffReference | None = None
-        if with_reference and t.lora is not None:  # the base model is the trainer's own, adapters off
-            self.reference = AdapterOffReference(self.trainer.module, micro_batch_size=t.micro_batch_size)
-        elif with_reference:
-            self.reference = ReferenceModel(
-                policy.model, dtype=REFERENCE_DTYPE, micro_batch_size=t.micro_batch_size, device=self.device
-            )
-        self.critic = critic = None
-        if algorithm.needs_critic:
-            critic = ValueModel.from_pretrained(policy.model, "fp32")
-            self.critic = self._trainer(critic, batch, {**common, "lr": cfg.algorithm.critic_lr}, forward=value_forward)
+        models = build_models(cfg, policy, self.algorithm, train_model, self.device, with_reference)
+        self.trainer, self.reference, self.critic = models.trainer, models.reference, models.critic
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         self.episode_rollout: EpisodeRollout | None = None
         """Runs the episodes of an ``env:`` pipeline, made on the first rollout."""
@@ -160,7 +136,7 @@ class PolicyActor:
             train_model,
             getattr(self.engine, "model", None),
             getattr(self.reference, "module", None),
-            critic,
+            models.critic_module,
         )
 
     @property
@@ -175,25 +151,6 @@ class PolicyActor:
     def connect_servers(self, servers: Sequence[ServerInfo]) -> None:
         """(rank 0) The rollout engine over every rank's launched servers, in replica order."""
         self.rollout_engine.connect(servers)
-
-    def _trainer(self, module: Any, batch: int, common: dict[str, Any], **kw: Any) -> TrainerBackend:
-        b = self.cfg.train.backend
-        if b.type == "deepspeed":
-            from grm.training.deepspeed_backend import DeepSpeedTrainer
-
-            return DeepSpeedTrainer(
-                module,
-                global_batch_size=batch,
-                zero_stage=b.zero_stage,
-                dtype=b.dtype,
-                extra_config=b.deepspeed_config,
-                collective_timeout_s=b.collective_timeout_s,
-                **common,
-                **kw,
-            )
-        from grm.training.torch_backend import TorchTrainer
-
-        return TorchTrainer(module, device=self.device, **common, **kw)
 
     @contextmanager
     def _model(self) -> Iterator[None]:
