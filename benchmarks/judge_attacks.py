@@ -281,15 +281,26 @@ def main() -> int:
         "the guard-off columns do not depend on it and are kept)",
     )
     ap.add_argument(
-        "--table", metavar="FILE.json", help="print the machine and table of a saved --out file (e.g. of a stopped run)"
+        "--redo-attacks",
+        metavar="ATTACKS",
+        default="",
+        help="with --redo-on: only these attacks' guard-on rows (and none's, the shifts' base); default: every attack",
+    )
+    ap.add_argument(
+        "--table",
+        metavar="FILE.json",
+        help="print the machine and table of a saved --out file (e.g. of a stopped run); --judges and --attacks pick rows",
     )
     args = ap.parse_args()
     if args.table:
         saved = json.loads(Path(args.table).read_text())
         print(json.dumps(saved["machine"]))
         on = saved["args"].get("on", "guard.fence=true")
-        print(f"(from {args.table}: {len(saved['results'])} judge(s), --limit {saved['args']['limit']}, guard on: {on})")
-        print(table(saved["results"], [a for a in ATTACKS if a in saved["args"]["attacks"].split(",") or a == "none"]))
+        wanted_judges, wanted_attacks = set(args.judges.split(",")), set(args.attacks.split(","))
+        rows = [r for r in saved["results"] if r.get("ref", r["judge"]) in wanted_judges]
+        shown = [a for a in ATTACKS if (a in saved["args"]["attacks"].split(",") and a in wanted_attacks) or a == "none"]
+        print(f"(from {args.table}: {len(rows)} judge(s), --limit {saved['args']['limit']}, guard on: {on})")
+        print(table(rows, shown))
         return 0
 
     facts = machine()
@@ -322,7 +333,9 @@ def main() -> int:
                 ref = name if name.endswith(".yaml") else f"builtin:{name}"
                 on = load(ref, overrides=[*model, *args.on.split(",")])
                 t0 = time.perf_counter()
-                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{row['judge']} guard on (again)")
+                picked = [a for a in args.redo_attacks.split(",") if a and a != "none"]
+                again = ["none", *picked] if picked else attacks
+                row["on"].update(run_judge(on, items, again, args.batch_size, progress, f"{row['judge']} guard on (again)"))
                 row["seconds_on_again"] = round(time.perf_counter() - t0, 1)
                 _write(Path(args.out), facts, args, results)
         for name in args.judges.split(","):
