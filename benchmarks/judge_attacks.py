@@ -314,6 +314,8 @@ def main() -> int:
     unknown = [a for a in attacks if a not in ATTACKS]
     if unknown:
         ap.error(f"unknown attack(s) {unknown}; known: {', '.join(ATTACKS)}")
+    if [a for a in args.redo_attacks.split(",") if a and a not in attacks]:
+        ap.error(f"--redo-attacks: each must be one of --attacks ({', '.join(attacks)})")
     if "none" not in attacks:
         attacks.insert(0, "none")  # the shift is measured against it
     items = make_items(args.limit, args.seed)
