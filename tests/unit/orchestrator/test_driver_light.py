@@ -97,3 +97,22 @@ print('torch' in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split()[-1] == "False", out.stdout + out.stderr
+
+
+def test_the_policy_turns_a_plan_into_advantages_by_sample_id_whatever_the_batch_order():
+    """``with_advantages`` (run in the policy actor) finds each row's reward, group and version by
+    its id: GRPO advantages within each group, masked rows invalid, older versions stale."""
+    from grm.config.resolve import load_pipeline
+    from grm.orchestrator.policy_update import algorithm_of, row_advantages, with_advantages
+    from grm.training import TrainBatch
+
+    groups = _groups()  # group 0 (version 0): rewards 1.0, 0.0; group 1 (version 1): 0.5, masked
+    ids = ["s0r0g1/1", "s0r0g0/0", "s0r0g1/0", "s0r0g0/1"]  # not the groups' order
+    batch = TrainBatch.from_sequences([[1, 2]] * 4, [[3, 4]] * 4, pad_id=0, ids=ids, behaviour_logprobs=[[-0.5, -0.5]] * 4)
+    spec = load_pipeline("builtin:quickstart", ["algorithm.kl.coef=0"]).spec
+    out, stats, per_turn = with_advantages(algorithm_of(spec), batch, AdvantagePlan.of(groups, version=1))
+    adv = row_advantages(out)
+    assert adv["s0r0g0/0"] > 0 > adv["s0r0g0/1"] and adv["s0r0g0/0"] == -adv["s0r0g0/1"]
+    assert out["valid"].tolist() == [0.0, 1.0, 1.0, 1.0]  # the masked row (s0r0g1/1) trains on nothing
+    assert out["stale"].tolist() == [0.0, 1.0, 0.0, 1.0]  # group 0 was sampled by version 0
+    assert per_turn == {} and set(adv) == set(ids)
