@@ -45,6 +45,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from grm.judges.verifiers import number_value
+
 _MARKUP = r"[ \t]*(?:[>#*_`~|-]+[ \t]*|\d{1,3}[.)][ \t]+)*"
 _ROLE = (
     r"(?:(?:my|our|final|overall|self)[ \t-]+)?"
@@ -170,14 +172,9 @@ STATED = re.compile(
 
 def _number(value: str) -> float | str:
     """A value to compare: ``1,200`` = ``1200``, ``9 out of 10`` = ``9/10`` = ``0.9``."""
-    v = re.sub(r"[ \t,%]", "", value.lower()).replace("outof", "/")
-    try:
-        if "/" in v:
-            a, b = v.split("/", 1)
-            return float(a) / float(b)
-        return float(v)
-    except (ValueError, ZeroDivisionError):
-        return v
+    v = re.sub(r"[ \t%]", "", value.lower()).replace("outof", "/")
+    n = number_value(v)
+    return v if n is None else n
 
 
 def _hedges(text: str) -> tuple[str, int]:

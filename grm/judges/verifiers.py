@@ -27,7 +27,8 @@ _FINAL = [
 ]
 
 
-def _number(s: str) -> float | None:
+def number_value(s: str) -> float | None:
+    """The number ``s`` writes (``1,200``, ``$56``, ``3/4``, ``7.``), None if it is none."""
     s = unicodedata.normalize("NFKC", s).strip().replace(",", "").replace("$", "").rstrip(".")
     try:
         if "/" in s:
@@ -45,13 +46,13 @@ def final_number(text: str) -> float | None:
     if boxed is not None:
         nums = re.findall(_NUM, boxed)
         if nums:
-            return _number(nums[-1])
+            return number_value(nums[-1])
     for rx in _FINAL:
         hits = rx.findall(text)
         if hits:
-            return _number(hits[-1])
+            return number_value(hits[-1])
     nums = re.findall(_NUM, text)
-    return _number(nums[-1]) if nums else None
+    return number_value(nums[-1]) if nums else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -75,7 +76,7 @@ def check(
     if rule.type == "numeric-answer":
         if reference is None:
             return None, "no reference answer to compare with"
-        want = _number(str(reference)) if _number(str(reference)) is not None else final_number(str(reference))
+        want = number_value(str(reference)) if number_value(str(reference)) is not None else final_number(str(reference))
         if want is None:
             return None, f"reference {reference!r} is not a number"
         got = final_number(response)
