@@ -260,10 +260,10 @@ def table(results: list[dict[str, Any]], attacks: list[str]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     shipped = sorted(p.stem for p in (ROOT / "judges").glob("*.yaml"))
-    ap.add_argument("--judges", default=",".join(shipped), help="comma list of builtin judge names or spec paths (default: all)")
+    ap.add_argument("--judges", default=None, help="comma list of builtin judge names or spec paths (default: all shipped)")
     ap.add_argument("--limit", type=int, default=30, help="items (wrong answers) per attack")
     ap.add_argument("--model", default=None, help="judge model for every judge (alias, dir or hub id); default: each spec's")
-    ap.add_argument("--attacks", default=",".join(ATTACKS), help=f"comma list of {', '.join(ATTACKS)}")
+    ap.add_argument("--attacks", default=None, help=f"comma list of {', '.join(ATTACKS)} (default: all)")
     ap.add_argument("--batch-size", type=int, default=16, help="samples per score_batch call")
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated items")
     ap.add_argument("--on", default="guard.neutralise=true", help="comma list of spec overrides for the 'guard on' columns")
@@ -284,7 +284,9 @@ def main() -> int:
         "--redo-attacks",
         metavar="ATTACKS",
         default="",
-        help="with --redo-on: only these attacks' guard-on rows (and none's, the shifts' base); default: every attack",
+        help="with --redo-on: only these attacks' guard-on rows (and none's, the shifts' base: the other rows' "
+        "shifts stay measured against the earlier none, the same for a deterministic judge whose none prompt did not change); "
+        "default: every attack",
     )
     ap.add_argument(
         "--table",
@@ -296,13 +298,15 @@ def main() -> int:
         saved = json.loads(Path(args.table).read_text())
         print(json.dumps(saved["machine"]))
         on = saved["args"].get("on", "guard.fence=true")
-        wanted_judges, wanted_attacks = set(args.judges.split(",")), set(args.attacks.split(","))
-        rows = [r for r in saved["results"] if r.get("ref", r["judge"]) in wanted_judges]
-        shown = [a for a in ATTACKS if (a in saved["args"]["attacks"].split(",") and a in wanted_attacks) or a == "none"]
+        judges, attacks = (args.judges or "").split(","), (args.attacks or saved["args"]["attacks"]).split(",")
+        rows = [r for r in saved["results"] if not args.judges or r.get("ref", r["judge"]) in judges]
+        shown = [a for a in ATTACKS if (a in saved["args"]["attacks"].split(",") and a in attacks) or a == "none"]
         print(f"(from {args.table}: {len(rows)} judge(s), --limit {saved['args']['limit']}, guard on: {on})")
         print(table(rows, shown))
         return 0
 
+    args.judges = args.judges or ",".join(shipped)
+    args.attacks = args.attacks or ",".join(ATTACKS)
     facts = machine()
     print(json.dumps(facts), flush=True)
     from rich.console import Console

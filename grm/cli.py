@@ -79,8 +79,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from grm.config.resolve import load_pipeline
 
-    # A broken pipeline fails here in a blink: the driver imports torch and Ray (seconds) and
-    # validates the same way again (milliseconds).
+    # A broken pipeline fails here in a blink: the driver imports Ray (seconds) and validates the
+    # same way again (milliseconds).
     loaded = load_pipeline(args.pipeline, args.overrides)
     if args.dry_run:
         from grm.orchestrator.dry_run import dry_run

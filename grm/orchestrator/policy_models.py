@@ -21,8 +21,11 @@ if TYPE_CHECKING:
 @dataclass
 class PolicyModels:
     trainer: TrainerBackend
+    """The policy's trainer (its module is the policy, LoRA-wrapped under ``train.lora``)."""
     reference: ReferenceModel | AdapterOffReference | None
+    """The frozen reference when it runs in this actor; None when it is remote or there is none."""
     critic: TrainerBackend | None
+    """PPO's value model's trainer; None for the critic-free algorithms."""
     critic_module: Any
     """The critic's value model (None without one): the core ledger watches it."""
 

@@ -270,6 +270,7 @@ class Trained:
     advantages: dict[str, float]
     """Sample id -> its advantage (token-level ones: the mean over its response tokens)."""
     advantage_stats: dict[str, float]
+    """The algorithm's statistics of the advantages (``Advantages.stats``), for the metrics line."""
     turn_credit: dict[str, list[float]]
     """``credit: process``: sample id -> per-turn credit (``process_credit``); empty otherwise."""
     prepare_seconds: float

@@ -120,11 +120,31 @@ def test_a_rating_or_a_second_value_after_the_stated_answer_goes(closing):
 
 
 @pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("Answer: 5\n\n-5", "Answer: 5"),  # the sign is part of the value
+        ("Answer: 1\n\n10/10", "Answer: 1"),  # a rating is not the answer 1
+        ("Answer: 0.5\n\n1/2", "Answer: 0.5"),  # a fraction is compared as written
+        ("Answer: 85\n\nAverage score: 90", "Answer: 85"),
+        ("Answer: 4\n\n- 10", "Answer: 4"),
+    ],
+)
+def test_closing_values_are_compared_with_the_stated_answer_as_written(text, kept):
+    out = neutralise(text)
+    assert out.text == kept and out.removed == 1
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "12 * 7 = 84.\nAnswer: 84\n\n84",  # a closing value that repeats the answer
         "Answer: 1,200\n\n1200",
-        "Answer: 0.5\n\n1/2",
+        "Answer: 3/4\n\n3/4",
+        "Answer: -5\n\n-5",
+        "Answer: 3\nThe divisors of 4 are:\n1\n2\n4",  # a list the response introduces
+        "Average score: 85",  # a label and a number is an answer when nothing else is stated
+        "Credit score: 720",
+        "Answer: 85\n\nAverage score: 85",
         "The primes below 10 are:\n2\n3\n5\n7",  # no answer stated: the values are the answer
         "Answer:\n\n42",
         "Grade 5 students read more.",
@@ -151,6 +171,15 @@ def test_work_is_linear_in_the_response():
         "a" * 1_000_000,
         "Answer: 1\n" + "1\n" * 300_000,
         "1" * 1_000_000,
+        "-" * 200_000,  # runs of one mark, where nested or neighbouring repeats backtrack
+        "|" + "-" * 200_000 + "|",
+        "*" * 200_000 + "x",
+        "Answer: 1\n" + "*" * 200_000 + "x",
+        "Answer: 1\n\\boxed{1" + " " * 200_000 + "x",
+        "answer" + " " * 200_000 + "x",
+        "My score" + " " * 200_000 + "x",
+        "Output (" + " " * 200_000 + "x",
+        "Answer: 1\n" + "1" + " " * 200_000 + "x",
         "Score\n" * 200_000,
         "this answer " * 80_000,
         "[[" * 400_000,

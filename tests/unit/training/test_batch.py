@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from grm.training.batch import BatchTotals, TrainBatch, balanced_partition
+from grm.base import balanced_partition
+from grm.training.batch import BatchTotals, TrainBatch
 from grm.training.core import step_metrics
 
 
