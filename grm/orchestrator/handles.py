@@ -143,7 +143,7 @@ class RayCalls(Protocol):
     exceptions: RayErrors
 
     def wait(
-        self, refs: list[ObjectRef], *, num_returns: int = 1, timeout: float | None = None
+        self, refs: list[ObjectRef], *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True
     ) -> tuple[list[ObjectRef], list[ObjectRef]]: ...
 
     def get(self, ref: ObjectRef[T]) -> T: ...

@@ -53,9 +53,9 @@ class NodeWatch:
         return self.ray.get(ref)
 
     def wait(self, ref: Any, wait_s: float = 5.0) -> None:
-        """Until ``ref`` is ready (an actor's error included), not fetching it; ``RoleLost`` when a
-        node hosting roles dies meanwhile."""
-        while not self.ray.wait([ref], timeout=wait_s)[0]:
+        """Until ``ref`` is ready (an actor's error included), neither fetched nor copied to this
+        node; ``RoleLost`` when a node hosting roles dies meanwhile."""
+        while not self.ray.wait([ref], timeout=wait_s, fetch_local=False)[0]:
             self.check()
 
 

@@ -231,7 +231,7 @@ class Scheduler:
             if self.watch is not None:
                 self.watch.wait(ref)  # a reference on a judge's pool: its node may go
             else:
-                self.ray.wait([ref], num_returns=1)
+                self.ray.wait([ref], num_returns=1, fetch_local=False)
         if self.stop_requested:
             raise Interrupted()
 

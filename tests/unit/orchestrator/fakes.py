@@ -48,7 +48,7 @@ class FakeRay:
     def __init__(self) -> None:
         self.cancelled: list[Ref] = []
 
-    def wait(self, refs, num_returns=1, timeout=None):
+    def wait(self, refs, num_returns=1, timeout=None, fetch_local=True):
         ready = [r for r in refs if r.ready][:num_returns]
         return ready, [r for r in refs if r not in ready]
 
@@ -149,7 +149,7 @@ class TimedRay(FakeRay):
         super().__init__()
         self.clock, self.tick, self.limit = clock, tick, limit
 
-    def wait(self, refs, num_returns=1, timeout=None):
+    def wait(self, refs, num_returns=1, timeout=None, fetch_local=True):
         self.clock.now += self.tick
         assert self.clock.now <= self.limit, "fake time ran out: the scheduler waits on something that never finishes"
         for r in refs:
