@@ -27,7 +27,10 @@ def build_parser(handlers: Mapping[str, Handler]) -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run an RLAIF pipeline (rollout, judges, rewards, training) on Ray")
     run.add_argument("pipeline", type=cli_args.spec, metavar="PIPELINE.yaml", help="pipeline YAML (path or builtin:NAME)")
-    run.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override pipeline fields, e.g. train.steps=5")
+    # default=[]: a "*" positional without a default is named among the missing required arguments
+    run.add_argument(
+        "overrides", nargs="*", default=[], metavar="KEY.PATH=VALUE", help="override pipeline fields, e.g. train.steps=5"
+    )
     run.add_argument("--resume", type=cli_args.writable_dir, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     run.add_argument("--address", metavar="RAY_ADDRESS", help="join an existing Ray cluster instead of starting one")
     run.add_argument(
@@ -78,6 +81,7 @@ def build_parser(handlers: Mapping[str, Handler]) -> argparse.ArgumentParser:
         sp.add_argument(
             "overrides",
             nargs="*",
+            default=[],
             metavar="KEY.PATH=VALUE",
             help="override judge fields, e.g. sampling.n=5 (anywhere on the line)",
         )
@@ -160,7 +164,7 @@ def build_parser(handlers: Mapping[str, Handler]) -> argparse.ArgumentParser:
     e.add_argument(
         "--length-control", type=cli_args.length_control, metavar="regress|penalty:COEF", help=cli_args.LENGTH_CONTROL_HELP
     )
-    e.add_argument("overrides", nargs="*", metavar="KEY.PATH=VALUE", help="override fields of every judge")
+    e.add_argument("overrides", nargs="*", default=[], metavar="KEY.PATH=VALUE", help="override fields of every judge")
     e.set_defaults(func=handlers["eval"])
 
     r = sub.add_parser("rescore", help="re-parse and re-aggregate an eval's raw outputs without generating")

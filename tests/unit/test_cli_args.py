@@ -159,3 +159,17 @@ def test_a_reader_that_leaves_ends_the_output_quietly():
     finally:
         os.close(write)
     assert proc.returncode == 141 and b"Traceback" not in proc.stderr and proc.stderr == b""
+
+
+def test_a_missing_pipeline_names_only_what_is_missing(capsys):
+    """Overrides are optional: the usage error names the missing pipeline alone."""
+    from grm.cli import main
+
+    for argv, missing in ((["run"], "PIPELINE.yaml"), (["judge", "render"], "JUDGE.yaml, --sample")):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+        err = capsys.readouterr().err
+        assert code == 2 and f"the following arguments are required: {missing} (" in err, err
+        assert "KEY.PATH=VALUE" not in err.splitlines()[-1]
