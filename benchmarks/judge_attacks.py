@@ -41,6 +41,10 @@ JSON.
     python benchmarks/judge_attacks.py                                   # every shipped judge, SmolLM2
     python benchmarks/judge_attacks.py --model qwen2.5-coder-1.5b-instruct \\
         --judges pairwise-rules-logprob,pointwise-logprob --limit 20 --out bench-out/judge-attacks-qwen1.5b.json
+    # after a change to the guard: only the kept judges' guard-on columns again (the rest is kept)
+    python benchmarks/judge_attacks.py --limit 10 --resume --out bench-out/attacks-smollm2-all.json \\
+        --judges pointwise-logprob --redo-on pointwise-logprob [--redo-attacks boxed]
+    python benchmarks/judge_attacks.py --table bench-out/attacks-smollm2-all.json --attacks none,boxed,polite
 """
 
 from __future__ import annotations
