@@ -3,7 +3,7 @@ whether it imported torch, and the run's seconds, for the current checkout and o
 tree of grm side by side in one invocation (#44, a lighter driver).
 
 Each system runs the same pipeline (default: the quickstart, sync, a few small steps) as
-``python -m grm run ...`` under a wrapper that prints the process's ``ru_maxrss`` and
+``python -m grm run ...`` under a wrapper that prints the process's peak RSS (``VmHWM``) and
 ``"torch" in sys.modules`` at exit; ``--tree DIR`` runs grm from DIR instead (PYTHONPATH, so its
 Ray workers run that tree too), e.g. a ``git worktree`` of an earlier commit. Repeats alternate the
 systems; medians are printed. Run directories go under a temporary directory, deleted after.
@@ -34,10 +34,13 @@ SMALL = [
     "judges.0.overrides=[sampling.max_new_tokens=12]",
     "checkpoint.export=false",
 ]
+# VmHWM, the peak of this program's own memory: ru_maxrss would start from the peak of the process
+# that spawned it (Linux carries it across exec; grm.base.peak_rss_mb says more).
 WRAPPER = (
-    "import atexit, resource, sys\n"
+    "import atexit, sys\n"
     "def report():\n"
-    "    print('DRIVER', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'torch' in sys.modules, flush=True)\n"
+    "    hwm = next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:'))\n"
+    "    print('DRIVER', hwm, 'torch' in sys.modules, flush=True)\n"
     "atexit.register(report)\n"
     "from grm.cli import main\n"
     "sys.exit(main())\n"

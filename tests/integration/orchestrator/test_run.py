@@ -117,7 +117,7 @@ def test_async_run_writes_every_artifact(tmp_path):
         assert m["judge_cost/helpfulness-pointwise-logprob/calls"] == 8 and m["judge_cost/numeric-answer/calls"] == 4
         assert m["judge_cost/helpfulness-pointwise-logprob/generated_tokens"] > 0
     assert "## Judge cost" in (out / "report.md").read_text()
-    # the driver holds no model and no tensor (#44): ~220 MiB measured; importing torch alone adds ~150
+    # the driver holds no model and no tensor (#44): ~180 MiB measured (VmHWM); importing torch alone adds ~150+
     assert all(0 < m["driver_peak_rss_mb"] < 320 for m in ms), [m["driver_peak_rss_mb"] for m in ms]
 
 

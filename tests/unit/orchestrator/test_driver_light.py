@@ -116,3 +116,18 @@ def test_the_policy_turns_a_plan_into_advantages_by_sample_id_whatever_the_batch
     assert out["valid"].tolist() == [0.0, 1.0, 1.0, 1.0]  # the masked row (s0r0g1/1) trains on nothing
     assert out["stale"].tolist() == [0.0, 1.0, 0.0, 1.0]  # group 0 was sampled by version 0
     assert per_turn == {} and set(adv) == set(ids)
+
+
+def test_a_process_spawned_by_a_large_one_reports_its_own_peak_memory():
+    """``driver_peak_rss_mb`` is the driver's own peak, not the test runner's that spawned it
+    (``ru_maxrss`` carries the parent's peak across exec on Linux: 1,270 MiB once for a ~200 MiB driver)."""
+    code = (
+        "import subprocess, sys\n"
+        "big = bytearray(400 * 1024 * 1024)\n"  # this parent's peak: over 400 MiB, pages touched
+        "for i in range(0, len(big), 4096):\n    big[i] = 1\n"
+        "out = subprocess.run([sys.executable, '-c', 'from grm.base import peak_rss_mb; print(peak_rss_mb())'],\n"
+        "                     capture_output=True, text=True, check=True)\n"
+        "print(out.stdout.strip())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 0 < float(out.stdout.split()[-1]) < 200, out.stdout
