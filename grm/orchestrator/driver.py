@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from grm.base import peak_rss_mb
 from grm.config.pipeline import PipelineSpec
@@ -22,18 +22,18 @@ from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import prompt_stream
 from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.canary import Canaries
-from grm.orchestrator.errors import RunError
 from grm.orchestrator.filtering import refill, same_groups
-from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
+from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.judge_cache import open_caches
 from grm.orchestrator.judge_prompts import judge_training_prompts
+from grm.orchestrator.keeping import Keeper
 from grm.orchestrator.live import RunDisplay
 from grm.orchestrator.recorder import Recorder
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
-from grm.orchestrator.step_rows import sample_rows, step_metrics
-from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, StepWork, Trained, rollouts_of
+from grm.orchestrator.step_rows import sample_rows, step_metrics, too_many_masked
+from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, StepWork, rollouts_of
 
 
 def early_batch_pass(cfg: PipelineSpec) -> bool:
@@ -61,6 +61,9 @@ class Driver:
         self.display = RunDisplay.for_run(self.cfg, {j.name: len(j.replicas) for j in self.roles.judges}, live)
         caches = open_caches([(j.spec, j.role.cache) for j in loaded.judges], recorder.path)
         self.scheduler = Scheduler(self.cfg, self.roles, self.stream, ray, self.watch, self.display, self.anchors, caches)
+        self.keeper = Keeper(
+            recorder, self.scheduler, self.roles, self.watch, self.stream, self.anchors, self.cfg.checkpoint.keep
+        )
         self.weights = {j.name: j.weight for j in self.roles.judges}
         self.required = {j.name: j.required for j in self.roles.judges}
         self.start_step = 0
@@ -77,84 +80,55 @@ class Driver:
         self.canaries.restore(self.recorder.metrics())
 
     def run(self) -> Path:
-        cfg, ray, policy = self.cfg, self.ray, self.roles.policy
+        cfg, ray, policy, keeper, show = self.cfg, self.ray, self.roles.policy, self.keeper, self.display
         t_prev = time.perf_counter()
-        show = self.display
         show.start()
-        try:
-            for step in range(self.start_step, cfg.train.steps):
-                if self.scheduler.stop_requested:
-                    raise Interrupted()
-                show.begin(step)
-                s = StepOutcome(step, self.scheduler.take(step), self.version)  # rollouts: queued now, or ahead (async)
-                if cfg.env is not None:  # async: the next steps' episodes start beside this step's slow ones
-                    self.scheduler.fill_ahead(step)
-                rollouts = self.scheduler.rollouts(s.work)  # each chunk goes to every judge as it lands
-                if self.early_pass:
-                    self.scheduler.prepare(s.work, rollouts)  # batch pass, beside the judges
-                self.scheduler.fill_ahead(step)  # async: the next steps' rollouts, behind this step's work
-                s.groups = self.scheduler.collect(s.work)  # judges
-                s.reward_stats = self.rewards(s.groups)  # rewards
-                if cfg.algorithm.dynamic_filtering:
-                    self.filter(s)  # uninformative groups out, judged groups of fresh prompts in
-                if s.work.prepared is None:
-                    self.scheduler.prepare(s.work, rollouts_of(s.groups))  # batch pass over the final groups
-                show.set_phase("reference")
-                self.scheduler.prepared(s.work)  # reference + values, left in the actors' object store
-                show.set_phase("training")
-                plan = AdvantagePlan.of(s.groups, s.version, self.cfg.env.credit if self.cfg.env is not None else "episode")
-                trained = self.scheduler.wait(policy.train.remote(s.work.prepared, s.work.reference, plan))  # train
-                self.trained(s, trained)
-                show.set_phase("weight sync")
-                synced = ray.get(policy.sync.remote())  # weight sync
-                self.version, s.sync_s, s.sync_by_disk = synced.version, synced.seconds, synced.by_disk
-                s.canary = self.canaries.after_step(step + 1, self.roles.judges)  # canary: judges re-score labelled pairs
-                now = time.perf_counter()
-                s.seconds, t_prev = now - t_prev, now
-                metrics = step_metrics(s)
-                metrics["driver_peak_rss_mb"] = peak_rss_mb()  # this process: it holds no model and no tensor
-                self.recorder.log_step(metrics, sample_rows(step, s.groups, s.advantages))
-                if self.anchors is not None:  # trained and logged: later steps may compare with its answers
-                    remember(self.anchors, step + 1, s.groups)
-                self.scheduler.trained()
-                show.done(metrics)
-                if metrics["masked"] > cfg.faults.max_masked_fraction * s.rows:
-                    raise RunError(
-                        f"step {step + 1}: {metrics['masked']} of {s.rows} samples masked (> faults."
-                        f"max_masked_fraction {cfg.faults.max_masked_fraction}); by judge: {metrics['masked_by_judge']}"
-                    )
-                if cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and step + 1 < cfg.train.steps:
-                    self.checkpoint(step + 1)
-        except Interrupted:  # a stop signal (grm.orchestrator.launch): keep what is trained
-            done = len(self.recorder.metrics())
-            self.scheduler.abandon()  # the policy's save then waits only for the call it is running
-            if self.recorder.latest_checkpoint() != self.recorder.checkpoint_dir(done):
-                print(f"\ninterrupted: writing a checkpoint at step {done}", flush=True)
-                self.checkpoint(done)
-            raise
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, RoleLost) as e:
-            # a lost node says more than the actor it took; a policy rank's failure, than rank 0's error
-            lost = e if isinstance(e, RoleLost) else self.watch.lost() or self.roles.policy.diagnose(e)
-            if lost is None and isinstance(e, ray.exceptions.RayActorError):
-                lost = actor_lost(e, self.roles, self.placement)
-            if lost is None:  # an error in a role's own code: its traceback says more
-                raise
-            self.lost(lost)
-        finally:
-            show.stop()
-        self.checkpoint(cfg.train.steps)
+        with keeper.steps():
+            try:
+                for step in range(self.start_step, cfg.train.steps):
+                    if self.scheduler.stop_requested:
+                        raise Interrupted()
+                    show.begin(step)
+                    s = StepOutcome(step, self.scheduler.take(step), self.version)  # rollouts: queued now, or ahead (async)
+                    if cfg.env is not None:  # async: the next steps' episodes start beside this step's slow ones
+                        self.scheduler.fill_ahead(step)
+                    rollouts = self.scheduler.rollouts(s.work)  # each chunk goes to every judge as it lands
+                    if self.early_pass:
+                        self.scheduler.prepare(s.work, rollouts)  # batch pass, beside the judges
+                    self.scheduler.fill_ahead(step)  # async: the next steps' rollouts, behind this step's work
+                    s.groups = self.scheduler.collect(s.work)  # judges
+                    s.reward_stats = self.rewards(s.groups)  # rewards
+                    if cfg.algorithm.dynamic_filtering:
+                        self.filter(s)  # uninformative groups out, judged groups of fresh prompts in
+                    if s.work.prepared is None:
+                        self.scheduler.prepare(s.work, rollouts_of(s.groups))  # batch pass over the final groups
+                    show.set_phase("reference")
+                    self.scheduler.prepared(s.work)  # reference + values, left in the actors' object store
+                    show.set_phase("training")
+                    plan = AdvantagePlan.of(s.groups, s.version, self.cfg.env.credit if self.cfg.env is not None else "episode")
+                    s.take(self.scheduler.wait(policy.train.remote(s.work.prepared, s.work.reference, plan)))  # train
+                    show.set_phase("weight sync")
+                    synced = ray.get(policy.sync.remote())  # weight sync
+                    self.version, s.sync_s, s.sync_by_disk = synced.version, synced.seconds, synced.by_disk
+                    s.canary = self.canaries.after_step(step + 1, self.roles.judges)  # canary: judges re-score labelled pairs
+                    now = time.perf_counter()
+                    s.seconds, t_prev = now - t_prev, now
+                    metrics = step_metrics(s)
+                    metrics["driver_peak_rss_mb"] = peak_rss_mb()  # this process: it holds no model and no tensor
+                    self.recorder.log_step(metrics, sample_rows(step, s.groups, s.advantages))
+                    if self.anchors is not None:  # trained and logged: later steps may compare with its answers
+                        remember(self.anchors, step + 1, s.groups)
+                    self.scheduler.trained()
+                    show.done(metrics)
+                    too_many_masked(step, metrics, len(s.advantages), cfg.faults.max_masked_fraction)
+                    if cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and step + 1 < cfg.train.steps:
+                        keeper.checkpoint(step + 1)
+            finally:
+                show.stop()
+        keeper.checkpoint(cfg.train.steps)
         self.recorder.write_report()
         self.recorder.close()
         return self.recorder.path
-
-    @staticmethod
-    def trained(s: StepOutcome, trained: Trained) -> None:
-        """The training call's results into the step's outcome (process credit onto its episodes)."""
-        s.train, s.advantages, s.advantage_stats = trained.metrics, trained.advantages, trained.advantage_stats
-        s.reference_s, s.rows = trained.prepare_seconds, len(trained.advantages)
-        for r in rollouts_of(s.groups):
-            if r.id in trained.turn_credit:
-                r.turn_credit = trained.turn_credit[r.id]
 
     def rewards(self, groups: list[Group]) -> dict[str, Any]:
         return reward_groups(groups, self.weights, self.required, self.cfg.algorithm)  # overlong penalty, length control
@@ -172,16 +146,3 @@ class Driver:
         groups = self.scheduler.more(work, salt)
         self.rewards(groups)
         return groups
-
-    def checkpoint(self, step: int) -> None:
-        untrained = self.scheduler.untrained_prompts()  # taken for steps not trained: given back
-        anchors = None if self.anchors is None else self.anchors.state()
-        self.recorder.checkpoint(step, self.roles.policy, self.stream, untrained, self.cfg.checkpoint.keep, anchors=anchors)
-
-    def lost(self, e: RoleLost) -> NoReturn:
-        """A role is gone: checkpoint the trained steps if the policy survived; say how to resume."""
-        done = len(self.recorder.metrics())
-        if not e.policy_lost:
-            print(f"\n{e}: writing a checkpoint at step {done}", flush=True)
-            self.checkpoint(done)
-        raise RunError(f"step {done + 1}: {e}; {self.recorder.how_to_resume()}") from None

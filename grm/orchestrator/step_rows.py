@@ -10,6 +10,7 @@ from typing import Any
 
 from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.episodes import episode_metrics
+from grm.orchestrator.errors import RunError
 from grm.orchestrator.types import Group, StepOutcome, rollouts_of
 from grm.report_files import markdown_table
 from grm.run_format import read_row
@@ -88,6 +89,16 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
             m[f"judge_cache/{name}/hit_rate"] = hits / (hits + misses) if hits + misses else 0.0
             m[f"judge_cache/{name}/seconds_saved"] = work.cache_saved_s.get(name, 0.0)
     return m
+
+
+def too_many_masked(step: int, metrics: dict[str, Any], rows: int, max_fraction: float) -> None:
+    """``RunError`` when more than ``faults.max_masked_fraction`` of the step's ``rows`` samples
+    were masked: a run whose judges mostly fail stops instead of training on what is left."""
+    if metrics["masked"] > max_fraction * rows:
+        raise RunError(
+            f"step {step + 1}: {metrics['masked']} of {rows} samples masked (> faults."
+            f"max_masked_fraction {max_fraction}); by judge: {metrics['masked_by_judge']}"
+        )
 
 
 def sample_rows(step: int, groups: list[Group], advantages: dict[str, float]) -> list[dict[str, Any]]:

@@ -307,8 +307,6 @@ class StepOutcome:
     """Dynamic filtering's statistics (``groups_kept_informative``, ``refill_rounds``); empty when off."""
     reference_s: float = 0.0
     """Seconds of the batch pass (and the remote reference's pass)."""
-    rows: int = 0
-    """Rows of the training batch."""
     advantages: dict[str, float] = field(default_factory=dict)
     """Sample id -> its advantage (``Trained.advantages``)."""
     advantage_stats: dict[str, float] = field(default_factory=dict)
@@ -321,3 +319,11 @@ class StepOutcome:
     """Readings of the canaries due after this step."""
     seconds: float = 0.0
     """Wall time since the previous step was logged."""
+
+    def take(self, trained: Trained) -> None:
+        """The training call's results into the step (process credit onto its episodes)."""
+        self.train, self.advantages, self.advantage_stats = trained.metrics, trained.advantages, trained.advantage_stats
+        self.reference_s = trained.prepare_seconds
+        for r in rollouts_of(self.groups):
+            if r.id in trained.turn_credit:
+                r.turn_credit = trained.turn_credit[r.id]
