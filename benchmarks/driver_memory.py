@@ -35,7 +35,7 @@ SMALL = [
     "checkpoint.export=false",
 ]
 # VmHWM, the peak of this program's own memory: ru_maxrss would start from the peak of the process
-# that spawned it (Linux carries it across exec; grm.base.peak_rss_mb says more).
+# that spawned it (Linux carries it across exec; grm.process.peak_rss_mb says more).
 WRAPPER = (
     "import atexit, sys\n"
     "def report():\n"

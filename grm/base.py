@@ -12,14 +12,11 @@ import errno
 import json
 import math
 import os
-import resource
 import shutil
-import socket
 import stat
-import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -378,41 +375,3 @@ def check_complete(path: str | Path) -> Path:
 
 
 # --------------------------------------------------------------------------- network
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (for a server or a process-group rendezvous)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def balanced_partition(sizes: Sequence[int], parts: int) -> list[list[int]]:
-    """Row indices cut into ``parts`` shards of equal count (every rank must run the same number of
-    micro-batches) with balanced token totals: rows by size, largest first, dealt out in a snake
-    (0, 1, ..., p-1, p-1, ..., 0, ...); each shard keeps its rows in their original order. The
-    same ``sizes`` give the same shards on every rank. ``len(sizes)`` must divide by ``parts``."""
-    if len(sizes) % parts:
-        raise ValueError(f"{len(sizes)} rows do not split into {parts} equal shards")
-    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-    shards: list[list[int]] = [[] for _ in range(parts)]
-    for k, i in enumerate(order):
-        lap, pos = divmod(k, parts)
-        shards[pos if lap % 2 == 0 else parts - 1 - pos].append(i)
-    return [sorted(s) for s in shards]
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB: ``VmHWM`` of ``/proc/self/status`` on
-    Linux (the peak of this program's own memory; ``ru_maxrss`` would start from the parent's peak,
-    which Linux carries across the ``exec`` of a process spawned by a large one: 1,270 MiB for a
-    220 MiB driver started by a test runner), else ``ru_maxrss`` (macOS reports bytes)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)

@@ -61,7 +61,7 @@ print(f"{torch.cuda.get_device_name(0)}: forward+backward ok, loss {loss.item():
 
 NCCL_PROBE = """
 import torch
-from grm.base import free_port
+from grm.process import free_port
 from grm.training.weight_group import WeightGroup
 group = WeightGroup("127.0.0.1", free_port(), 1, "gpu_check", "nccl", timeout_s=60)
 sent = group.broadcast([torch.arange(1024, dtype=torch.float32)])

@@ -23,10 +23,10 @@ def build_engine(spec: Any, model: str, *, threads: int | None = None, **kw: Any
 
 
 def _openai(spec: Any, model: str) -> Any:
-    from grm.base import free_port
     from grm.engines.base import EngineError
     from grm.engines.openai_api import OpenAIEngine
     from grm.engines.server_process import ServerProcess
+    from grm.process import free_port
 
     key = None
     if spec.api_key_env:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import free_port
 from grm.engines.base import EngineError
 from grm.engines.server_process import ServerProcess
+from grm.process import free_port
 
 INSTALL_HINT = "pip install 'grm-rlaif[sglang]' (SGLang needs CUDA GPUs)"
 

@@ -212,23 +212,22 @@ def _hedges(text: str) -> tuple[str, int]:
     ending in ``:`` introduces (a list the response gives).
     """
     lines = text.split("\n")
-    end = len(lines)
-    while end > 0 and (not lines[end - 1].strip() or _closing(lines[end - 1]) is not None):
+    end, tail = len(lines), []  # the trailing lines, last first: (line, its closing value or None)
+    while end > 0:
+        line = lines[end - 1]
+        value = _closing(line) if line.strip() else None
+        if line.strip() and value is None:
+            break
+        tail.append((line, value))
         end -= 1
-    if end == len(lines) or end == 0 or lines[end - 1].rstrip().endswith(":"):
+    if not tail or end == 0 or lines[end - 1].rstrip().endswith(":"):
         return text, 0
     stated = [m.group("stated") or m.group("box") for m in STATED.finditer("\n".join(lines[:end]))]
     if not stated:
         return text, 0
     answer = _number(stated[-1])
-    kept, removed = lines[:end], 0
-    for line in lines[end:]:
-        value = _closing(line)
-        if value is not None and _number(value) != answer:
-            removed += 1
-            continue
-        kept.append(line)
-    return "\n".join(kept), removed
+    kept = lines[:end] + [line for line, value in reversed(tail) if value is None or _number(value) == answer]
+    return "\n".join(kept), len(lines) - len(kept)
 
 
 def neutralise(text: str) -> Neutralised:

@@ -59,7 +59,7 @@ class RankOf(NamedTuple):
 @ray.remote(num_cpus=0)
 def rendezvous() -> tuple[str, int]:
     """Address and a free port on this node: where a policy group's ranks meet (run on rank 0's bundle)."""
-    from grm.base import free_port
+    from grm.process import free_port
 
     return ray.util.get_node_ip_address(), free_port()
 

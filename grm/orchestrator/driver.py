@@ -16,7 +16,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from grm.base import peak_rss_mb
 from grm.config.pipeline import PipelineSpec
 from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import prompt_stream
@@ -34,6 +33,7 @@ from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 from grm.orchestrator.step_rows import sample_rows, step_metrics, too_many_masked
 from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, StepWork, rollouts_of
+from grm.process import peak_rss_mb
 
 
 def early_batch_pass(cfg: PipelineSpec) -> bool:

@@ -182,7 +182,7 @@ def split_rollout(
 def split_prepare(ranks: int, rollouts: Sequence[Rollout]) -> list[tuple[list[Rollout], list[int]]]:
     """Rollouts cut into ``ranks`` equal shards balanced by tokens; each shard carries the rollouts'
     positions so rank 0 can put the batch back in order."""
-    from grm.base import balanced_partition
+    from grm.sharding import balanced_partition
 
     sizes = [len(r.prompt_ids) + len(r.token_ids or [0]) for r in rollouts]
     shards = balanced_partition(sizes, ranks)

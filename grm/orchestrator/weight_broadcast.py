@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
-from grm.base import free_port
+from grm.process import free_port
 from grm.training.weight_group import WeightGroup
 
 GROUP = "grm_weight_update"

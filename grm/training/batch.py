@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from grm.base import balanced_partition
 from grm.models.device import to_cpu
 from grm.models.weights import token_logprobs
+from grm.sharding import balanced_partition
 
 __all__ = ["BatchTotals", "TrainBatch", "balanced_partition", "first_target", "token_logprobs"]
 

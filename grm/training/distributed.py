@@ -55,7 +55,7 @@ def init_distributed(port: int | None = None, timeout_s: float = COLLECTIVE_TIME
     import torch
     import torch.distributed as dist
 
-    from grm.base import free_port
+    from grm.process import free_port
 
     if dist.is_initialized():
         return

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("llama_cpp.server", reason="needs the serving extra: make test-serving")
 
-from grm.base import free_port  # noqa: E402
 from grm.engines.base import GenerationRequest as Req  # noqa: E402
 from grm.engines.base import SamplingParams  # noqa: E402
 from grm.engines.openai_api import OpenAIEngine, ServerProcess  # noqa: E402
+from grm.process import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
 MODEL = "smollm2-135m-instruct"

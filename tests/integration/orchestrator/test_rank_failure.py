@@ -62,8 +62,8 @@ def rank_actor(ray):
 
 
 def group(ray):
-    from grm.base import free_port
     from grm.orchestrator.policy_group import PolicyGroup
+    from grm.process import free_port
 
     rank = rank_actor(ray)
     port = free_port()

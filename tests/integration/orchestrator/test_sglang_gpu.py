@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from grm.base import free_port
+from grm.process import free_port
 from tests.conftest import run_grm
 from tests.integration.orchestrator.sglang_checks import RUN_STEPS, WeightWatch, check_served_weights, probe_ids, run_args
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from grm.base import free_port
 from grm.engines.base import EngineError, SamplingParams
 from grm.engines.base import GenerationRequest as Req
+from grm.process import free_port
 from tests.conftest import ROOT, run_grm
 from tests.integration.orchestrator.sglang_checks import (
     RUN_STEPS,

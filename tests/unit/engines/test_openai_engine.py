@@ -538,7 +538,7 @@ def test_a_launched_server_dies_with_the_process_that_launched_it():
     import psutil
 
     code = (
-        "import sys; from grm.base import free_port; from grm.engines.openai_api import ServerProcess\n"
+        "import sys; from grm.process import free_port; from grm.engines.openai_api import ServerProcess\n"
         "port = free_port()\n"
         f"s = ServerProcess([sys.executable, {TINY!r}, str(port)], f'http://127.0.0.1:{{port}}/v1', timeout_s=30)\n"
         "print(s.proc.pid, flush=True)\n"

@@ -124,7 +124,7 @@ def test_a_process_spawned_by_a_large_one_reports_its_own_peak_memory():
         "import subprocess, sys\n"
         "big = bytearray(400 * 1024 * 1024)\n"  # this parent's peak: over 400 MiB, pages touched
         "for i in range(0, len(big), 4096):\n    big[i] = 1\n"
-        "out = subprocess.run([sys.executable, '-c', 'from grm.base import peak_rss_mb; print(peak_rss_mb())'],\n"
+        "out = subprocess.run([sys.executable, '-c', 'from grm.process import peak_rss_mb; print(peak_rss_mb())'],\n"
         "                     capture_output=True, text=True, check=True)\n"
         "print(out.stdout.strip())\n"
     )

@@ -59,9 +59,9 @@ def test_rollout_prompts_are_cut_into_contiguous_parts_and_gathered_in_order():
 def test_prepare_shards_are_balanced_and_put_back_in_the_rollouts_order():
     import torch
 
-    from grm.base import balanced_partition
     from grm.orchestrator.policy_group import gather_prepared, split_prepare
     from grm.orchestrator.types import Prepared
+    from grm.sharding import balanced_partition
     from grm.training.batch import TrainBatch
 
     assert balanced_partition([5, 1, 9, 3, 7, 2, 8, 4], 2) == [[0, 1, 2, 7], [3, 4, 5, 6]]  # 19 vs 20 tokens

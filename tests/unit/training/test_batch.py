@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from grm.base import balanced_partition
+from grm.sharding import balanced_partition
 from grm.training.batch import BatchTotals, TrainBatch
 from grm.training.core import step_metrics
 

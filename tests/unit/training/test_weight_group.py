@@ -7,7 +7,7 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from grm.base import free_port
+from grm.process import free_port
 from grm.training.weight_group import WeightGroup, weight_buckets
 
 
