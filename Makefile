@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh CPU machine (Python 3.10+, no venv, no torch):
-#   make quickstart   set up .venv, fetch the embedded model, run the demo job
+#   make quickstart   set up .venv, fetch the two models, run the demo job (a policy that learns, ~10 min)
 #   make test         set up .venv and run the test suite
 # Every pip install is constrained by constraints.txt (torch==2.13.0, the CPU build).
 
@@ -62,7 +62,8 @@ test-serving: setup
 
 quickstart: setup
 	$(BIN)/grm models fetch smollm2-135m-instruct
-	$(BIN)/grm run builtin:quickstart
+	$(BIN)/grm models fetch qwen2.5-coder-0.5b-instruct
+	$(BIN)/grm run builtin:keyword-grm
 
 bench: setup
 	$(BIN)/python benchmarks/generate_throughput.py

@@ -26,9 +26,9 @@ from typing import Any
 FORMAT_KEY = "format"
 """The key of the version in a written row (no row grm writes has another key of this name)."""
 
-FORMATS = {"metrics": 1, "samples": 1, "results": 2, "checkpoint": 1}
+FORMATS = {"metrics": 1, "samples": 1, "results": 2, "checkpoint": 1, "heldout": 1}
 """The format each kind of file is written in now: metrics.jsonl, samples.jsonl, results.jsonl
-(``grm eval``, ``grm rescore``) and a checkpoint's driver.json."""
+(``grm eval``, ``grm rescore``), a checkpoint's driver.json and a run's heldout.jsonl."""
 
 
 def results_1_to_2(row: dict[str, Any]) -> None:

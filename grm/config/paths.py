@@ -40,6 +40,9 @@ BUILTIN_DATA_SETS = (
     "constraints-lexical-dev",
     "constraints-lexical-unseen",
     "constraints-lexical-dev-pairs",
+    "constraints-quick-train",
+    "constraints-quick-heldout",
+    "constraints-quick-pairs",
 )
 """Names of ``grm.data.builtin``'s generated sets (``builtin:NAME`` as a data source). Listed here so
 that validating a config never imports the data package; a unit test keeps the two in step."""

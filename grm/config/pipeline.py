@@ -304,6 +304,25 @@ class LoggingSpec(Strict):
     RUN_DIR/wandb-run.json)."""
 
 
+class HeldoutSpec(Strict):
+    """A before/after check on prompts the run never trains on: before the first step and after the
+    last (and every ``every`` steps, when set), the policy answers the first ``limit`` prompts
+    greedily and rule verifiers score the answers (``heldout.jsonl``, report.md, the console). The
+    prompts are read with ``data:``'s column names (prompt, reference, checklist, constraints)."""
+
+    prompts: str
+    """Prompt source (a file or ``builtin:NAME``), disjoint from ``data.prompts``."""
+    judges: list[str] = Field(min_length=1)
+    """Rule verifiers (``mode: rule``; paths or ``builtin:NAME``) that score the answers: a check
+    that needs no model and cannot be talked into a verdict."""
+    limit: int = Field(32, ge=1, le=100_000)
+    """The first N prompts of the source."""
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    """Tokens per answer at most; default ``rollout.max_new_tokens``."""
+    every: int = Field(0, ge=0, le=10**9)
+    """Also after every N-th step; 0: only before the first step and after the last."""
+
+
 class PipelineSpec(Strict):
     """A full RLAIF run: ``grm run PIPELINE.yaml``."""
 
@@ -338,6 +357,8 @@ class PipelineSpec(Strict):
     """Metrics to Weights & Biases beside TensorBoard (``logging: {wandb: {project: ...}}``)."""
     faults: FaultSpec = FaultSpec()
     """Judge deadlines, judge restarts and the masked share that stops the run."""
+    heldout: HeldoutSpec | None = None
+    """A before/after check of the policy on held-out prompts, rule-scored; None: none."""
     out_dir: Annotated[str | None, AfterValidator(check_out_dir)] = None
     """Run directory; default runs/NAME-TIMESTAMP under the current directory
     (``grm.config.names.run_dir``)."""
@@ -346,6 +367,13 @@ class PipelineSpec(Strict):
     @classmethod
     def _data_exists(cls, v: DataSpec, info: ValidationInfo) -> DataSpec:
         check_source(v.prompts, info)
+        return v
+
+    @field_validator("heldout")
+    @classmethod
+    def _heldout_exists(cls, v: HeldoutSpec | None, info: ValidationInfo) -> HeldoutSpec | None:
+        if v is not None:
+            check_source(v.prompts, info)
         return v
 
     @model_validator(mode="after")
@@ -371,6 +399,10 @@ class PipelineSpec(Strict):
             )
         if self.algorithm.kl.coef > 0 and self.reference is None:
             raise ValueError("kl.coef > 0 needs a reference: {pool: ...}")
+        if self.heldout is not None and self.env is not None:
+            raise ValueError("heldout: checks single answers; an env: run's held-out check is `grm eval --policy RUN --env ...`")
+        if self.heldout is not None and self.heldout.prompts == self.data.prompts:
+            raise ValueError("heldout.prompts is data.prompts: a held-out check needs prompts the run never trains on")
         if self.env is not None and self.rollout.greedy_anchor:
             raise ValueError("rollout.greedy_anchor compares single answers; an env: run's episodes have none to compare")
         if self.data.judge_prompts is not None:

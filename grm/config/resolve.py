@@ -35,6 +35,8 @@ class LoadedPipeline:
     spec: PipelineSpec
     policy: PolicySpec
     judges: tuple[LoadedJudge, ...]
+    heldout: tuple[tuple[JudgeSpec, Path], ...] = ()
+    """``heldout.judges``: the rule verifiers of the held-out check, loaded, with their files."""
 
 
 def _resolve(ref: str, base: Path, kind: str, where: str) -> Path:
@@ -121,13 +123,47 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
         judges.append(LoadedJudge(role, judge, jpath))
     if spec.data.judge_prompts is not None:
         spec = _judge_prompts(spec, located, base)
+    spec, heldout = _heldout(spec, located, base)
     names = [j.name for j in judges]
     if len(set(names)) != len(names):
         raise ConfigError(
             f"{located.where(('judges',))}: two judges share a name ({', '.join(names)}); rewards and "
             "metrics are keyed by judge name"
         )
-    return LoadedPipeline(path, spec, policy, tuple(judges))
+    return LoadedPipeline(path, spec, policy, tuple(judges), heldout)
+
+
+def _heldout(spec: PipelineSpec, located: Any, base: Path) -> tuple[PipelineSpec, tuple[tuple[JudgeSpec, Path], ...]]:
+    """``heldout:``'s prompt source made absolute and its rule verifiers loaded: a judge that runs a
+    model, or a constraints verifier without ``data.constraints_field``, is refused naming its entry."""
+    from grm.config import load_judge
+
+    h = spec.heldout
+    if h is None:
+        return spec, ()
+    if not h.prompts.startswith("builtin:"):
+        prompts = str(_resolve(h.prompts, base, "pipelines", located.where(("heldout", "prompts"))).resolve())
+        spec = spec.model_copy(update={"heldout": h.model_copy(update={"prompts": prompts})})
+    out = []
+    for i, ref in enumerate(h.judges):
+        where = located.where(("heldout", "judges", i))
+        try:
+            jpath = resolve_judge(ref, base, ())
+        except FileNotFoundError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        judge = load_judge(jpath)
+        if judge.mode != "rule":
+            raise ConfigError(
+                f"{where}: judge '{judge.name}' runs a model; the held-out check is scored by rule verifiers "
+                "(mode: rule) only, so the policy's training judge cannot grade its own test"
+            )
+        if judge.rule is not None and judge.rule.type == "constraints" and spec.data.constraints_field is None:
+            raise ConfigError(
+                f"{where}: judge '{judge.name}' verifies each prompt's constraints, but data.constraints_field "
+                "is null; the held-out prompts are read with data:'s columns (e.g. constraints_field: constraints)"
+            )
+        out.append((judge, jpath))
+    return spec, tuple(out)
 
 
 def _judge_prompts(spec: PipelineSpec, located: Any, base: Path) -> PipelineSpec:

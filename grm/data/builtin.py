@@ -26,7 +26,13 @@ from typing import Any
 from grm.data import clarify_tasks
 from grm.data.calc_tasks import prompt_rows
 from grm.data.constraint_pairs import constraints_pairs
-from grm.data.constraints import constraints_heldout, constraints_lexical_dev, constraints_lexical_unseen, constraints_train
+from grm.data.constraints import (
+    constraints_heldout,
+    constraints_lexical_dev,
+    constraints_lexical_unseen,
+    constraints_quick,
+    constraints_train,
+)
 
 SETS: dict[str, Callable[[], list[dict[str, Any]]]] = {}
 """``builtin:NAME`` -> a function that generates the set with its default size and seed."""
@@ -104,6 +110,11 @@ SETS["constraints-lexical-dev-pairs"] = partial(constraints_pairs, lexical=True,
 # Pairs over the training prompts (other topics): what a judge is trained on (pipelines/judge-grpo.yaml).
 SETS["constraints-pairs-train"] = partial(constraints_pairs, 512, split="train")
 SETS["constraints-lexical-pairs-train"] = partial(constraints_pairs, 512, lexical=True, split="train")
+# The quickstart's task: one keyword or end-phrase constraint per prompt (constraints.QUICK); its
+# judge is chosen on pairs over its training prompts, its before/after check uses held-out topics.
+SETS["constraints-quick-train"] = partial(constraints_quick, "train", 512)
+SETS["constraints-quick-heldout"] = partial(constraints_quick, "heldout", 200)
+SETS["constraints-quick-pairs"] = partial(constraints_pairs, 200, lexical=True, split="quick")
 
 DEFAULT_MAPS: dict[str, dict[str, str]] = {
     "arith-pairs": {
@@ -132,4 +143,7 @@ for _split in ("train", "heldout", "pairs", "pairs-train"):
     DEFAULT_MAPS[f"constraints-lexical-{_split}"] = DEFAULT_MAPS[f"constraints-{_split}"]
 for _split in ("dev", "unseen"):
     DEFAULT_MAPS[f"constraints-lexical-{_split}"] = DEFAULT_MAPS["constraints-train"]
+for _split in ("train", "heldout"):
+    DEFAULT_MAPS[f"constraints-quick-{_split}"] = DEFAULT_MAPS["constraints-train"]
+DEFAULT_MAPS["constraints-quick-pairs"] = DEFAULT_MAPS["constraints-pairs"]
 DEFAULT_MAPS["constraints-lexical-dev-pairs"] = DEFAULT_MAPS["constraints-pairs"]

@@ -18,7 +18,7 @@ import json
 import random
 from typing import Any
 
-from grm.data.constraints import constraints_heldout, constraints_lexical_dev, constraints_train
+from grm.data.constraints import constraints_heldout, constraints_lexical_dev, constraints_quick, constraints_train
 
 SENTENCES = [
     "{Topic} gets easier with a little planning",
@@ -205,14 +205,17 @@ def _targets(cons: dict[str, dict[str, Any]], broken: str, longer_pass: bool, rn
 def constraints_pairs(n: int = 200, seed: int = 0, lexical: bool = False, split: str = "heldout") -> list[dict[str, Any]]:
     """One labelled pair per held-out prompt (``constraints_heldout(n, seed, lexical)``) that can be
     built; ``split="train"``: per training prompt (``constraints_train``: other topics), the pairs a
-    judge is trained on (``constraints-pairs-train``), never the held-out ones it is evaluated on."""
+    judge is trained on (``constraints-pairs-train``), never the held-out ones it is evaluated on;
+    ``split="quick"``: per quickstart training prompt (``constraints_quick("train")``), the pairs the
+    quickstart's judge is chosen and gated on."""
     sources = {
         "heldout": lambda: constraints_heldout(n, seed, lexical),
         "train": lambda: constraints_train(n, seed, lexical),
         "dev": lambda: constraints_lexical_dev(n, seed),
+        "quick": lambda: constraints_quick("train", n, seed),
     }
-    if split not in sources or (split == "dev" and not lexical):
-        raise ValueError(f"split must be 'heldout', 'train' or (lexical) 'dev', got {split!r}")
+    if split not in sources or (split in ("dev", "quick") and not lexical):
+        raise ValueError(f"split must be 'heldout', 'train' or (lexical) 'dev' or 'quick', got {split!r}")
     train = split != "heldout"
     lex = "lexical-" if lexical else ""
     tag = f"-{split}" if train else ""

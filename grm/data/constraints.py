@@ -287,17 +287,19 @@ def make_prompts(
     tasks: list[str] = TASKS,
     values: dict[str, list[Any]] | None = None,
     avoid: set[str] | None = None,
+    counts: tuple[int, ...] = (1, 2, 3),
 ) -> list[dict[str, Any]]:
     """``n`` rows (id, prompt, topic, constraints, checklist) over ``topics`` and ``tasks`` with
-    constraints of ``types`` (arguments from ``values``, default ``VALUES``), deterministic by seed;
-    no text of ``avoid`` is drawn."""
+    ``counts`` constraints each (1-3 by default, weighted 3:4:3) of ``types`` (arguments from
+    ``values``, default ``VALUES``), deterministic by seed; no text of ``avoid`` is drawn."""
     rng = random.Random(f"constraints-{split}:{seed}")
     rows: list[dict[str, Any]] = []
     seen: set[str] = set(avoid or ())
     while len(rows) < n:
         topic = rng.choice(topics)
         task = rng.choice(tasks).format(topic=topic)
-        cons = draw_constraints(rng, rng.choices([1, 2, 3], weights=[3, 4, 3])[0], types, values)
+        k = counts[0] if len(counts) == 1 else rng.choices(list(counts), weights=[3, 4, 3][: len(counts)])[0]
+        cons = draw_constraints(rng, k, types, values)
         text = " ".join([task] + [instruction(c) for c in cons])
         if text in seen:
             continue
@@ -359,3 +361,20 @@ def constraints_lexical_unseen(n: int = 200, seed: int = 0) -> list[dict[str, An
     """Held-out prompts that share nothing with training but the constraint kinds
     (``constraints-lexical-unseen``): held-out topics, ``UNSEEN_TASKS`` and ``UNSEEN_VALUES``."""
     return make_prompts(HELDOUT_TOPICS, n, seed, "lexical-unseen", LEXICAL, UNSEEN_TASKS, UNSEEN_VALUES)
+
+
+QUICK = ("keyword",)
+"""The quickstart's constraint (``builtin:constraints-quick-*``): one per prompt, the word to
+include, which an untrained SmolLM2 follows about half the time (so a group of samples differs)
+and a 0.5B checklist judge reads well."""
+
+
+def constraints_quick(split: str, n: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    """The quickstart's prompts: one ``QUICK`` constraint each. ``train``: training topics, tasks
+    and words; ``heldout``: held-out topics, ``UNSEEN_TASKS`` and ``UNSEEN_VALUES``' words, so the
+    before/after check asks for words, in tasks, the policy never trained on."""
+    if split == "train":
+        return make_prompts(TRAIN_TOPICS, n, seed, "quick-train", QUICK, counts=(1,))
+    if split == "heldout":
+        return make_prompts(HELDOUT_TOPICS, n, seed, "quick-heldout", QUICK, UNSEEN_TASKS, UNSEEN_VALUES, counts=(1,))
+    raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")

@@ -252,6 +252,19 @@ class PolicyActor:
             )
         return groups
 
+    def answers(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+        """Greedy answers of the current weights to ``prompts``, one each, in order: the held-out
+        check's (``grm.orchestrator.heldout``), never trained on."""
+        from grm.engines.base import SamplingParams, chat_request
+
+        msgs = [chat_request(p.text, self.policy.system_prompt, messages=p.messages) for p in prompts]
+        sp = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(self.policy.generation.stop), seed=0)
+        out = [""] * len(prompts)
+        with self._model():
+            for g in self.engine.generate(msgs, sp):
+                out[g.request_index] = g.text
+        return out
+
     # ------------------------------------------------------------- reference, values
     def prepare(
         self, rollouts: Sequence[Rollout], positions: Sequence[int] | None = None, others: Sequence[ObjectRef[Prepared]] = ()

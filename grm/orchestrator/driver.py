@@ -23,6 +23,7 @@ from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.canary import Canaries
 from grm.orchestrator.filtering import refill, same_groups
 from grm.orchestrator.health import NodeWatch
+from grm.orchestrator.heldout import HeldoutCheck
 from grm.orchestrator.judge_cache import open_caches
 from grm.orchestrator.judge_prompts import judge_training_prompts
 from grm.orchestrator.keeping import Keeper
@@ -53,6 +54,7 @@ class Driver:
         made = judge_training_prompts(self.cfg.data) if self.cfg.data.judge_prompts else None
         self.stream = prompt_stream(self.cfg, [j.spec for j in loaded.judges], made)  # a bad row fails before any actor
         self.canaries = Canaries.load(loaded)  # labelled sets read now: a bad file fails before Ray starts
+        self.heldout = HeldoutCheck.load(loaded, recorder.path)  # its prompts too
         self.roles = place_roles(loaded, address)
         self.placement = self.roles.placement()
         recorder.write_placement(self.placement)
@@ -78,13 +80,15 @@ class Driver:
             self.anchors.restore(state["anchors"])
         self.start_step, self.version = state["step"], state["policy_version"]
         self.canaries.restore(self.recorder.metrics())
+        self.heldout.restore(self.start_step)
 
     def run(self) -> Path:
         cfg, ray, policy, keeper, show = self.cfg, self.ray, self.roles.policy, self.keeper, self.display
-        t_prev = time.perf_counter()
         show.start()
         with keeper.steps():
             try:
+                self.heldout.after(self.start_step, policy, self.scheduler.wait)  # the initial policy's reading
+                t_prev = time.perf_counter()
                 for step in range(self.start_step, cfg.train.steps):
                     if self.scheduler.stop_requested:
                         raise Interrupted()
@@ -111,6 +115,7 @@ class Driver:
                     synced = ray.get(policy.sync.remote())  # weight sync
                     self.version, s.sync_s, s.sync_by_disk = synced.version, synced.seconds, synced.by_disk
                     s.canary = self.canaries.after_step(step + 1, self.roles.judges)  # canary: judges re-score labelled pairs
+                    self.heldout.after(step + 1, policy, self.scheduler.wait)  # held-out check: greedy, rule-scored
                     now = time.perf_counter()
                     s.seconds, t_prev = now - t_prev, now
                     metrics = step_metrics(s)
@@ -126,6 +131,7 @@ class Driver:
             finally:
                 show.stop()
         keeper.checkpoint(cfg.train.steps)
+        self.heldout.summary()
         self.recorder.write_report()
         self.recorder.close()
         return self.recorder.path

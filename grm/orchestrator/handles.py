@@ -91,6 +91,12 @@ class ProgressCall(Protocol):
         ...
 
 
+class AnswersCall(Protocol):
+    def remote(self, prompts: Sequence[Prompt], max_new_tokens: int, /) -> ObjectRef[list[str]]:
+        """Greedy answers of the current weights, one per prompt (the held-out check)."""
+        ...
+
+
 class WhereCall(Protocol):
     def remote(self, role: str = ..., /) -> ObjectRef[Placement]: ...
 
@@ -114,6 +120,7 @@ class PolicyHandle(Protocol):
     sees: SeesCall
     load: LoadCall
     train_progress: ProgressCall
+    answers: AnswersCall
 
     def diagnose(self, error: BaseException, wait_s: float = 10.0) -> RoleLost | None:
         """The rank a failed call started from, as a ``RoleLost``; None when not known."""

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from grm.data.prompts import Prompt
     from grm.orchestrator.handles import (
+        AnswersCall,
         LoadCall,
         PrepareCall,
         ProgressCall,
@@ -85,6 +86,7 @@ class PolicyGroup:
     sees: SeesCall
     load: LoadCall
     train_progress: ProgressCall
+    answers: AnswersCall
 
     def __init__(self, actors: Sequence[ActorHandle], hf_rollout: bool) -> None:
         self.actors = list(actors)
@@ -93,6 +95,7 @@ class PolicyGroup:
         self.sync, self.save, self.load, self.train = (GroupMethod(self, m) for m in ("sync", "save", "load", "train"))
         self.sees = GroupMethod(self, "sees")
         self.train_progress = _Rank0(self, "train_progress")  # rank 0's micro-batches (each rank trains a shard)
+        self.answers = _Rank0(self, "answers")  # a few greedy answers: rank 0's engine
         self.rollout = _Split(self, "rollout", split_rollout if hf_rollout else None)
         self.episodes = _Split(self, "episodes", split_rollout if hf_rollout else None)  # beside the other calls
         self.prepare = _Split(self, "prepare", split_prepare)

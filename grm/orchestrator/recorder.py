@@ -20,6 +20,7 @@ from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, drive
 from grm.orchestrator.ckpt_transfer import mark, merge_staged, pack, unpack
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.handles import PolicyHandle
+from grm.orchestrator.heldout import report_lines as heldout_lines
 from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
 from grm.orchestrator.step_rows import cost_table, step_line
 from grm.orchestrator.wandb_log import WandbLog
@@ -145,6 +146,7 @@ class Recorder:
         lines = [f"# Run report: {self.path.name}", "", "![curves](curves.png)", "", *markdown_table(cols, cells)]
         lines += cost_table(ms)
         lines += ["", *report_lines(self.path, ms)]  # judge gate and canary, when the run has them
+        lines += heldout_lines(self.path)  # the held-out check, when the run has one
         lines += ["Full per-step metrics: `metrics.jsonl`; every sample with critiques and rewards: `samples.jsonl`.", ""]
         try:
             atomic_write_text(self.path / "report.md", "\n".join(lines))

@@ -40,10 +40,15 @@ def metrics(out: Path) -> list[dict]:
 
 def test_async_run_writes_every_artifact(tmp_path):
     out = tmp_path / "async"
+    heldout = tmp_path / "heldout.jsonl"  # arithmetic the run never trains on, scored by the numeric verifier
+    heldout.write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + {a}?", "reference": str(2 * a)}) + "\n" for a in (7, 21, 40))
+    )
     # the reference on the judge's pool is hosted in the judge's actor (one process takes turns)
     r = grm_run(
         out,
         "train.steps=2",
+        f"heldout={{prompts: {heldout}, judges: [builtin:numeric-answer], max_new_tokens: 8, every: 1}}",
         "schedule.mode=async",
         "checkpoint.every=1",
         "reference.pool=judge",
@@ -117,6 +122,16 @@ def test_async_run_writes_every_artifact(tmp_path):
         assert m["judge_cost/helpfulness-pointwise-logprob/calls"] == 8 and m["judge_cost/numeric-answer/calls"] == 4
         assert m["judge_cost/helpfulness-pointwise-logprob/generated_tokens"] > 0
     assert "## Judge cost" in (out / "report.md").read_text()
+    # the held-out check: the policy actor's greedy answers before training and after each step, rule-scored
+    readings = [json.loads(x) for x in (out / "heldout.jsonl").read_text().splitlines()]
+    assert [(h["step"], h["judge"], len(h["rewards"]), len(h["answers"])) for h in readings] == [
+        (s, "numeric-answer", 3, 3) for s in (0, 1, 2)
+    ]
+    assert all(v in (0.0, 1.0) for h in readings for v in h["rewards"]) and all(
+        isinstance(a, str) for a in readings[0]["answers"]
+    )
+    assert "held-out check before training: numeric-answer" in r.stdout and "held-out numeric-answer: " in r.stdout
+    assert "## Held-out check" in (out / "report.md").read_text()
     # the driver holds no model and no tensor (#44): ~180 MiB measured (VmHWM); importing torch alone adds ~150+
     assert all(0 < m["driver_peak_rss_mb"] < 320 for m in ms), [m["driver_peak_rss_mb"] for m in ms]
 

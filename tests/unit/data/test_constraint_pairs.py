@@ -64,11 +64,12 @@ def test_the_lexical_sets_hold_only_constraints_read_without_counting():
 
 
 def test_training_and_dev_pairs_are_verified_and_come_from_their_own_prompts():
-    from grm.data.constraints import constraints_lexical_dev, constraints_train
+    from grm.data.constraints import constraints_lexical_dev, constraints_quick, constraints_train
 
     for name, source in (
         ("constraints-lexical-pairs-train", constraints_train(512, lexical=True)),
         ("constraints-lexical-dev-pairs", constraints_lexical_dev()),
+        ("constraints-quick-pairs", constraints_quick("train", 200)),  # the quickstart's judge is chosen on these
     ):
         rows = load_rows(f"builtin:{name}")
         prompts = {r["prompt"] for r in source}
@@ -77,3 +78,16 @@ def test_training_and_dev_pairs_are_verified_and_come_from_their_own_prompts():
             good, bad = r[f"output_{r['label']}"], r[f"output_{3 - r['label']}"]
             assert set(check_all(r["constraints"], good).values()) == {1.0}, (r["id"], good)
             assert [t for t, ok in check_all(r["constraints"], bad).items() if not ok] == [r["broken"]], r["id"]
+
+
+def test_the_quickstart_split_asks_for_one_word_and_its_held_out_side_shares_no_topic_task_or_word():
+    from grm.data.constraints import HELDOUT_TOPICS, TRAIN_TOPICS, UNSEEN_TASKS, UNSEEN_VALUES, VALUES
+
+    train, held = load_rows("builtin:constraints-quick-train"), load_rows("builtin:constraints-quick-heldout")
+    assert (len(train), len(held)) == (512, 200)
+    for rows, topics, words in ((train, TRAIN_TOPICS, VALUES["keyword"]), (held, HELDOUT_TOPICS, UNSEEN_VALUES["keyword"])):
+        assert all(len(r["constraints"]) == 1 and r["constraints"][0]["type"] == "keyword" for r in rows)
+        assert {r["topic"] for r in rows} <= set(topics) and {r["constraints"][0]["word"] for r in rows} <= set(words)
+    assert not {r["constraints"][0]["word"] for r in train} & {r["constraints"][0]["word"] for r in held}
+    assert all(any(r["prompt"].startswith(t.split("{topic}")[0]) for t in UNSEEN_TASKS) for r in held)
+    assert not any(any(r["prompt"].startswith(t.split("{topic}")[0]) for t in UNSEEN_TASKS) for r in train)
