@@ -179,9 +179,12 @@ COST_WORDS = (
 
 
 def console_line(m: dict[str, Any], steps: int) -> str:
-    """A finished step in one line of plain text (the live display sets ``step n/N`` in bold)."""
+    """A finished step in one line of plain text (the live display sets ``step n/N`` in bold); with
+    two or more judges, each one's mean reward too (a weight-0 monitor's among them)."""
+    each = {k.removeprefix("reward/"): v for k, v in m.items() if k.startswith("reward/") and isinstance(v, (int, float))}
+    judges = f"({', '.join(f'{k} {v:.3f}' for k, v in each.items())}) " if len(each) > 1 else ""
     return (
-        f"step {m['step']}/{steps} reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} "
+        f"step {m['step']}/{steps} reward {m['reward_mean']:.3f}±{m['reward_std']:.3f} {judges}"
         f"masked {m['masked']} kl {m.get('kl', 0.0):.4f} len {m['response_len_mean']:.1f} | "
         f"rollout {m['seconds_rollout']:.1f}s judging {m['seconds_judging']:.1f}s ref {m['seconds_reference']:.1f}s "
         f"train {m['seconds_training']:.1f}s sync {m['seconds_sync']:.2f}s step {m['seconds_step']:.1f}s "
