@@ -62,7 +62,7 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
     """Load a pipeline YAML (path or builtin:NAME), its policy and judge specs, and check what only
     the combination can tell (a model judge without a pool, a judge mode pipelines cannot use, a
     trainer layout grm run cannot start). Every error is a ConfigError naming FILE:LINE."""
-    from grm.config import detect_kind, load_judge, load_policy
+    from grm.config import detect_kind, load_policy
 
     path = _resolve(str(path), Path.cwd(), "pipelines", "grm run") if str(path).startswith("builtin:") else Path(path)
     located = load_yaml(path)
@@ -96,11 +96,7 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
     judges = []
     for i, role in enumerate(spec.judges):
         where = located.where(("judges", i, "spec"))
-        try:
-            jpath = resolve_judge(role.spec, base, role.overrides)
-        except FileNotFoundError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        judge = load_judge(jpath, overrides=role.overrides)
+        judge, jpath = _judge_file(role.spec, base, role.overrides, where)
         if judge.mode != "rule" and role.pool is None:
             raise ConfigError(f"{where}: judge '{judge.name}' runs a model and needs a pool")
         if judge.mode == "pairwise":
@@ -110,11 +106,7 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
                 f"{where}: judge '{judge.name}' reads each prompt's checklist from the data (checklist.source: data), "
                 "but data.checklist_field is null; name the column holding the checklists (e.g. checklist_field: checklist)"
             )
-        if judge.rule is not None and judge.rule.type == "constraints" and spec.data.constraints_field is None:
-            raise ConfigError(
-                f"{where}: judge '{judge.name}' verifies each prompt's constraints from the data, but "
-                "data.constraints_field is null; name the column holding them (e.g. constraints_field: constraints)"
-            )
+        _constraints_column(judge, spec, where)
         if judge.mode == "listwise" and spec.algorithm.group_size < 2:
             raise ConfigError(
                 f"{where}: judge '{judge.name}' is listwise: it scores a prompt's responses side by side "
@@ -136,7 +128,6 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
 def _heldout(spec: PipelineSpec, located: Any, base: Path) -> tuple[PipelineSpec, tuple[tuple[JudgeSpec, Path], ...]]:
     """``heldout:``'s prompt source made absolute and its rule verifiers loaded: a judge that runs a
     model, or a constraints verifier without ``data.constraints_field``, is refused naming its entry."""
-    from grm.config import load_judge
 
     h = spec.heldout
     if h is None:
@@ -147,21 +138,13 @@ def _heldout(spec: PipelineSpec, located: Any, base: Path) -> tuple[PipelineSpec
     out = []
     for i, ref in enumerate(h.judges):
         where = located.where(("heldout", "judges", i))
-        try:
-            jpath = resolve_judge(ref, base, ())
-        except FileNotFoundError as e:
-            raise ConfigError(f"{where}: {e}") from None
-        judge = load_judge(jpath)
+        judge, jpath = _judge_file(ref, base, (), where)
         if judge.mode != "rule":
             raise ConfigError(
                 f"{where}: judge '{judge.name}' runs a model; the held-out check is scored by rule verifiers "
                 "(mode: rule) only, so the policy's training judge cannot grade its own test"
             )
-        if judge.rule is not None and judge.rule.type == "constraints" and spec.data.constraints_field is None:
-            raise ConfigError(
-                f"{where}: judge '{judge.name}' verifies each prompt's constraints, but data.constraints_field "
-                "is null; the held-out prompts are read with data:'s columns (e.g. constraints_field: constraints)"
-            )
+        _constraints_column(judge, spec, where)  # the held-out prompts are read with data:'s columns
         out.append((judge, jpath))
     return spec, tuple(out)
 
@@ -258,4 +241,25 @@ def check_ranks(spec: PipelineSpec, located: Any) -> None:
         raise ConfigError(
             f"{located.where(('judges',))}: {', '.join(others)} share pool '{name}' with a {ranks}-rank policy, whose "
             "ranks take every bundle of it; give the judges a pool of their own"
+        )
+
+
+def _judge_file(ref: str, base: Path, overrides: Iterable[str], where: str) -> tuple[JudgeSpec, Path]:
+    """The judge spec ``ref`` names (a path or ``builtin:NAME``) with ``overrides``, and its file."""
+    from grm.config import load_judge
+
+    overrides = list(overrides)
+    try:
+        jpath = resolve_judge(ref, base, overrides)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return load_judge(jpath, overrides=overrides), jpath
+
+
+def _constraints_column(judge: JudgeSpec, spec: PipelineSpec, where: str) -> None:
+    """A ``constraints`` verifier reads each prompt's constraints: ``data.constraints_field`` must name them."""
+    if judge.rule is not None and judge.rule.type == "constraints" and spec.data.constraints_field is None:
+        raise ConfigError(
+            f"{where}: judge '{judge.name}' verifies each prompt's constraints from the data, but "
+            "data.constraints_field is null; name the column holding them (e.g. constraints_field: constraints)"
         )
