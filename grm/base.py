@@ -372,6 +372,3 @@ def check_complete(path: str | Path) -> Path:
     if not is_complete(path):
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no COMPLETE marker)")
     return path
-
-
-# --------------------------------------------------------------------------- network

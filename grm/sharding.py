@@ -1,5 +1,6 @@
 """Batch sharding: rows split into equal-count shards with balanced token totals (the driver's
-split of a worker group's batch pass, ``TrainBatch.shard``). Standard library only."""
+split of a worker group's batch pass; each rank's share of a training batch, ``TrainBatch.shard``).
+Standard library only."""
 
 from __future__ import annotations
 

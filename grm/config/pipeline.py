@@ -322,6 +322,11 @@ class HeldoutSpec(Strict):
     every: int = Field(0, ge=0, le=10**9)
     """Also after every N-th step; 0: only before the first step and after the last."""
 
+    @field_validator("prompts")
+    @classmethod
+    def _source(cls, v: str, info: ValidationInfo) -> str:
+        return check_source(v, info)
+
 
 class PipelineSpec(Strict):
     """A full RLAIF run: ``grm run PIPELINE.yaml``."""
@@ -369,13 +374,6 @@ class PipelineSpec(Strict):
         check_source(v.prompts, info)
         return v
 
-    @field_validator("heldout")
-    @classmethod
-    def _heldout_exists(cls, v: HeldoutSpec | None, info: ValidationInfo) -> HeldoutSpec | None:
-        if v is not None:
-            check_source(v.prompts, info)
-        return v
-
     @model_validator(mode="after")
     def _invariants(self) -> PipelineSpec:
         roles = {"policy": self.policy.pool}
@@ -401,8 +399,6 @@ class PipelineSpec(Strict):
             raise ValueError("kl.coef > 0 needs a reference: {pool: ...}")
         if self.heldout is not None and self.env is not None:
             raise ValueError("heldout: checks single answers; an env: run's held-out check is `grm eval --policy RUN --env ...`")
-        if self.heldout is not None and self.heldout.prompts == self.data.prompts:
-            raise ValueError("heldout.prompts is data.prompts: a held-out check needs prompts the run never trains on")
         if self.env is not None and self.rollout.greedy_anchor:
             raise ValueError("rollout.greedy_anchor compares single answers; an env: run's episodes have none to compare")
         if self.data.judge_prompts is not None:

@@ -135,6 +135,11 @@ def _heldout(spec: PipelineSpec, located: Any, base: Path) -> tuple[PipelineSpec
     if not h.prompts.startswith("builtin:"):
         prompts = str(_resolve(h.prompts, base, "pipelines", located.where(("heldout", "prompts"))).resolve())
         spec = spec.model_copy(update={"heldout": h.model_copy(update={"prompts": prompts})})
+    if spec.heldout.prompts == spec.data.prompts:  # both resolved
+        raise ConfigError(
+            f"{located.where(('heldout', 'prompts'))}: heldout.prompts is data.prompts; a held-out check needs "
+            "prompts the run never trains on"
+        )
     out = []
     for i, ref in enumerate(h.judges):
         where = located.where(("heldout", "judges", i))

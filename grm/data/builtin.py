@@ -10,6 +10,9 @@ breaking response per held-out prompt (``grm.data.constraint_pairs``); ``constra
 same over training prompts (a judge's training pairs). ``constraints-lexical-dev`` (and its pairs):
 the training side's check set; ``constraints-lexical-unseen``: held-out topics, task templates and
 vocabulary (``grm.data.constraints``).
+``constraints-quick-train`` / ``constraints-quick-heldout`` / ``constraints-quick-pairs``: the
+quickstart's one-word-to-include prompts, held-out topics, task templates and words, and pairs over
+the training prompts (where its judge is chosen).
 ``calc-train`` / ``calc-heldout``: arithmetic word problems for the ``calc`` environment's episodes,
 disjoint splits (``grm.data.calc_tasks``); each row names the seed the environment starts from.
 ``clarify-train`` / ``clarify-heldout``: under-specified requests for the ``clarify`` environment's
@@ -110,7 +113,7 @@ SETS["constraints-lexical-dev-pairs"] = partial(constraints_pairs, lexical=True,
 # Pairs over the training prompts (other topics): what a judge is trained on (pipelines/judge-grpo.yaml).
 SETS["constraints-pairs-train"] = partial(constraints_pairs, 512, split="train")
 SETS["constraints-lexical-pairs-train"] = partial(constraints_pairs, 512, lexical=True, split="train")
-# The quickstart's task: one keyword or end-phrase constraint per prompt (constraints.QUICK); its
+# The quickstart's task: one word to include per prompt (constraints.QUICK); its
 # judge is chosen on pairs over its training prompts, its before/after check uses held-out topics.
 SETS["constraints-quick-train"] = partial(constraints_quick, "train", 512)
 SETS["constraints-quick-heldout"] = partial(constraints_quick, "heldout", 200)

@@ -287,18 +287,18 @@ def make_prompts(
     tasks: list[str] = TASKS,
     values: dict[str, list[Any]] | None = None,
     avoid: set[str] | None = None,
-    counts: tuple[int, ...] = (1, 2, 3),
+    count: int | None = None,
 ) -> list[dict[str, Any]]:
     """``n`` rows (id, prompt, topic, constraints, checklist) over ``topics`` and ``tasks`` with
-    ``counts`` constraints each (1-3 by default, weighted 3:4:3) of ``types`` (arguments from
-    ``values``, default ``VALUES``), deterministic by seed; no text of ``avoid`` is drawn."""
+    ``count`` constraints each (None: 1-3, weighted 3:4:3) of ``types`` (arguments from ``values``,
+    default ``VALUES``), deterministic by seed; no text of ``avoid`` is drawn."""
     rng = random.Random(f"constraints-{split}:{seed}")
     rows: list[dict[str, Any]] = []
     seen: set[str] = set(avoid or ())
     while len(rows) < n:
         topic = rng.choice(topics)
         task = rng.choice(tasks).format(topic=topic)
-        k = counts[0] if len(counts) == 1 else rng.choices(list(counts), weights=[3, 4, 3][: len(counts)])[0]
+        k = count if count is not None else rng.choices([1, 2, 3], weights=[3, 4, 3])[0]
         cons = draw_constraints(rng, k, types, values)
         text = " ".join([task] + [instruction(c) for c in cons])
         if text in seen:
@@ -374,7 +374,7 @@ def constraints_quick(split: str, n: int = 200, seed: int = 0) -> list[dict[str,
     and words; ``heldout``: held-out topics, ``UNSEEN_TASKS`` and ``UNSEEN_VALUES``' words, so the
     before/after check asks for words, in tasks, the policy never trained on."""
     if split == "train":
-        return make_prompts(TRAIN_TOPICS, n, seed, "quick-train", QUICK, counts=(1,))
+        return make_prompts(TRAIN_TOPICS, n, seed, "quick-train", QUICK, count=1)
     if split == "heldout":
-        return make_prompts(HELDOUT_TOPICS, n, seed, "quick-heldout", QUICK, UNSEEN_TASKS, UNSEEN_VALUES, counts=(1,))
+        return make_prompts(HELDOUT_TOPICS, n, seed, "quick-heldout", QUICK, UNSEEN_TASKS, UNSEEN_VALUES, count=1)
     raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")

@@ -258,7 +258,8 @@ class PolicyActor:
         from grm.engines.base import SamplingParams, chat_request
 
         msgs = [chat_request(p.text, self.policy.system_prompt, messages=p.messages) for p in prompts]
-        sp = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(self.policy.generation.stop), seed=0)
+        stop = tuple(self.policy.generation.stop)
+        sp = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=stop, seed=0, abort=cancelled)
         out = [""] * len(prompts)
         with self._model():
             for g in self.engine.generate(msgs, sp):

@@ -32,7 +32,7 @@ from grm.orchestrator.recorder import Recorder
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
-from grm.orchestrator.step_rows import sample_rows, step_metrics, too_many_masked
+from grm.orchestrator.step_rows import check_masked_fraction, sample_rows, step_metrics
 from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, StepWork, rollouts_of
 from grm.process import peak_rss_mb
 
@@ -80,14 +80,13 @@ class Driver:
             self.anchors.restore(state["anchors"])
         self.start_step, self.version = state["step"], state["policy_version"]
         self.canaries.restore(self.recorder.metrics())
-        self.heldout.restore(self.start_step)
 
     def run(self) -> Path:
         cfg, ray, policy, keeper, show = self.cfg, self.ray, self.roles.policy, self.keeper, self.display
         show.start()
         with keeper.steps():
             try:
-                self.heldout.after(self.start_step, policy, self.scheduler.wait)  # the initial policy's reading
+                self.heldout_reading(self.start_step)  # the initial policy's (a resume's: when due and not yet read)
                 t_prev = time.perf_counter()
                 for step in range(self.start_step, cfg.train.steps):
                     if self.scheduler.stop_requested:
@@ -110,12 +109,11 @@ class Driver:
                     self.scheduler.prepared(s.work)  # reference + values, left in the actors' object store
                     show.set_phase("training")
                     plan = AdvantagePlan.of(s.groups, s.version, self.cfg.env.credit if self.cfg.env is not None else "episode")
-                    s.take(self.scheduler.wait(policy.train.remote(s.work.prepared, s.work.reference, plan)))  # train
+                    s.record_training(self.scheduler.wait(policy.train.remote(s.work.prepared, s.work.reference, plan)))  # train
                     show.set_phase("weight sync")
                     synced = ray.get(policy.sync.remote())  # weight sync
                     self.version, s.sync_s, s.sync_by_disk = synced.version, synced.seconds, synced.by_disk
                     s.canary = self.canaries.after_step(step + 1, self.roles.judges)  # canary: judges re-score labelled pairs
-                    self.heldout.after(step + 1, policy, self.scheduler.wait)  # held-out check: greedy, rule-scored
                     now = time.perf_counter()
                     s.seconds, t_prev = now - t_prev, now
                     metrics = step_metrics(s)
@@ -125,7 +123,9 @@ class Driver:
                         remember(self.anchors, step + 1, s.groups)
                     self.scheduler.trained()
                     show.done(metrics)
-                    too_many_masked(step, metrics, len(s.advantages), cfg.faults.max_masked_fraction)
+                    if self.heldout_reading(step + 1):
+                        t_prev = time.perf_counter()  # the reading's seconds are its own (heldout.jsonl)
+                    check_masked_fraction(step, metrics, len(s.advantages), cfg.faults.max_masked_fraction)
                     if cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and step + 1 < cfg.train.steps:
                         keeper.checkpoint(step + 1)
             finally:
@@ -135,6 +135,17 @@ class Driver:
         self.recorder.write_report()
         self.recorder.close()
         return self.recorder.path
+
+    def heldout_reading(self, step: int) -> bool:
+        """The held-out check after ``step`` steps, when due: the policy's greedy answers, rule-scored."""
+        h = self.heldout
+        if not h.due(step):
+            return False
+        self.display.set_phase("held-out check")
+        t0 = time.perf_counter()
+        answers = self.scheduler.wait(self.roles.policy.answers.remote(h.prompts, h.max_new_tokens), droppable=True)
+        h.record(step, answers, time.perf_counter() - t0)
+        return True
 
     def rewards(self, groups: list[Group]) -> dict[str, Any]:
         return reward_groups(groups, self.weights, self.required, self.cfg.algorithm)  # overlong penalty, length control

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import NoReturn
 
+from grm.data.prompts import PromptStream
 from grm.orchestrator.anchors import AnchorStore
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.health import NodeWatch, RoleLost, actor_lost
 from grm.orchestrator.recorder import Recorder
+from grm.orchestrator.roles import Roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 
 
@@ -20,9 +22,9 @@ class Keeper:
         self,
         recorder: Recorder,
         scheduler: Scheduler,
-        roles: Any,
+        roles: Roles,
         watch: NodeWatch,
-        stream: Any,
+        stream: PromptStream,
         anchors: AnchorStore | None,
         keep: int,
     ) -> None:

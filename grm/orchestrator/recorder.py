@@ -20,7 +20,7 @@ from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, drive
 from grm.orchestrator.ckpt_transfer import mark, merge_staged, pack, unpack
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.handles import PolicyHandle
-from grm.orchestrator.heldout import report_lines as heldout_lines
+from grm.orchestrator.heldout_file import report_lines as heldout_lines
 from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
 from grm.orchestrator.step_rows import cost_table, step_line
 from grm.orchestrator.wandb_log import WandbLog
@@ -62,7 +62,8 @@ class Recorder:
             return rd
         path = run_dir(cfg.name, cfg.out_dir, time.strftime("%Y%m%d-%H%M%S"))  # the name was checked when the YAML loaded
         ckpts = path / "checkpoints"
-        if (path / "metrics.jsonl").exists() or (ckpts.is_dir() and any(CHECKPOINT.fullmatch(p.name) for p in ckpts.iterdir())):
+        logged = any((path / f).exists() for f in ("metrics.jsonl", "heldout.jsonl"))  # a reading is a start's first write
+        if logged or (ckpts.is_dir() and any(CHECKPOINT.fullmatch(p.name) for p in ckpts.iterdir())):
             raise RunError(f"{path} already holds a run; use --resume {path} or another out_dir")
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -109,8 +110,9 @@ class Recorder:
         return self._tb or None
 
     def truncate_after(self, step: int) -> None:
-        """Cut the log lines of steps after ``step`` (they are redone on resume), in place."""
-        for name in ("metrics.jsonl", "samples.jsonl"):
+        """Cut the log lines of steps after ``step`` (they are redone on resume), in place: the held-out
+        check's readings too (a reading of weights the resume throws away)."""
+        for name in ("heldout.jsonl", "metrics.jsonl", "samples.jsonl"):
             cut_after(self.path / name, step)
 
     def metrics(self) -> list[dict[str, Any]]:

@@ -6,8 +6,8 @@ start survives. Before writing anything, a resume is checked against the first s
 ``RESUME_KEEPS`` made the checkpoints and the prompt order and must not change, so a resume that
 changes one is refused with the run directory left exactly as it was.
 
-On resume the log lines of steps after the checkpoint are cut off ``metrics.jsonl`` and
-``samples.jsonl`` in place (``cut_after``): lines are appended in step order, so what goes is a tail,
+On resume the log lines of steps after the checkpoint are cut off ``metrics.jsonl``,
+``samples.jsonl`` and ``heldout.jsonl`` in place (``cut_after``): lines are appended in step order, so what goes is a tail,
 and shortening a file needs no free space (a full disk is a common reason to resume).
 """
 
@@ -150,7 +150,7 @@ def _step_of(line: bytes, path: Path, n: int, kind: str) -> int:
 
 def cut_after(path: Path, step: int, kind: str | None = None) -> None:
     """Cut the lines of steps after ``step``, and a torn last line, off the end of ``path`` (a
-    metrics.jsonl or samples.jsonl: ``kind``, by default the file's stem), in place and fsynced.
+    metrics.jsonl, samples.jsonl or heldout.jsonl: ``kind``, by default the file's stem), in place and fsynced.
     RunError naming the file (and line) when it cannot be read or cut, when a line of an earlier
     step follows one of a later step, or when a line has a format this grm cannot read."""
     kind = kind or path.stem

@@ -235,15 +235,20 @@ class Scheduler:
         if self.stop_requested:
             raise Interrupted()
 
-    def wait(self, ref: ObjectRef[T]) -> T:
+    def wait(self, ref: ObjectRef[T], droppable: bool = False) -> T:
         """``ray.get(ref)`` of a training call that meanwhile hands the chunks of queued (async) steps
         to the judges as they land and keeps the judges' calls flowing, so judges work on step t+1
-        while step t trains; a live display is told the micro-batches trained, once a second."""
-        progress = self.roles.policy.train_progress if self.progress.wants_training else None
+        while step t trains; a live display is told the micro-batches trained, once a second.
+        ``droppable``: a call nothing depends on (the held-out check's answers), cancelled by a stop,
+        which then ends the wait within a second (``Interrupted``)."""
+        progress = self.roles.policy.train_progress if self.progress.wants_training and not droppable else None
         while True:
             landing = {r: (w, c) for w in self.queue for c, r in enumerate(w.chunks) if c not in w.landed}
-            if self._advance(landing, ref, timeout=1.0 if progress is not None else 5.0):
+            if self._advance(landing, ref, timeout=1.0 if progress is not None or droppable else 5.0):
                 return self.ray.get(ref)
+            if droppable and self.stop_requested:
+                self.ray.cancel(ref)
+                raise Interrupted()
             if progress is not None:
                 self.progress.training(*self.ray.get(progress.remote()))
 

@@ -91,7 +91,7 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
     return m
 
 
-def too_many_masked(step: int, metrics: dict[str, Any], rows: int, max_fraction: float) -> None:
+def check_masked_fraction(step: int, metrics: dict[str, Any], rows: int, max_fraction: float) -> None:
     """``RunError`` when more than ``faults.max_masked_fraction`` of the step's ``rows`` samples
     were masked: a run whose judges mostly fail stops instead of training on what is left."""
     if metrics["masked"] > max_fraction * rows:

@@ -320,7 +320,7 @@ class StepOutcome:
     seconds: float = 0.0
     """Wall time since the previous step was logged."""
 
-    def take(self, trained: Trained) -> None:
+    def record_training(self, trained: Trained) -> None:
         """The training call's results into the step (process credit onto its episodes)."""
         self.train, self.advantages, self.advantage_stats = trained.metrics, trained.advantages, trained.advantage_stats
         self.reference_s = trained.prepare_seconds

@@ -47,7 +47,7 @@ def test_what_training_returns_lands_on_the_step_and_its_episodes():
     groups = _groups()
     s = StepOutcome(0, StepWork(step=0, prompts=[], chunks=[]), 0, groups=groups)
     advantages = {r.id: float(i) for i, r in enumerate(r for g in groups for r in g.rollouts)}
-    s.take(Trained({"loss": 0.1}, advantages, {"adv_std": 1.0}, {"s0r0g1/0": [0.0, 0.5]}, 2.5))
+    s.record_training(Trained({"loss": 0.1}, advantages, {"adv_std": 1.0}, {"s0r0g1/0": [0.0, 0.5]}, 2.5))
     assert s.train == {"loss": 0.1} and s.advantages == advantages and s.advantage_stats == {"adv_std": 1.0}
     assert s.reference_s == 2.5 and len(s.advantages) == 4
     assert groups[1].rollouts[0].turn_credit == [0.0, 0.5] and groups[0].rollouts[0].turn_credit is None
