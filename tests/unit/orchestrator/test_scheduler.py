@@ -298,3 +298,14 @@ def test_waiting_on_training_tells_a_live_display_the_micro_batches():
     slow.waits = 2
     ray.wait = lambda refs, num_returns=1, timeout=None: ([target], refs)
     assert sched.wait(target) == "trained" and polled == []
+
+
+def test_a_stop_cancels_a_droppable_wait_and_leaves_a_training_wait_alone():
+    sched, _, ray = make(config(), [JudgeHandle("rule", 1.0, True, local=LengthJudge())])
+    answers = Ref(["an answer"], ready=False)  # the held-out check's call, still running
+    sched.request_stop()
+    with pytest.raises(Interrupted):
+        sched.wait(answers, droppable=True)
+    assert ray.cancelled == [answers]
+    trained = Ref({"loss": 0.1})  # a training call is waited for whatever the stop (its step may be logged)
+    assert sched.wait(trained) == {"loss": 0.1} and ray.cancelled == [answers]
