@@ -61,9 +61,13 @@ class Keeper:
             self.lost(lost)
 
     def lost(self, e: RoleLost) -> NoReturn:
-        """A role is gone: checkpoint the trained steps if the policy survived; say how to resume."""
+        """A role is gone: checkpoint the trained steps if the policy survived and is not training
+        the next one (its save would run after that training: step N's checkpoint would hold step
+        N+1's weights, and a resume would train that batch twice); say how to resume."""
         done = len(self.recorder.metrics())
-        if not e.policy_lost:
+        if not e.policy_lost and self.scheduler.training:
+            print(f"\n{e}: step {done + 1} was training, so no checkpoint of step {done} can be written now", flush=True)
+        elif not e.policy_lost:
             print(f"\n{e}: writing a checkpoint at step {done}", flush=True)
             self.checkpoint(done)
         raise RunError(f"step {done + 1}: {e}; {self.recorder.how_to_resume()}") from None

@@ -96,6 +96,9 @@ class Scheduler:
         """Earlier steps' greedy responses, for pairwise judges with ``groups.anchor: previous``."""
         self.queue: deque[StepWork] = deque()
         self.in_flight: StepWork | None = None
+        self.training = False
+        """A training call was submitted for the step in flight (``wait``) and the step is not yet
+        logged (``trained``): the policy's weights are then ahead of every logged step."""
         self.next_submit = 0
         self.stop_requested = False
         self.ahead = cfg.schedule.max_staleness if cfg.schedule.mode == "async" else 0
@@ -119,7 +122,7 @@ class Scheduler:
 
     def trained(self) -> None:
         """The step in flight is trained and logged: its prompts are spent."""
-        self.in_flight = None
+        self.in_flight, self.training = None, False
 
     def request_stop(self) -> None:
         """A stop signal: the step in flight is abandoned at the next point that allows it (see the
@@ -242,6 +245,7 @@ class Scheduler:
         ``droppable``: a call nothing depends on (the held-out check's answers), cancelled by a stop,
         which then ends the wait within a second (``Interrupted``)."""
         progress = self.roles.policy.train_progress if self.progress.wants_training and not droppable else None
+        self.training = self.training or not droppable
         while True:
             landing = {r: (w, c) for w in self.queue for c, r in enumerate(w.chunks) if c not in w.landed}
             if self._advance(landing, ref, timeout=1.0 if progress is not None or droppable else 5.0):

@@ -306,6 +306,9 @@ def test_a_stop_cancels_a_droppable_wait_and_leaves_a_training_wait_alone():
     sched.request_stop()
     with pytest.raises(Interrupted):
         sched.wait(answers, droppable=True)
-    assert ray.cancelled == [answers]
+    assert ray.cancelled == [answers] and not sched.training  # the answers call trains nothing
     trained = Ref({"loss": 0.1})  # a training call is waited for whatever the stop (its step may be logged)
     assert sched.wait(trained) == {"loss": 0.1} and ray.cancelled == [answers]
+    assert sched.training  # the policy is now ahead of every logged step, until the step is logged
+    sched.trained()
+    assert not sched.training
