@@ -36,7 +36,8 @@ is the same spec with the ``--on`` overrides, guard off the spec with ``guard.ne
 ``guard.fence`` false (default ``guard.neutralise=true``: text aimed at the
 judge taken out; ``guard.fence=true`` was the earlier tables' setting). Prints the CPU model, its SIMD flags and torch's thread
 count first, then a markdown table; ``--out`` writes every number (and per-item preferences) as
-JSON.
+JSON, after each half of each judge: ``--resume`` keeps finished judges, and a judge stopped during
+its guard-on half runs only that half again.
 
     python benchmarks/judge_attacks.py                                   # every shipped judge, SmolLM2
     python benchmarks/judge_attacks.py --model qwen2.5-coder-1.5b-instruct \\
@@ -349,24 +350,33 @@ def main() -> int:
                 row["seconds_on_again"] = round(time.perf_counter() - t0, 1)
                 _write(Path(args.out), facts, args, results)
         for name in args.judges.split(","):
-            if name in done:
+            kept = next((r for r in results if r.get("ref", r["judge"]) == name), None)
+            if kept is not None and not kept.get("half"):
                 print(f"{name}: kept from {args.out}", flush=True)
                 continue
             ref = name if name.endswith(".yaml") else f"builtin:{name}"
-            off = load(ref, overrides=model)
-            if off.spec.mode != "rule":  # the shipped judges neutralise: "off" is the spec without any guard
-                off = load(ref, overrides=[*model, "guard.neutralise=false", "guard.fence=false"])
-            row: dict[str, Any] = {"judge": off.spec.name, "ref": name, "model": off.spec.model or "-", "mode": off.spec.mode}
-            row["on"] = None
-            t0 = time.perf_counter()
-            row["off"] = run_judge(off, items, attacks, args.batch_size, progress, f"{off.spec.name} guard off")
-            if off.spec.mode != "rule":
+            if kept is None:  # a new judge: the guard-off half, saved before the guard-on half runs
+                off = load(ref, overrides=model)
+                if off.spec.mode != "rule":  # the shipped judges neutralise: "off" is the spec without any guard
+                    off = load(ref, overrides=[*model, "guard.neutralise=false", "guard.fence=false"])
+                row: dict[str, Any] = {"judge": off.spec.name, "ref": name, "model": off.spec.model or "-"}
+                row.update(mode=off.spec.mode, on=None, half=off.spec.mode != "rule")
+                t0 = time.perf_counter()
+                row["off"] = run_judge(off, items, attacks, args.batch_size, progress, f"{off.spec.name} guard off")
+                row["seconds"] = round(time.perf_counter() - t0, 1)
+                results.append(row)
+                if args.out:
+                    _write(Path(args.out), facts, args, results)
+            else:  # a stopped run kept the guard-off half
+                row = kept
+                print(f"{name}: guard-off half kept from {args.out}", flush=True)
+            if row.pop("half", False):
                 on = load(ref, overrides=[*model, *args.on.split(",")])
-                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{off.spec.name} guard on")
-            row["seconds"] = round(time.perf_counter() - t0, 1)
-            results.append(row)
-            if args.out:
-                _write(Path(args.out), facts, args, results)
+                t0 = time.perf_counter()
+                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{row['judge']} guard on")
+                row["seconds"] = round(row["seconds"] + time.perf_counter() - t0, 1)
+                if args.out:
+                    _write(Path(args.out), facts, args, results)
     print(f"guard on: {args.on}")
     print(table(results, attacks))
     if args.out:
