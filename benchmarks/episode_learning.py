@@ -2,9 +2,11 @@
 
 Trains SmolLM2 on the episodes of one shipped environment (``--env calc``: word problems with a
 sandboxed calculator, ``pipelines/calc-episodes.yaml``; ``--env clarify``: a dialogue with a scripted
-user who gives the missing detail only when asked, ``pipelines/clarify-episodes.yaml``), with one
+user who gives the missing detail only when asked, ``pipelines/clarify-episodes.yaml``; ``--env revise``,
+the default: a scripted user asks for a piece of writing, then for a rewrite that includes a given
+word, ``pipelines/revise-episodes.yaml``), with one
 reward per system, everything else as shipped:
-- ``grm``: the GRM judge alone (``--judge``, default ``builtin:trajectory-pointwise`` with
+- ``grm``: the GRM judge alone (``--judge``, default the env pipeline's first judge, with
   ``--judge-model``), which reads the whole episode and never sees the environment's success signal;
 - ``length``: ``builtin:length-longer`` alone (words of the final answer: the hacking control; if
   it gains, length explains the GRM's gain too);
@@ -23,7 +25,9 @@ Prints the machine, a table of held-out success by step, a final-vs-initial tabl
 directories' ``summary.json``; a stopped invocation resumes (runs and evals are resumable).
 ``--dry-run`` prints the pipeline YAMLs and the commands still to run, and runs nothing.
 
-    python benchmarks/episode_learning.py --env clarify --steps 60 --eval-every 20 --heldout 100
+    python benchmarks/episode_learning.py --env revise --steps 20 --eval-every 10 --heldout 100
+    python benchmarks/episode_learning.py --env clarify --steps 60 --eval-every 20 --heldout 100 \
+        --judge builtin:trajectory-pointwise
     python benchmarks/episode_learning.py --env calc --systems grm,length,verifier train.lr=1e-5 --dry-run
 """
 
@@ -45,7 +49,7 @@ from machine import describe, machine
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINES = {"calc": ROOT / "pipelines" / "calc-episodes.yaml", "clarify": ROOT / "pipelines" / "clarify-episodes.yaml"}
+PIPELINES = {env: ROOT / "pipelines" / f"{env}-episodes.yaml" for env in ("revise", "calc", "clarify")}
 CONTROLS = {"length": "builtin:length-longer", "verifier": "builtin:env-success"}
 SYSTEMS = ("grm", "length", "verifier")
 TARGET = 0.10
@@ -54,13 +58,13 @@ TARGET = 0.10
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--env", choices=tuple(PIPELINES), default="clarify", help="the shipped episode pipeline")
+    ap.add_argument("--env", choices=tuple(PIPELINES), default="revise", help="the shipped episode pipeline")
     ap.add_argument("--systems", default="grm,length", help="comma list of: " + ", ".join(SYSTEMS))
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--heldout", type=int, default=100, help="held-out tasks evaluated (the split's first N)")
     ap.add_argument("--max-new-tokens", type=int, help="tokens a turn, in training and eval (default: the pipeline's)")
-    ap.add_argument("--judge", default="builtin:trajectory-pointwise", help="the grm system's judge")
+    ap.add_argument("--judge", default=None, help="the grm system's judge (default: the env pipeline's first)")
     ap.add_argument("--judge-model", default="qwen2.5-coder-1.5b-instruct", help="the grm system's judge model")
     ap.add_argument("--judge-dtype", default="auto", help="the judge's engine dtype (auto: bf16 where the CPU has it)")
     ap.add_argument(
@@ -92,6 +96,7 @@ def pipeline(system: str, args: argparse.Namespace) -> dict[str, Any]:
     spec = yaml.safe_load(PIPELINES[args.env].read_text())
     if system == "grm":
         shipped = {j["spec"]: j for j in spec["judges"]}
+        args.judge = args.judge or spec["judges"][0]["spec"]
         judge = dict(shipped.get(args.judge, {"spec": args.judge, "pool": "judge"}))
         judge["overrides"] = [
             *judge.get("overrides", []),

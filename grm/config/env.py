@@ -17,6 +17,7 @@ _TARGET = re.compile(r"^[^:\x00]+:[A-Za-z_][A-Za-z0-9_]*$")
 SHIPPED_ENVS: dict[str, str] = {
     "calc": "grm.envs.calc:CalcEnv",
     "clarify": "grm.envs.clarify:ClarifyEnv",
+    "revise": "grm.envs.revise:ReviseEnv",
 }
 """Shipped environments by name (``env: {type: calc}``), each a ``package.module:Class``."""
 

@@ -356,8 +356,14 @@ class JudgeSpec(Strict):
         cands = getattr(self.parser, "candidates", None) if p == "logprob" else None
         if cands is not None and self.mode == "pairwise" and len(cands) != 2:
             raise ValueError(f"parser.candidates: a pairwise judge reads exactly two (A, B), not {cands}")
-        if cands is not None and self.mode == "pointwise":
+        values = getattr(self.parser, "values", None) if p == "logprob" else None
+        if values is not None and self.mode != "pointwise":
+            raise ValueError(f"parser.values is for pointwise judges (a {self.mode} judge's candidates have fixed values)")
+        if cands is not None and self.mode == "pointwise" and values is None:
             not_numbers = [c for c in cands if not is_number(c)]
             if not_numbers:
-                raise ValueError(f"parser.candidates: pointwise candidates are the scores, so numbers; not {not_numbers}")
+                raise ValueError(
+                    f"parser.candidates: pointwise candidates are the scores, so numbers, not {not_numbers};"
+                    " or give each its score in parser.values"
+                )
         return self

@@ -106,6 +106,9 @@ class LogprobParser(Strict):
     """Candidate continuations; default: the integers of ``range`` (pointwise), ["A", "B"] (pairwise)
     or ["Yes", "No"] (checklist). Pointwise candidates are the scores themselves (numbers); pairwise
     ones are exactly [A, B]; checklist ones exactly [yes, no]."""
+    values: list[float] | None = None
+    """(pointwise, with ``candidates``) the score each candidate stands for, when the candidates are
+    words: ``candidates: [" Yes", " No"], values: [1, 0]`` reads P(yes), renormalised over the two."""
     range: Range | None = (1, 10)
     """(pointwise) the scores read when ``candidates`` is unset; a checklist judge ignores it."""
     critique: bool = True
@@ -123,6 +126,16 @@ class LogprobParser(Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"candidates: duplicates in {v}")
         return v
+
+    @model_validator(mode="after")
+    def _values(self) -> LogprobParser:
+        if self.values is None:
+            return self
+        if self.candidates is None:
+            raise ValueError("values: the scores of the candidates, so candidates too")
+        if len(self.values) != len(self.candidates):
+            raise ValueError(f"values: one per candidate ({len(self.candidates)}), got {len(self.values)}")
+        return self
 
 
 class TargetParser(Strict):

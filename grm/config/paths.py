@@ -29,6 +29,8 @@ BUILTIN_DATA_SETS = (
     "calc-heldout",
     "clarify-train",
     "clarify-heldout",
+    "revise-train",
+    "revise-heldout",
     "constraints-train",
     "constraints-heldout",
     "constraints-pairs",

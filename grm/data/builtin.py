@@ -17,6 +17,8 @@ the training prompts (where its judge is chosen).
 disjoint splits (``grm.data.calc_tasks``); each row names the seed the environment starts from.
 ``clarify-train`` / ``clarify-heldout``: under-specified requests for the ``clarify`` environment's
 dialogues, disjoint splits (``grm.data.clarify_tasks``); rows as for ``calc``.
+``revise-train`` / ``revise-heldout``: writing tasks with a follow-up request for the ``revise``
+environment's dialogues, disjoint splits (``grm.data.revise_tasks``); rows as for ``calc``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from grm.data import clarify_tasks
+from grm.data import clarify_tasks, revise_tasks
 from grm.data.calc_tasks import prompt_rows
 from grm.data.constraint_pairs import constraints_pairs
 from grm.data.constraints import (
@@ -98,6 +100,8 @@ SETS["calc-train"] = partial(prompt_rows, "train", 2000)
 SETS["calc-heldout"] = partial(prompt_rows, "held_out", 500)
 SETS["clarify-train"] = partial(clarify_tasks.prompt_rows, "train", 2000)
 SETS["clarify-heldout"] = partial(clarify_tasks.prompt_rows, "held_out", 500)
+SETS["revise-train"] = partial(revise_tasks.prompt_rows, "train", 2000)
+SETS["revise-heldout"] = partial(revise_tasks.prompt_rows, "held_out", 500)
 SETS["constraints-train"] = constraints_train
 SETS["constraints-heldout"] = constraints_heldout
 SETS["constraints-pairs"] = constraints_pairs

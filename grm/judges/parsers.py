@@ -266,6 +266,8 @@ def logprob_candidates(
             values = [float(i) for i in range(len(cands))]
         elif mode == "checklist":  # [yes, no]: the expected value is P(yes) renormalised over the two
             values = [1.0, 0.0]
+        elif spec.values is not None:  # words standing for scores (pointwise)
+            values = [float(v) for v in spec.values]
         else:
             read = [_to_float(c) for c in cands]
             values = [v for v in read if v is not None]

@@ -288,7 +288,7 @@ def test_a_critique_after_which_a_candidate_is_unread_is_resampled_like_a_text_p
 @pytest.mark.parametrize(
     "mode,candidates,message",
     [
-        ("pointwise", ["1", "good", "3"], "pointwise candidates are the scores"),
+        ("pointwise", ["1", "good", "3"], "pointwise candidates are the scores.*or give each its score in parser.values"),
         ("pointwise", ["1", "", "3"], "empty string"),
         ("pointwise", ["1", "1"], "duplicates"),
         ("pairwise", ["A", "B", "C"], "exactly two"),
@@ -305,6 +305,47 @@ def test_logprob_candidates_are_checked_at_load(mode, candidates, message):
             parser={"type": "logprob", "candidates": candidates},
             **({"position": {"swap": True}} if mode == "pairwise" else {}),
         )
+
+
+@pytest.mark.parametrize(
+    "mode,parser,message",
+    [
+        ("pointwise", {"values": [1, 0]}, "values: the scores of the candidates, so candidates too"),
+        ("pointwise", {"candidates": [" Yes", " No"], "values": [1]}, r"values: one per candidate \(2\), got 1"),
+        ("pointwise", {"candidates": [" Yes", " No"], "values": [1, float("nan")]}, "finite number"),
+        ("pairwise", {"candidates": ["A", "B"], "values": [1, 0]}, "parser.values is for pointwise judges"),
+    ],
+)
+def test_logprob_values_are_checked_at_load(mode, parser, message):
+    with pytest.raises(ValueError, match=message):
+        JudgeSpec(
+            name="c",
+            mode=mode,
+            model="m",
+            template="t.j2",
+            parser={"type": "logprob", **parser},
+            **({"position": {"swap": True}} if mode == "pairwise" else {}),
+        )
+
+
+def test_word_candidates_with_values_read_p_yes_on_the_values_span():
+    """``candidates: [" Yes", " No"], values: [1, 0]``: the score is P(yes) renormalised, rewards on [0, 1]."""
+    import math
+
+    from grm.judges.base import score_range
+    from grm.judges.parsers import expected_value, logprob_candidates
+
+    spec = JudgeSpec(
+        name="yn",
+        mode="pointwise",
+        model="m",
+        template="t.j2",
+        parser={"type": "logprob", "prefix": "", "candidates": [" Yes", " No"], "values": [1, 0], "critique": False},
+    )
+    _, cands, values = logprob_candidates(spec.parser, "pointwise")
+    assert cands == [" Yes", " No"] and values == [1.0, 0.0]
+    assert score_range(spec) == (0, 1)
+    assert expected_value([math.log(0.3), math.log(0.1)], values) == pytest.approx(0.75)
 
 
 @pytest.mark.parametrize(("retries", "kept"), [(0, False), (1, True)])
