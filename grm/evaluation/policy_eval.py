@@ -279,13 +279,7 @@ def score(
         task = progress.add_task(escape_controls(f"judge {judge.spec.name}"), total=len(work))
         for chunk in _chunks(work, batch_size):
             samples = [
-                Sample(
-                    prompt=p.text,
-                    reference=p.reference,
-                    metadata=dict(p.metadata),
-                    id=f"{side}/{p.id}",
-                    **({"response": texts[0]} if per_response else {"responses": texts}),
-                )
+                Sample.of_prompt(p, id=f"{side}/{p.id}", **({"response": texts[0]} if per_response else {"responses": texts}))
                 for side, p, texts in chunk
             ]
             try:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from grm.data.trajectory import Trajectory, TrajectoryError
 from grm.judges.errors import JudgeError
 from grm.judges.parsers import Value
+
+if TYPE_CHECKING:
+    from grm.data.prompts import Prompt
 
 Verdict = Literal["1", "2", "tie"]
 """Pairwise outcome in terms of the item's own responses: response 1 wins, response 2 wins, tie."""
@@ -82,6 +85,12 @@ class Sample:
             self.response = self.trajectory.final_answer or ""
         if self.responses is None and self.trajectories is not None:
             self.responses = [t.final_answer or "" for t in self.trajectories]
+
+    @classmethod
+    def of_prompt(cls, prompt: Prompt, **fields: Any) -> Sample:
+        """The sample of a data prompt: its text, reference and a copy of its metadata, with
+        ``fields`` (the response or responses, the id...)."""
+        return cls(prompt=prompt.text, reference=prompt.reference, metadata=dict(prompt.metadata), **fields)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "sample") -> Sample:

@@ -216,55 +216,17 @@ class PolicyActor:
         return run_groups(self.episode_rollout, prompts, keys, n, seed, cancelled)
 
     def _rollout(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
-        from grm.engines.base import SamplingParams, chat_request
+        from grm.orchestrator.single_turn import sample_groups
 
-        r = self.cfg.rollout
-        msgs = [chat_request(p.text, self.policy.system_prompt, messages=p.messages) for p in prompts]
-        sp = SamplingParams(
-            n=n,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            max_new_tokens=r.max_new_tokens,
-            stop=tuple(self.policy.generation.stop),
-            seed=seed,
-            abort=cancelled,
-        )
-        gens = self.engine.generate(msgs, sp)
-        groups = [Group(key, []) for key in keys]
-        if r.greedy_anchor:  # one more response per prompt for pairwise judges to compare with
-            for g, a in zip(groups, self.engine.generate(msgs, sp.replace(n=1, temperature=0.0)), strict=True):
-                g.anchor = a.text
-        encoded = [self.engine.encode(m) for m in msgs]
-        for g in gens:
-            grp = groups[g.request_index]
-            grp.rollouts.append(
-                Rollout(
-                    id=f"{grp.key}/{len(grp.rollouts)}",
-                    prompt=prompts[g.request_index],
-                    group=grp.key,
-                    prompt_ids=encoded[g.request_index],
-                    token_ids=g.token_ids,
-                    text=g.text,
-                    logprobs=g.logprobs,
-                    finish_reason=g.finish_reason,
-                    version=g.version,
-                )
-            )
-        return groups
+        return sample_groups(self.engine, self.cfg, self.policy, prompts, keys, n, seed, cancelled)
 
     def answers(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
         """Greedy answers of the current weights to ``prompts``, one each, in order: the held-out
         check's (``grm.orchestrator.heldout``), never trained on."""
-        from grm.engines.base import SamplingParams, chat_request
+        from grm.orchestrator.single_turn import greedy_answers
 
-        msgs = [chat_request(p.text, self.policy.system_prompt, messages=p.messages) for p in prompts]
-        stop = tuple(self.policy.generation.stop)
-        sp = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=stop, seed=0, abort=cancelled)
-        out = [""] * len(prompts)
         with self._model():
-            for g in self.engine.generate(msgs, sp):
-                out[g.request_index] = g.text
-        return out
+            return greedy_answers(self.engine, self.policy, prompts, max_new_tokens, cancelled)
 
     # ------------------------------------------------------------- reference, values
     def prepare(

@@ -87,10 +87,7 @@ class HeldoutCheck:
         ids = [p.id for p in self.prompts]
         rows = []
         for judge in self.judges:
-            samples = [
-                Sample(prompt=p.text, response=t, reference=p.reference, metadata=dict(p.metadata), id=p.id)
-                for p, t in zip(self.prompts, answers, strict=True)
-            ]
+            samples = [Sample.of_prompt(p, response=t, id=p.id) for p, t in zip(self.prompts, answers, strict=True)]
             try:
                 results = judge.score_batch(samples)
             except GrmError as e:

@@ -51,15 +51,7 @@ class Rollout:
 
     def sample(self) -> Sample:
         """What a judge scores for this rollout (a whole episode when it is one)."""
-        return Sample(
-            prompt=self.prompt.text,
-            response=self.text,
-            reference=self.prompt.reference,
-            metadata=dict(self.prompt.metadata),
-            id=self.id,
-            group=self.group,
-            trajectory=self.trajectory,
-        )
+        return Sample.of_prompt(self.prompt, response=self.text, id=self.id, group=self.group, trajectory=self.trajectory)
 
 
 @dataclass

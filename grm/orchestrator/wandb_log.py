@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grm.base import atomic_write_text
-from grm.config.pipeline import WandbSpec
+from grm.config.run_options import WandbSpec
 from grm.orchestrator.errors import RunError
 
 RUN_FILE = "wandb-run.json"

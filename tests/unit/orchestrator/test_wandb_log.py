@@ -3,11 +3,12 @@ directory, its id kept so a resume continues it, what is logged, and a missing p
 
 import json
 import sys
+import time
 
 import pytest
 from pydantic import ValidationError
 
-from grm.config.pipeline import LoggingSpec, WandbSpec
+from grm.config.run_options import LoggingSpec, WandbSpec
 from grm.orchestrator.errors import RunError
 
 pytest.importorskip("wandb")
@@ -17,6 +18,15 @@ from grm.orchestrator.wandb_log import RUN_FILE, WandbLog, require_wandb  # noqa
 
 def records(run_dir):
     return sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+def written(path, needle: bytes, within_s: float = 30.0) -> bytes:
+    """The record's bytes once ``needle`` is in them: W&B's writer is its own process (wandb-core),
+    which can still be writing the record when ``finish()`` has returned (seen on a loaded machine)."""
+    deadline = time.monotonic() + within_s
+    while needle not in (data := path.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return data
 
 
 def test_the_spec_takes_a_project_and_refuses_unknown_modes_and_fields():
@@ -36,7 +46,7 @@ def test_an_offline_run_logs_finite_numbers_by_step_and_a_resume_continues_it(tm
     log.close()
     run_id = json.loads((tmp_path / RUN_FILE).read_text())["id"]
     (first,) = records(tmp_path)
-    data = first.read_bytes()
+    data = written(first, b"0.375")
     assert run_id in first.name and b"reward_mean" in data and b"0.375" in data and b"by_judge" not in data
     assert f"wandb: run {run_id} of project grm-test" in capsys.readouterr().out
     again = WandbLog(spec, tmp_path, {"name": "x"})  # --resume: the same W&B run
