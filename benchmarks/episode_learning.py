@@ -70,11 +70,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--judge-overrides", action="append", default=[], metavar="KEY=VALUE", help="more judge overrides (repeatable)"
     )
-    ap.add_argument("--out", default="bench-out/episode-learning")
+    ap.add_argument("--out", default=None, help="default bench-out/episode-learning-ENV")
     ap.add_argument("--dry-run", action="store_true", help="print the pipeline YAMLs and commands; run nothing")
     ap.add_argument("overrides", nargs="*", help="pipeline overrides for every grm run, e.g. train.lr=1e-5")
     args = ap.parse_args()
     args.systems = args.systems.split(",")
+    args.out = args.out or f"bench-out/episode-learning-{args.env}"
+    args.judge = args.judge or yaml.safe_load(PIPELINES[args.env].read_text())["judges"][0]["spec"]
     if bad := [s for s in args.systems if s not in SYSTEMS]:
         ap.error(f"unknown system(s) {bad}; choose from {list(SYSTEMS)}")
     if min(args.steps, args.eval_every, args.heldout, args.max_new_tokens or 1) < 1:
@@ -96,7 +98,6 @@ def pipeline(system: str, args: argparse.Namespace) -> dict[str, Any]:
     spec = yaml.safe_load(PIPELINES[args.env].read_text())
     if system == "grm":
         shipped = {j["spec"]: j for j in spec["judges"]}
-        args.judge = args.judge or spec["judges"][0]["spec"]
         judge = dict(shipped.get(args.judge, {"spec": args.judge, "pool": "judge"}))
         judge["overrides"] = [
             *judge.get("overrides", []),

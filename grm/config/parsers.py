@@ -104,8 +104,8 @@ class LogprobParser(Strict):
     """Text appended after the (possibly empty) critique before reading candidate probabilities."""
     candidates: list[str] | None = None
     """Candidate continuations; default: the integers of ``range`` (pointwise), ["A", "B"] (pairwise)
-    or ["Yes", "No"] (checklist). Pointwise candidates are the scores themselves (numbers); pairwise
-    ones are exactly [A, B]; checklist ones exactly [yes, no]."""
+    or ["Yes", "No"] (checklist). Pointwise candidates are the scores themselves (numbers), or words
+    with their scores in ``values``; pairwise ones are exactly [A, B]; checklist ones exactly [yes, no]."""
     values: list[float] | None = None
     """(pointwise, with ``candidates``) the score each candidate stands for, when the candidates are
     words: ``candidates: [" Yes", " No"], values: [1, 0]`` reads P(yes), renormalised over the two."""
@@ -135,6 +135,8 @@ class LogprobParser(Strict):
             raise ValueError("values: the scores of the candidates, so candidates too")
         if len(self.values) != len(self.candidates):
             raise ValueError(f"values: one per candidate ({len(self.candidates)}), got {len(self.values)}")
+        if max(self.values) == min(self.values):
+            raise ValueError(f"values: {self.values} read the same score whatever the judge says")
         return self
 
 

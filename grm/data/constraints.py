@@ -18,6 +18,7 @@ text was already drawn is skipped, so texts are unique.
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 METADATA_KEY = "constraints"
@@ -99,6 +100,12 @@ _CONFLICTS = {
 }
 """Pairs never drawn together: contradictory (JSON only vs bullets, a start phrase vs a title
 first), or ambiguous to count (is a title a paragraph? is "P.S." a sentence?)."""
+
+
+def has_word(text: str, word: str) -> bool:
+    """``word`` occurs in ``text`` as a whole word, any case (the ``keyword`` and ``forbidden_word``
+    checks, and the ``revise`` environment's success)."""
+    return re.search(rf"(?<!\w){re.escape(word.casefold())}(?!\w)", text.casefold()) is not None
 
 
 def compatible(a: str, b: str) -> bool:

@@ -13,13 +13,13 @@ product of its parts in a fixed shuffled order: seed -> one distinct task, no ta
 from __future__ import annotations
 
 import itertools
+import math
 import random
-import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from grm.data.constraints import HELDOUT_TOPICS, TASKS, TRAIN_TOPICS, UNSEEN_TASKS, UNSEEN_VALUES, VALUES
+from grm.data.constraints import HELDOUT_TOPICS, TASKS, TRAIN_TOPICS, UNSEEN_TASKS, UNSEEN_VALUES, VALUES, has_word
 from grm.data.seed_splits import SeedSplits
 
 FOLLOWUPS = (
@@ -51,11 +51,10 @@ def _tasks(split: str) -> tuple[tuple[str, str, str, str], ...]:
     return tuple(out)
 
 
-SPLITS: dict[str, range] = {
-    "train": range(0, len(_tasks("train"))),
-    "held_out": range(20_000_000, 20_000_000 + len(_tasks("held_out"))),
-}
-"""Seeds of each split (``grm eval --policy P --env E --split held_out``)."""
+_SIZES = {split: math.prod(len(part) for part in parts) for split, parts in _PARTS.items()}
+SPLITS: dict[str, range] = {"train": range(0, _SIZES["train"]), "held_out": range(30_000_000, 30_000_000 + _SIZES["held_out"])}
+"""Seeds of each split (``grm eval --policy P --env E --split held_out``); the held-out seeds are
+apart from the other environments' (a row of one is never a row of another)."""
 
 SEEDS = SeedSplits(SPLITS, "tasks")
 split_of = SEEDS.split_of
@@ -71,8 +70,8 @@ class ReviseTask:
     followup: str
 
     def kept(self, text: str) -> bool:
-        """The text includes ``word`` as a whole word (any case; the ``constraints`` checker's rule)."""
-        return re.search(rf"(?<!\w){re.escape(self.word.casefold())}(?!\w)", text.casefold()) is not None
+        """The text includes ``word`` as a whole word, any case (the ``constraints`` checker's rule)."""
+        return has_word(text, self.word)
 
 
 def task(seed: int) -> ReviseTask:

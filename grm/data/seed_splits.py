@@ -1,4 +1,4 @@
-"""Disjoint named seed ranges of a task set generated from seeds (``calc_tasks``, ``clarify_tasks``):
+"""Disjoint named seed ranges of a task set generated from seeds (``calc_tasks``, ``clarify_tasks``, ``revise_tasks``):
 which split a seed is in, a split's rows, and the seed a row names, checked against its split."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 first answer, for a rewrite that includes a given word. Success is rule-checked on the last answer:
 the word is in it (as a whole word, any case). The episode ends with the rewrite: no closing line
 that could tell a judge reading the dialogue whether it was right, and the last user message in the
-dialogue is the request the rewrite answers.
+dialogue is the request the rewrite answers. It needs ``env.max_turns`` of at least 2 (the draft
+and the rewrite): with 1 every episode ends on the first draft, unsuccessful.
 
 Tasks are made from a seed alone (row ``{"seed": N}``; ``grm.data.revise_tasks``, with disjoint
 train and held-out splits: topics, task templates, words and follow-up phrasings).

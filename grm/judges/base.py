@@ -157,9 +157,9 @@ def score_range(spec: JudgeSpec) -> tuple[float, float] | None:
     if spec.mode == "checklist":
         return (0.0, 1.0)
     values = getattr(spec.parser, "values", None)
-    if values is not None:  # words standing for scores: the scores' own span
-        return (min(values), max(values))
     rng: tuple[float, float] | None = getattr(spec.parser, "range", None)
+    if values is not None:  # words standing for scores: the scores' own span
+        rng = (min(values), max(values))
     if rng is not None and spec.aggregate.type == "sum":
         return (rng[0] * spec.sampling.n, rng[1] * spec.sampling.n)
     return (rng[0], rng[1]) if rng is not None else None

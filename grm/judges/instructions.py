@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grm.data.constraint_cell import read_constraints
-from grm.data.constraints import METADATA_KEY
+from grm.data.constraints import METADATA_KEY, has_word
 from grm.data.sources import DataError
 from grm.judges.errors import JudgeError
 
@@ -53,10 +53,6 @@ def sentences(text: str) -> int:
     text = re.sub(r"(?im)^\s*p\.\s?s\.", "", text)
     pieces = re.split(r"(?<=[.!?])\s+|\n+", text)
     return sum(1 for p in pieces if any(ch.isalnum() for ch in p))
-
-
-def has_word(text: str, word: str) -> bool:
-    return re.search(rf"(?<!\w){re.escape(word.casefold())}(?!\w)", text.casefold()) is not None
 
 
 def json_object(text: str) -> Any:

@@ -9,7 +9,8 @@ import pytest
 from grm.config import JudgeSpec
 from grm.config.judge import FailureSpec
 from grm.judges import JudgeError, Sample, build_judge
-from grm.judges.base import score_one
+from grm.judges.base import score_one, score_range
+from grm.judges.parsers import expected_value, logprob_candidates
 from grm.judges.rescore import rescore
 from tests.unit.judges.fake_engine import ScriptedEngine
 
@@ -314,6 +315,7 @@ def test_logprob_candidates_are_checked_at_load(mode, candidates, message):
         ("pointwise", {"candidates": [" Yes", " No"], "values": [1]}, r"values: one per candidate \(2\), got 1"),
         ("pointwise", {"candidates": [" Yes", " No"], "values": [1, float("nan")]}, "finite number"),
         ("pairwise", {"candidates": ["A", "B"], "values": [1, 0]}, "parser.values is for pointwise judges"),
+        ("pointwise", {"candidates": [" Yes", " No"], "values": [1, 1]}, "read the same score whatever the judge says"),
     ],
 )
 def test_logprob_values_are_checked_at_load(mode, parser, message):
@@ -329,12 +331,8 @@ def test_logprob_values_are_checked_at_load(mode, parser, message):
 
 
 def test_word_candidates_with_values_read_p_yes_on_the_values_span():
-    """``candidates: [" Yes", " No"], values: [1, 0]``: the score is P(yes) renormalised, rewards on [0, 1]."""
-    import math
-
-    from grm.judges.base import score_range
-    from grm.judges.parsers import expected_value, logprob_candidates
-
+    """``candidates: [" Yes", " No"], values: [1, 0]``: the score is P(yes) renormalised, rewards on [0, 1];
+    summed over n readings, on n times that."""
     spec = JudgeSpec(
         name="yn",
         mode="pointwise",
@@ -346,6 +344,8 @@ def test_word_candidates_with_values_read_p_yes_on_the_values_span():
     assert cands == [" Yes", " No"] and values == [1.0, 0.0]
     assert score_range(spec) == (0, 1)
     assert expected_value([math.log(0.3), math.log(0.1)], values) == pytest.approx(0.75)
+    summed = spec.model_copy(update={"aggregate": spec.aggregate.model_copy(update={"type": "sum"})})
+    assert score_range(summed.model_copy(update={"sampling": spec.sampling.model_copy(update={"n": 3})})) == (0, 3)
 
 
 @pytest.mark.parametrize(("retries", "kept"), [(0, False), (1, True)])
