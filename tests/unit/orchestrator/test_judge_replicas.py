@@ -15,7 +15,7 @@ from grm.orchestrator.health import actor_lost
 from grm.orchestrator.pools import Pool, judge_roles, role_pools
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import JudgeHandle
-from grm.orchestrator.scheduler import least_loaded
+from grm.orchestrator.judge_dispatch import least_loaded
 from grm.orchestrator.step_rows import step_metrics
 from grm.orchestrator.types import Replica
 from tests.unit.orchestrator.fakes import (
@@ -208,13 +208,13 @@ def test_a_dead_replicas_calls_are_reissued_to_the_others_at_once_then_it_comes_
     m = metrics_of(work, groups)
     assert m["masked"] == 0 and m["judge_timeouts/model"] == 0  # ... nor counted as a timeout
     assert m["judge_items/model/0"] == 6 and m["judge_items/model/1"] == 0
-    assert [r.state for r in sched.replicas["model"]] == ["live", "restarting"]
+    assert [r.state for r in sched.dispatch.replicas["model"]] == ["live", "restarting"]
     # while the step trains, Ray restarts r1 (its probe returns): it takes calls again, the next
     # one first (equally idle, fewer samples judged)
     training = Ref("trained", ready=False)
     training.done_at = timed.clock.now + 40.0
     assert sched.wait(training) == "trained"
-    assert sched.replicas["model"][1].state == "live"
+    assert sched.dispatch.replicas["model"][1].state == "live"
     sched.trained()
     sched.collect(sched.take(1))
     assert r1.log[1]["keys"] == ["s1r0g0"] and r1.log[1]["at"] >= 33.0
@@ -227,7 +227,7 @@ def test_a_replica_lost_for_good_leaves_the_others_working(timed):
     work = sched.take(0)
     groups = sched.collect(work)
     assert all(x is not None for g in groups for x in g.judged["model"])
-    assert [r.state for r in sched.replicas["model"]] == ["live", "lost"]
+    assert [r.state for r in sched.dispatch.replicas["model"]] == ["live", "lost"]
     assert len(r1.log) == 1  # never called again
 
 

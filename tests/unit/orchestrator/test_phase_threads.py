@@ -98,7 +98,7 @@ def test_the_batch_pass_waits_for_the_judges_when_phases_run_alone(sync_threads,
     sched, _, _ = make(sched_cfg, [JudgeHandle("model", 1.0, True, actor=actor)], policy=policy)
     running_at_prepare = []
     inner = policy.prepare.fn
-    policy.prepare.fn = lambda rollouts: running_at_prepare.append(len(sched.running)) or inner(rollouts)
+    policy.prepare.fn = lambda rollouts: running_at_prepare.append(len(sched.dispatch.running)) or inner(rollouts)
     work = sched.take(0)
     gather_step(sched, work, early=early_batch_pass(sched_cfg))
     assert len(policy.prepare.calls) == 1 and work.prepared is not None

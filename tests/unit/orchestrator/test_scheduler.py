@@ -86,7 +86,7 @@ def test_rollouts_returns_once_every_chunk_landed_while_judge_calls_may_still_ru
     work = sched.take(0)
     rollouts = sched.rollouts(work)
     assert [r.id for r in rollouts][:3] == ["s0r0g0/0", "s0r0g0/1", "s0r0g1/0"] and len(rollouts) == 6
-    assert len(sched.running) == 1 and not work.complete  # the judge's call is in flight
+    assert len(sched.dispatch.running) == 1 and not work.complete  # the judge's call is in flight
 
 
 def test_chunks_are_judged_as_they_land():
@@ -133,12 +133,12 @@ def test_abandon_cancels_the_rollouts_queued_ahead_and_every_judge_call_but_keep
     with pytest.raises(Interrupted):
         gather_step(sched, work)
     ahead = sched.queue[0].chunks
-    judging = list(sched.running)  # one call in flight (the judge's cap), two waiting for a slot
-    assert len(ahead) == 3 and len(judging) == 1 and len(sched.waiting["model"]) == 2 and ray.cancelled == []
+    judging = list(sched.dispatch.running)  # one call in flight (the judge's cap), two waiting for a slot
+    assert len(ahead) == 3 and len(judging) == 1 and len(sched.dispatch.waiting["model"]) == 2 and ray.cancelled == []
     sched.abandon()
     assert set(map(id, ray.cancelled)) == set(map(id, ahead + judging))
     assert work.prepared not in ray.cancelled
-    assert sched.running == {} and all(not q for q in sched.waiting.values())
+    assert sched.dispatch.running == {} and all(not q for q in sched.dispatch.waiting.values())
     assert sched.untrained_prompts() == 6  # steps 0 and 1 are given back by the checkpoint
 
 
