@@ -287,30 +287,12 @@ def test_a_critique_after_which_a_candidate_is_unread_is_resampled_like_a_text_p
 
 
 @pytest.mark.parametrize(
-    "mode,candidates,message",
-    [
-        ("pointwise", ["1", "good", "3"], "pointwise candidates are the scores.*or give each its score in parser.values"),
-        ("pointwise", ["1", "", "3"], "empty string"),
-        ("pointwise", ["1", "1"], "duplicates"),
-        ("pairwise", ["A", "B", "C"], "exactly two"),
-    ],
-)
-def test_logprob_candidates_are_checked_at_load(mode, candidates, message):
-    """A non-numeric pointwise candidate used to be valued 0.0; an empty one read log-prob 0 on hf."""
-    with pytest.raises(ValueError, match=message):
-        JudgeSpec(
-            name="c",
-            mode=mode,
-            model="m",
-            template="t.j2",
-            parser={"type": "logprob", "candidates": candidates},
-            **({"position": {"swap": True}} if mode == "pairwise" else {}),
-        )
-
-
-@pytest.mark.parametrize(
     "mode,parser,message",
     [
+        ("pointwise", {"candidates": ["1", "good", "3"]}, "candidates are the scores.*or give each its score in parser.values"),
+        ("pointwise", {"candidates": ["1", "", "3"]}, "empty string"),
+        ("pointwise", {"candidates": ["1", "1"]}, "duplicates"),
+        ("pairwise", {"candidates": ["A", "B", "C"]}, "exactly two"),
         ("pointwise", {"values": [1, 0]}, "values: the scores of the candidates, so candidates too"),
         ("pointwise", {"candidates": [" Yes", " No"], "values": [1]}, r"values: one per candidate \(2\), got 1"),
         ("pointwise", {"candidates": [" Yes", " No"], "values": [1, float("nan")]}, "finite number"),
@@ -318,7 +300,9 @@ def test_logprob_candidates_are_checked_at_load(mode, candidates, message):
         ("pointwise", {"candidates": [" Yes", " No"], "values": [1, 1]}, "read the same score whatever the judge says"),
     ],
 )
-def test_logprob_values_are_checked_at_load(mode, parser, message):
+def test_logprob_candidates_and_values_are_checked_at_load(mode, parser, message):
+    """A non-numeric pointwise candidate used to be valued 0.0 (now it needs its score in ``values``);
+    an empty one read log-prob 0 on hf."""
     with pytest.raises(ValueError, match=message):
         JudgeSpec(
             name="c",
