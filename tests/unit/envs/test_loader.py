@@ -65,14 +65,18 @@ def test_an_async_environment_from_a_file_relative_to_the_pipeline(tmp_path):
 
 def test_a_module_path_and_a_shipped_name_load_the_same_class():
     assert load_env_class("grm.envs.calc:CalcEnv") is load_env_class("calc") is CalcEnv
-    assert ENVIRONMENTS == {"calc": "grm.envs.calc:CalcEnv", "clarify": "grm.envs.clarify:ClarifyEnv"}
+    assert ENVIRONMENTS == {
+        "calc": "grm.envs.calc:CalcEnv",
+        "clarify": "grm.envs.clarify:ClarifyEnv",
+        "revise": "grm.envs.revise:ReviseEnv",
+    }
     assert list_envs()[0][:2] == ("calc", "grm.envs.calc:CalcEnv") and "arithmetic" in list_envs()[0][2]
 
 
 @pytest.mark.parametrize(
     "files,spec,kwargs,message",
     [
-        ({}, "nothing", None, r"env 'nothing': not a shipped environment \(calc, clarify\) nor PATH.py:Class"),
+        ({}, "nothing", None, r"env 'nothing': not a shipped environment \(calc, clarify, revise\) nor PATH.py:Class"),
         ({}, "envs/missing.py:Env", None, r"env 'envs/missing.py:Env': file .*envs/missing.py not found"),
         ({"bad.py": "def broken(:\n"}, "bad.py:Env", None, r"env 'bad.py:Env': importing .*bad.py raised SyntaxError \(line 1\)"),
         ({"boom.py": "raise RuntimeError('at import')"}, "boom.py:Env", None, "raised RuntimeError: at import"),

@@ -12,10 +12,10 @@ from pydantic import ValidationError
 from grm.config.pipeline import JudgeRole, PipelineSpec
 from grm.judges.limits import CallLimits
 from grm.orchestrator.health import actor_lost
+from grm.orchestrator.judge_dispatch import least_loaded
 from grm.orchestrator.pools import Pool, judge_roles, role_pools
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import JudgeHandle
-from grm.orchestrator.judge_dispatch import least_loaded
 from grm.orchestrator.step_rows import step_metrics
 from grm.orchestrator.types import Replica
 from tests.unit.orchestrator.fakes import (
