@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from grm.cli import main
+from grm.judges.base import score_range
+from grm.judges.runtime import load
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +37,9 @@ def test_judge_try_end_to_end(path, capsys):
         assert isinstance(s["text"], str)
         assert (s["parsed"] is None) == (s["error"] is not None)
     if not res["masked"]:
-        if prov["mode"] == "pointwise":
-            assert 1 <= res["score"] <= 10 and 0 <= res["reward"] <= 1
+        if prov["mode"] == "pointwise":  # within the judge's score range: 1-10, or [0, 1] for a yes/no reading
+            lo, hi = score_range(load(path).spec)
+            assert lo <= res["score"] <= hi and 0 <= res["reward"] <= 1
         elif prov["mode"] == "pairwise":
             assert res["verdict"] in ("1", "2", "tie") and res["positional_agreement"] in (True, False, None)
         elif prov["mode"] == "checklist":  # P(yes) per question, weighted into [0, 1]
