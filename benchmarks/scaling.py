@@ -8,7 +8,7 @@ each; the same global batch and seed, so both train on the same rollouts. Tokens
 (loss) tokens trained / `seconds_training`, over the steps after the first (warm-up).
 
 Judges: grm's own `JudgeActor`s on one placement group of `--cpus` CPUs, R replicas with `cpus / R`
-threads each, fed chunks of `--chunk` samples through the scheduler's own `least_loaded` choice,
+threads each, fed chunks of `--chunk` samples through the judge dispatch's own `least_loaded` choice,
 one call in flight per replica; items/s = samples judged / wall seconds after one warm-up call per
 replica.
 
@@ -86,7 +86,7 @@ def judge_rate(replicas: int, judge: str, chunks: int, chunk: int, cpus: int) ->
     from grm.data.builtin import arith_pairs
     from grm.judges.types import Sample
     from grm.orchestrator.frozen_actors import JudgeActor
-    from grm.orchestrator.scheduler import least_loaded
+    from grm.orchestrator.judge_dispatch import least_loaded
     from grm.orchestrator.types import Replica
 
     path = resolve_judge(judge, ROOT, [])

@@ -1,8 +1,9 @@
 """The scheduler: what runs when. Rollouts are queued up to ``max_staleness`` steps ahead (async),
 every landed rollout chunk is handed to every judge from one place (``_land``, through
 ``grm.orchestrator.judge_dispatch``: concurrency caps, replicas, deadlines, failed calls), and the
-prompts taken but not yet trained on are counted so a checkpoint can give them back. Every wait is
-here (``_advance``): rollout chunks, judge calls, replicas' probes and the call a step waits for.
+prompts taken but not yet trained on are counted so a checkpoint can give them back. Every wait that
+lands chunks or judge calls is here (``_advance``): rollout chunks, judge calls, replicas' probes and
+the call a step waits for.
 When every replica of a judge is lost for good, the probe's error ends the run (the driver names the
 role, ``judge:NAME#i``). A call's deadline is the judge spec's ``limits.deadline_s`` if set, else
 derived from the judge's sampling and the call's size (``grm.judges.limits``).
