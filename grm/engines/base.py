@@ -89,13 +89,18 @@ class Generation:
     the quantity importance-sampling corrections need."""
     finish_reason: Literal["stop", "length"]
     version: int
-    """Weights version of the engine when this was generated."""
+    """Weights version of the engine when this was generated (its first token's, when a weight
+    update came while it was generated: ``token_versions``)."""
     prompt_tokens: int = 0
     request_index: int = 0
     sample_index: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     completion_tokens: int | None = None
     """Tokens generated when ``token_ids`` is not available (a remote server reports a count)."""
+    token_versions: list[int] | None = None
+    """The weights version that sampled each of ``token_ids``, when they differ: a generation a
+    weight update interrupted went on with the new weights (``schedule.interruptible``). None: every
+    token is ``version``'s."""
 
     @property
     def n_tokens(self) -> int:

@@ -36,11 +36,14 @@ from grm.engines.server_process import ServerProcess
 from grm.engines.sglang_api import (
     CONTROL_REPLY_BYTES,
     REPLY_BYTES,
+    Segment,
     continuation_payload,
     generate_payload,
     parse_continuation,
-    parse_generation,
+    parse_segment,
     post_control,
+    resumed_payload,
+    served_version,
 )
 from grm.engines.sglang_launch import launch_servers, server_plan, visible_gpus, weight_sync_dir
 
@@ -86,6 +89,9 @@ class SGLangEngine:
         self.timeout_s = timeout_s
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))  # one call per server at a time
         self._requests = ThreadPoolExecutor(max_workers=concurrency)  # continuation scoring, request by request
+        self._controls = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))  # pause, update, resume
+        self._updates = 0
+        """Weight updates begun (``_paused``): a row aborted while this moved was cut by one of them."""
         self._lock = threading.Lock()
         self._read = [0, 0]  # prompt_counts
 
@@ -129,7 +135,8 @@ class SGLangEngine:
         return self._http.fail(f"{url} failed: {plain(self._http.redact(text))}")
 
     def _each_server(self, path: str, body: dict[str, Any] | None = None) -> list[Any]:
-        outs = list(self._pool.map(lambda u: self._control(u, path, body or {}), self.urls))
+        # its own threads: a pause must reach a server while this engine's /generate calls wait on it
+        outs = list(self._controls.map(lambda u: self._control(u, path, body or {}), self.urls))
         for u, o in zip(self.urls, outs, strict=False):
             if isinstance(o, dict) and o.get("success") is False:
                 raise self._failed(u + path, o)
@@ -155,32 +162,36 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ GenerationEngine
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[Generation]:
+        """Each server's share of the rows in one batched ``/generate``. Rows a weight update of this
+        engine cut short (the pause aborts them) go on from their last token with the new weights,
+        in one batch per server, until each is done: such a generation spans versions, and its
+        ``token_versions`` say which sampled each token."""
         prompts = [self.encode(r) for r in requests]
         seeds = [r.seed if r.seed is not None else sampling.seed for r in requests]
         k = len(self.urls)
         shards = [list(range(i, len(prompts), k)) for i in range(k)]  # request i -> server i % k
-        version = self.version
 
-        def run(s: int) -> list[Any]:
-            idx = shards[s]
-            if not idx:
-                return []
-            out = self._post(
-                self.urls[s], "/generate", generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx])
-            )
-            return out if isinstance(out, list) else [out]
+        def run(s: int) -> list[_Pieces]:
+            idx, url = shards[s], self.urls[s]
+            rows = [_Pieces(prompts[i], i, j, None if seeds[i] is None else seeds[i] + j) for i in idx for j in range(sampling.n)]
+            pending, body = rows, generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx])
+            while pending:
+                since, updates = self.version, self._updates
+                out = self._post(url, "/generate", body)
+                replies = out if isinstance(out, list) else [out]
+                if len(replies) != len(pending):
+                    raise EngineError(f"{url}/generate returned {len(replies)} rows for {len(pending)}")
+                for row, item in zip(pending, replies, strict=True):
+                    seg = self._parsed(url, parse_segment, item, row.request)
+                    if seg.finish == "abort" and self._updates == updates:  # not a pause of this engine's
+                        raise self._http.fail(f"{url}/generate: sglang aborted request {row.request}: {plain(seg.why)}")
+                    row.add(seg, self._parsed(url, served_version, seg, row.request, since, self.version))
+                pending = [r for r in pending if r.finish == "abort" and r.left(sampling) > 0]
+                body = resumed_payload([(r.ids(), r.left(sampling), r.next_seed()) for r in pending], sampling)
+            return rows
 
-        results = list(self._pool.map(run, range(k)))
-        gens: dict[tuple[int, int], Generation] = {}
-        for s, rows in enumerate(results):
-            if len(rows) != len(shards[s]) * sampling.n:
-                raise EngineError(f"{self.urls[s]}/generate returned {len(rows)} rows for {len(shards[s]) * sampling.n}")
-            for r, item in enumerate(rows):
-                i, j = shards[s][r // sampling.n], r % sampling.n
-                gens[(i, j)] = self._parsed(
-                    self.urls[s], parse_generation, item, version=version, request_index=i, sample_index=j
-                )
-        return [gens[(i, j)] for i in range(len(prompts)) for j in range(sampling.n)]
+        done = {(r.request, r.sample): r for rows in self._pool.map(run, range(k)) for r in rows}
+        return [done[(i, j)].generation(self.tokenizer, sampling) for i in range(len(prompts)) for j in range(sampling.n)]
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
@@ -232,9 +243,12 @@ class SGLangEngine:
                 shutil.rmtree(old, ignore_errors=True)
 
     @contextlib.contextmanager
-    def _paused(self) -> Iterator[None]:
-        """A weight update on every server: rollouts paused, prefix caches flushed after the update,
-        rollouts resumed (also when the update failed: its error says more than a failed resume)."""
+    def _paused(self, version: int) -> Iterator[None]:
+        """A weight update to ``version`` on every server: rollouts paused (the rows in flight are
+        aborted; ``generate`` sends them again, and the servers hold them until they resume),
+        prefix caches flushed after the update, the engine's version advanced, rollouts resumed
+        (also when the update failed: its error says more than a failed resume)."""
+        self._updates += 1  # before the pause: a row it aborts must be known as cut by this update
         self._each_server("/pause_generation", {})
         try:
             yield
@@ -243,13 +257,13 @@ class SGLangEngine:
             with contextlib.suppress(EngineError):
                 self._each_server("/continue_generation", {})
             raise
+        self.version = version  # before resuming: the rows sent again are the new weights' from here on
         self._each_server("/continue_generation", {})
 
     def update_weights_from_disk(self, path: str, version: int) -> None:
         """Pause rollouts, load ``path`` on every server, flush prefix caches, resume."""
-        with self._paused():
+        with self._paused(version):
             self._each_server("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
-        self.version = version
 
     def init_weight_group(
         self,
@@ -314,7 +328,7 @@ class SGLangEngine:
         resume. The tensors go in the trainer's dtype (the server casts as it loads). Returns the
         tensors sent."""
         sent = 0
-        with self._paused():
+        with self._paused(version):
             for bucket in buckets:
                 tensors = [t for _, t in bucket]
                 names = [n for n, _ in bucket]
@@ -327,7 +341,6 @@ class SGLangEngine:
                     finally:
                         told.result()  # the servers' answer (an error says which), or the HTTP timeout
                 sent += len(tensors)
-        self.version = version
         return sent
 
     @property
@@ -338,7 +351,62 @@ class SGLangEngine:
     def close(self) -> None:
         self._requests.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._controls.shutdown(wait=False, cancel_futures=True)
         for s in self.servers:
             s.stop()
         if self.sync_dir is not None:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
+
+
+class _Pieces:
+    """One generated row as it comes in: the stretches a weight update cut it into, each with the
+    version that sampled it."""
+
+    def __init__(self, prompt: list[int], request: int, sample: int, seed: int | None) -> None:
+        self.prompt, self.request, self.sample, self.seed = prompt, request, sample, seed
+        self.segments: list[tuple[Segment, int]] = []
+
+    @property
+    def finish(self) -> str:
+        return self.segments[-1][0].finish if self.segments else "abort"
+
+    def add(self, seg: Segment, version: int) -> None:
+        self.segments.append((seg, version))
+
+    def tokens(self) -> list[int]:
+        return [t for seg, _ in self.segments for t in seg.token_ids]
+
+    def ids(self) -> list[int]:
+        """What the row goes on from: its prompt and every token it has."""
+        return self.prompt + self.tokens()
+
+    def left(self, sp: SamplingParams) -> int:
+        return sp.max_new_tokens - len(self.tokens())
+
+    def next_seed(self) -> int | None:
+        """A stretch's own seed, from the row's and how many stretches came before: the same row
+        cut at the same token goes on the same way."""
+        return None if self.seed is None else (self.seed * 1_000_003 + len(self.segments)) % (1 << 63)
+
+    def generation(self, tokenizer: Any, sp: SamplingParams) -> Generation:
+        """The whole row. One stretch: the server's text; several: the tokens decoded, cut at the
+        first stop string (a stretch's server saw only its own tokens as output)."""
+        tokens = self.tokens()
+        versions = [v for seg, v in self.segments for _ in seg.token_ids]
+        first = versions[0] if versions else self.segments[0][1]
+        finish = "length" if self.finish in ("length", "abort") else "stop"  # abort: cut with no token left
+        text = self.segments[-1][0].text if len(self.segments) == 1 else tokenizer.decode(tokens, skip_special_tokens=True)
+        if len(self.segments) > 1 and finish == "stop" and sp.stop:
+            cuts = [text.find(s) for s in sp.stop if s and s in text]
+            text = text[: min(cuts)] if cuts else text
+        return Generation(
+            text=text,
+            token_ids=tokens,
+            logprobs=[x for seg, _ in self.segments for x in seg.logprobs],
+            finish_reason=finish,
+            version=first,
+            prompt_tokens=self.segments[0][0].prompt_tokens,
+            request_index=self.request,
+            sample_index=self.sample,
+            token_versions=versions if len(set(versions)) > 1 else None,
+        )

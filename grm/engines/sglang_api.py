@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, NonNegativeInt, StrictInt, StrictStr, ValidationError
@@ -80,8 +81,33 @@ def generate_payload(prompts: Sequence[Sequence[int]], sp: SamplingParams, seeds
     return {"input_ids": ids, "sampling_params": params, "return_logprob": True, "logprob_start_len": -1}
 
 
-def parse_generation(item: Any, *, version: int, request_index: int, sample_index: int) -> Generation:
-    """A ``/generate`` response row -> Generation. ``output_token_logprobs`` rows are
+def resumed_payload(rows: Sequence[tuple[Sequence[int], int, int | None]], sp: SamplingParams) -> dict[str, Any]:
+    """One batched ``/generate`` body going on with rows a weight update cut short: each row is
+    (its prompt and the tokens it already has, the tokens it may still generate, its seed)."""
+    params = [{**sampling_payload(sp, seed), "max_new_tokens": left} for _, left, seed in rows]
+    ids = [list(ids) for ids, _, _ in rows]
+    return {"input_ids": ids, "sampling_params": params, "return_logprob": True, "logprob_start_len": -1}
+
+
+@dataclass
+class Segment:
+    """One ``/generate`` reply row as the server sent it (validated): the tokens of one stretch of
+    a generation, which a weight update may have cut short (``finish == "abort"``)."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish: str
+    """``stop``, ``length`` or ``abort``."""
+    why: str
+    """An abort's message, as one bounded line."""
+    served: str
+    """The server's ``weight_version`` ("default" until the first update names one; "None" when not reported)."""
+    prompt_tokens: int
+
+
+def parse_segment(item: Any, request_index: int) -> Segment:
+    """A ``/generate`` response row -> Segment. ``output_token_logprobs`` rows are
     ``[logprob, token_id, text-or-None]``; every generated token needs its log-prob (TIS reads it)."""
     row = _row(item, f"request {request_index}")
     meta = row.meta_info
@@ -89,27 +115,54 @@ def parse_generation(item: Any, *, version: int, request_index: int, sample_inde
     ids = row.output_ids if row.output_ids is not None else [t[1] for t in lps]
     finish = meta.finish_reason
     kind = finish.type if isinstance(finish, _Finish) else finish
-    if kind == "abort":
-        why = glimpse(finish.message, str) if isinstance(finish, _Finish) and finish.message is not None else ""
-        raise EngineError(f"sglang aborted request {request_index}: {why}")
-    served = str(meta.weight_version)  # "default" until the first update names a version
-    if served.isascii() and served.isdecimal() and len(served) < 19 and int(served) != version:
-        raise EngineError(
-            f"sglang generated request {request_index} with weights version {served}, but the policy is at "
-            f"version {version}: the server holds other weights (an earlier run's, or an update that never arrived)"
-        )
     logprobs = [math.nan if t[0] is None else t[0] for t in lps]
     if not all(math.isfinite(x) for x in logprobs):
         raise EngineError(f"a generated token of request {request_index} came back without a log-prob (null, NaN or infinite)")
     if len(ids) != len(logprobs):
         raise EngineError(f"request {request_index} came back with {len(ids)} token ids but {len(logprobs)} log-probs")
-    return Generation(
+    why = glimpse(finish.message, str) if isinstance(finish, _Finish) and finish.message is not None else ""
+    return Segment(
         text=row.text,
         token_ids=list(ids),
         logprobs=logprobs,
-        finish_reason="length" if kind == "length" else "stop",
-        version=version,
+        finish="abort" if kind == "abort" else "length" if kind == "length" else "stop",
+        why=why,
+        served=str(meta.weight_version),
         prompt_tokens=meta.prompt_tokens or 0,
+    )
+
+
+def served_version(seg: Segment, request_index: int, since: int, now: int) -> int:
+    """The policy version that generated ``seg``: the server's numbered ``weight_version`` when it
+    names one, which must lie between the engine's version when the row was sent (``since``) and
+    its version now; else (before the first update, or not reported) ``since``. A number outside
+    that range is an error, not a sample: the server holds other weights (an earlier run's, or an
+    update that never arrived)."""
+    s = seg.served
+    if not (s.isascii() and s.isdecimal() and len(s) < 19):
+        return since
+    if since <= int(s) <= now:
+        return int(s)
+    at = f"version {since}" if since == now else f"versions {since}-{now}"
+    raise EngineError(
+        f"sglang generated request {request_index} with weights version {s}, but the policy is at {at}: "
+        "the server holds other weights (an earlier run's, or an update that never arrived)"
+    )
+
+
+def parse_generation(item: Any, *, version: int, request_index: int, sample_index: int) -> Generation:
+    """A ``/generate`` response row -> Generation of weights ``version``; an aborted row is an error."""
+    seg = parse_segment(item, request_index)
+    if seg.finish == "abort":
+        raise EngineError(f"sglang aborted request {request_index}: {seg.why}")
+    served_version(seg, request_index, version, version)
+    return Generation(
+        text=seg.text,
+        token_ids=seg.token_ids,
+        logprobs=seg.logprobs,
+        finish_reason="length" if seg.finish == "length" else "stop",
+        version=version,
+        prompt_tokens=seg.prompt_tokens,
         request_index=request_index,
         sample_index=sample_index,
     )

@@ -538,3 +538,112 @@ def test_every_server_is_asked_to_join_the_weight_group_at_once():
     eng = SGLangEngine(["http://a:1", "http://b:2"], "m", Tok(), post=post, tp=2)
     eng.init_weight_group("10.0.0.1", 29500, world_size=5, backend="gloo")
     assert sorted(bodies) == [("http://a:1/init_weights_update_group", 1), ("http://b:2/init_weights_update_group", 3)]
+
+
+class DecodingTok(Tok):
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(i) for i in ids)
+
+
+def test_rows_a_weight_update_cuts_short_go_on_with_the_new_weights_and_record_each_tokens_version(tmp_path):
+    """A sync during a rollout (``schedule.interruptible``): the pause aborts the rows in flight
+    after 2 tokens; the engine sends them again from their last token once the update is done, and
+    the generation keeps the old tokens (version 0) and the new ones (version 1)."""
+    import threading
+
+    bodies, resumed, order = [], threading.Event(), []
+    updating = {}
+
+    def post(url, body):
+        path = url.split("/", 3)[-1]
+        order.append(path)
+        if path == "pause_generation":
+            updating["paused"].set()
+        if path == "continue_generation":
+            resumed.set()
+        if path != "generate":
+            return {"success": True, "message": ""}
+        bodies.append(body)
+        if len(bodies) == 1:  # the first call: a sync comes while the rows generate
+            updating["paused"] = threading.Event()
+            updating["thread"] = threading.Thread(target=eng.update_weights_from_disk, args=(str(tmp_path), 1))
+            updating["thread"].start()
+            updating["paused"].wait(5)
+            return [
+                {
+                    "text": "ab",
+                    "output_ids": [97, 98],
+                    "meta_info": {
+                        "finish_reason": {"type": "abort", "message": "generation paused"},
+                        "weight_version": "default",
+                        "prompt_tokens": len(ids),
+                        "output_token_logprobs": [[-0.5, 97, None], [-0.25, 98, None]],
+                    },
+                }
+                for ids in body["input_ids"]
+            ]
+        assert resumed.wait(5)  # a server holds the rows sent again until it resumes
+        return [
+            {
+                "text": "cd",
+                "output_ids": [99, 100],
+                "meta_info": {
+                    "finish_reason": {"type": "length"},
+                    "weight_version": "1",
+                    "output_token_logprobs": [[-1.0, 99, None], [-2.0, 100, None]],
+                },
+            }
+            for _ in body["input_ids"]
+        ]
+
+    eng = SGLangEngine(["http://a:1"], "m", DecodingTok(), post=post)
+    gens = eng.generate([Req(text="q")], SamplingParams(n=2, temperature=1.0, seed=5, max_new_tokens=4))
+    updating["thread"].join(5)
+    assert eng.version == 1
+    assert [b["input_ids"] for b in bodies] == [[[113], [113]], [[113, 97, 98], [113, 97, 98]]]
+    assert [p["max_new_tokens"] for p in bodies[1]["sampling_params"]] == [2, 2]
+    seeds = [p["sampling_seed"] for p in bodies[1]["sampling_params"]]
+    assert seeds[0] != seeds[1] and not {5, 6} & set(seeds)  # each row's own stream, not its first stretch's
+    for g in gens:
+        assert g.token_ids == [97, 98, 99, 100] and g.logprobs == [-0.5, -0.25, -1.0, -2.0]
+        assert g.token_versions == [0, 0, 1, 1] and g.version == 0 and g.finish_reason == "length"
+        assert g.text == "abcd" and g.prompt_tokens == 1
+    # the engine's version moved before the servers resumed: a row sent again is never read as stale
+    assert order.index("continue_generation") > order.index("update_weights_from_disk")
+
+
+def test_an_abort_no_update_of_this_engine_caused_is_an_error_not_a_sample():
+    def post(url, body):
+        return [
+            {
+                "output_ids": [5],
+                "meta_info": {
+                    "finish_reason": {"type": "abort", "message": "[b]oom[/b]"},
+                    "output_token_logprobs": [[-1.0, 5, None]],
+                },
+            }
+        ]
+
+    eng = SGLangEngine(["http://a:1"], "m", DecodingTok(), post=post)
+    with pytest.raises(EngineError, match=r"aborted request 0: .\[b\]oom"):
+        eng.generate([Req(text="q")], SamplingParams(max_new_tokens=4))
+
+
+def test_a_generation_no_update_cut_has_no_token_versions():
+    def post(url, body):
+        return [
+            {
+                "text": "x",
+                "output_ids": [5],
+                "meta_info": {
+                    "finish_reason": {"type": "stop"},
+                    "weight_version": "3",
+                    "output_token_logprobs": [[-1.0, 5, None]],
+                },
+            }
+        ]
+
+    eng = SGLangEngine(["http://a:1"], "m", DecodingTok(), post=post)
+    eng.version = 3
+    (g,) = eng.generate([Req(text="q")], SamplingParams(max_new_tokens=4))
+    assert g.token_versions is None and g.version == 3 and g.text == "x"
