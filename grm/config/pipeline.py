@@ -209,8 +209,16 @@ class TrainSpec(Strict):
 class ScheduleSpec(Strict):
     mode: Literal["sync", "async"] = "sync"
     """sync: strictly on-policy; async: rollout of step t+1 overlaps judging/training of step t."""
-    max_staleness: int = Field(1, ge=1, le=1024)
-    """(async) samples may lag the trainer by at most this many weight versions."""
+    max_staleness: int = Field(1, ge=0, le=1024)
+    """(async) η: rollouts run at most this many steps ahead of training, so a sample lags the
+    weights it is trained from by at most this many versions, counted from its first token.
+    0: nothing runs ahead, exactly sync mode's schedule."""
+    interruptible: bool = False
+    """(async, a served policy engine: ``policy.engine.type: sglang``) rollouts run beside the
+    policy's training, and a weight sync does not wait for the generations in flight: they pause,
+    take the new weights and go on, so one response may span versions (each token's version is
+    recorded; ``rollout/tokens_lag_K``: the share of a step's tokens sampled K versions behind).
+    Off: a sync waits for the rollout call under way, which waits for its longest response."""
     stream_prompts: int | None = Field(None, ge=1, le=65536)
     """Prompts per rollout chunk: judges start on a chunk's groups as soon as it is generated.
     Default: the whole step in one chunk. Smaller chunks let judging start earlier but batch the
@@ -232,14 +240,26 @@ class ScheduleSpec(Strict):
     ``pool``: each process keeps its pool's share throughout."""
 
     @property
+    def ahead(self) -> int:
+        """Steps whose rollouts are queued before the step in flight is trained: async's η, sync's 0."""
+        return self.max_staleness if self.mode == "async" else 0
+
+    @property
     def lends_cores(self) -> bool:
         """True when processes whose phases overlap lend each other their idle cores."""
-        return self.overlap_threads == "lend" and (self.mode == "async" or self.stream_prompts is not None)
+        return self.overlap_threads == "lend" and (self.ahead > 0 or self.stream_prompts is not None)
 
     @property
     def phases_alone(self) -> bool:
-        """True when each phase of a step runs with nothing beside it and takes its node's cores."""
-        return self.mode == "sync" and self.sync_threads == "node" and self.stream_prompts is None
+        """True when each phase of a step runs with nothing beside it and takes its node's cores
+        (sync mode, or async with η = 0, which is the same schedule)."""
+        return self.ahead == 0 and self.sync_threads == "node" and self.stream_prompts is None
+
+    @model_validator(mode="after")
+    def _interruptible_is_async(self) -> ScheduleSpec:
+        if self.interruptible and self.mode != "async":
+            raise ValueError("interruptible: rollouts run beside training only in mode: async")
+        return self
 
 
 class PipelineSpec(Strict):

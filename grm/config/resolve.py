@@ -93,6 +93,7 @@ def load_pipeline(path: str | Path, overrides: Iterable[str] = ()) -> LoadedPipe
         spec = spec.model_copy(update={"env": _absolute_env(spec.env, base, located.where(("env", "path")))})
     check_ranks(spec, located)
     policy = load_policy(spec.policy.spec, base, spec.policy.overrides)
+    check_interruptible(spec, policy.engine.type, located)
     judges = []
     for i, role in enumerate(spec.judges):
         where = located.where(("judges", i, "spec"))
@@ -246,6 +247,23 @@ def check_ranks(spec: PipelineSpec, located: Any) -> None:
         raise ConfigError(
             f"{located.where(('judges',))}: {', '.join(others)} share pool '{name}' with a {ranks}-rank policy, whose "
             "ranks take every bundle of it; give the judges a pool of their own"
+        )
+
+
+def check_interruptible(spec: PipelineSpec, engine: str, located: Any) -> None:
+    """``schedule.interruptible`` needs a rollout that can run beside training: a served engine, single answers."""
+    if not spec.schedule.interruptible:
+        return
+    where = located.where(("schedule", "interruptible"))
+    if engine != "sglang":
+        raise ConfigError(
+            f"{where}: interruptible rollouts need a served policy engine (policy.engine.type: sglang); the {engine} "
+            "engine generates in the trainer's own process, so a rollout cannot run beside training"
+        )
+    if spec.env is not None:
+        raise ConfigError(
+            f"{where}: an env: run's episodes already run beside training and take new weights between turns; "
+            "interruptible applies to single answers"
         )
 
 

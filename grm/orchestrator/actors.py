@@ -74,12 +74,14 @@ EPISODE_CALLS = 8
 chunk's or step's episodes take turns while the earlier ones wait on tools."""
 
 
-@ray.remote(concurrency_groups={"progress": 1, "episodes": EPISODE_CALLS})  # train_progress answers while train runs
+# train_progress answers while train runs; episodes, and rollouts over served engines, run beside training
+@ray.remote(concurrency_groups={"progress": 1, "episodes": EPISODE_CALLS, "rollouts": 1})
 class PolicyActor:
     """Trainer, rollout engine and (when colocated) reference and critic of the policy.
 
-    Its calls run one at a time, except ``train_progress``/``failure`` (answered while a call waits)
-    and ``episodes``, which run beside the others: every use of the model (a rollout, a batch pass,
+    Its calls run one at a time, except ``train_progress``/``failure`` (answered while a call waits),
+    ``rollout_beside`` (a served engine's rollouts, which use no local model) and ``episodes``,
+    which run beside the others: every use of the model (a rollout, a batch pass,
     training, a weight sync, save, load, export, each turn of an episode) holds the model lock, so
     an episode's turn is generated between them, never during one."""
 
@@ -201,6 +203,25 @@ class PolicyActor:
         """``rollout`` of an ``env:`` pipeline, beside this actor's other calls: the episodes of
         every ``episodes`` call in flight share one turn loop (``grm.envs.turn_loop``)."""
         return self.rollout(prompts, keys, n, seed, others)
+
+    @ray.method(concurrency_group="rollouts")
+    def rollout_beside(
+        self,
+        prompts: Sequence[Prompt],
+        keys: Sequence[str],
+        n: int,
+        seed: int,
+        others: Sequence[ObjectRef[tuple[list[Group], float]]] = (),
+    ) -> tuple[list[Group], float]:
+        """``rollout`` over a served engine (``schedule.interruptible``), beside this actor's other
+        calls and without the model lock, which guards only this process's models: the servers
+        generate while the trainer trains, and a sync meanwhile pauses the generations in flight,
+        which go on with the new weights (``grm.engines.sglang``)."""
+        from grm.orchestrator.policy_group import gather_rollouts
+
+        t0 = time.perf_counter()
+        groups = self._rollout(prompts, keys, n, seed) if prompts else []
+        return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
 
     def _episodes(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
         """``n`` episodes per prompt (``env:``), every turn on this engine: one group per prompt."""

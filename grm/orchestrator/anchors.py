@@ -139,5 +139,5 @@ def store_for(cfg: PipelineSpec, judges: Iterable[JudgeSpec]) -> AnchorStore | N
     ]
     if not wanted:
         return None
-    ahead = cfg.schedule.max_staleness if cfg.schedule.mode == "async" else 0
+    ahead = cfg.schedule.ahead
     return AnchorStore(max(wanted), 1 + ahead)

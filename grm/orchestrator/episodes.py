@@ -157,6 +157,7 @@ def as_rollout(t: Trajectory, rid: str, prompt: Prompt, group: str, version: int
         version=first if (first := t.first_version) is not None else version,
         mask=view.loss_mask[cut:],
         trajectory=t,
+        token_versions=view.versions[cut:],
     )
 
 

@@ -111,6 +111,8 @@ class PolicyHandle(Protocol):
     """The policy as the driver, scheduler and recorder call it, however many ranks it has."""
 
     rollout: RolloutCall
+    rollout_beside: RolloutCall
+    """``rollout`` over a served engine, run beside the policy's other calls (``schedule.interruptible``)."""
     episodes: RolloutCall
     """``rollout`` of an ``env:`` pipeline, run beside the policy's other calls."""
     prepare: PrepareCall

@@ -78,6 +78,7 @@ class PolicyGroup:
     rank (rank 0 gathering), rank 0 alone, or with its first argument cut across the ranks."""
 
     rollout: RolloutCall
+    rollout_beside: RolloutCall
     episodes: RolloutCall
     prepare: PrepareCall
     train: TrainCall
@@ -98,6 +99,7 @@ class PolicyGroup:
         self.answers = _Rank0(self, "answers")  # a few greedy answers: rank 0's engine
         self.rollout = _Split(self, "rollout", split_rollout if hf_rollout else None)
         self.episodes = _Split(self, "episodes", split_rollout if hf_rollout else None)  # beside the other calls
+        self.rollout_beside = _Split(self, "rollout_beside", None)  # a served engine's: rank 0's, beside training
         self.prepare = _Split(self, "prepare", split_prepare)
 
     @property

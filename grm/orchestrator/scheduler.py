@@ -71,7 +71,7 @@ class Scheduler:
         logged (``trained``): the policy's weights are then ahead of every logged step."""
         self.next_submit = 0
         self.stop_requested = False
-        self.ahead = cfg.schedule.max_staleness if cfg.schedule.mode == "async" else 0
+        self.ahead = cfg.schedule.ahead
         self.dispatch = JudgeDispatch(roles.judges, ray, self.caches, self.progress)
         """Every judge call, from a landed chunk to its results (``grm.orchestrator.judge_dispatch``)."""
 
@@ -115,8 +115,11 @@ class Scheduler:
         prompts = self.stream.take(a.prompts_per_step)
         seed = self.cfg.seed * 1_000_003 + step * 101 + salt
         keys = [f"s{step}r{salt}g{i}" for i in range(len(prompts))]
-        # an env: pipeline's episodes run beside the policy's other calls, sharing its engine's turns
-        rollout = self.roles.policy.rollout if self.cfg.env is None else self.roles.policy.episodes
+        # an env: pipeline's episodes run beside the policy's other calls, sharing its engine's turns;
+        # interruptible rollouts (a served engine) beside training, a sync pausing them
+        policy = self.roles.policy
+        rollout = policy.rollout_beside if self.cfg.schedule.interruptible else policy.rollout
+        rollout = policy.episodes if self.cfg.env is not None else rollout
         chunks = [rollout.remote(prompts[i : i + k], keys[i : i + k], a.group_size, seed) for i in range(0, len(prompts), k)]
         per_replica = [f"{j.name}/{i}" for j in self.roles.judges for i in range(len(j.replicas))]
         return StepWork(

@@ -67,6 +67,7 @@ def sample_groups(
                 logprobs=g.logprobs,
                 finish_reason=g.finish_reason,
                 version=g.version,
+                token_versions=g.token_versions,
             )
         )
     return groups

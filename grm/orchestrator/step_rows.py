@@ -11,7 +11,7 @@ from typing import Any
 from grm.judges.cost import COUNTS, JudgeCost
 from grm.orchestrator.episodes import episode_metrics
 from grm.orchestrator.errors import RunError
-from grm.orchestrator.types import Group, StepOutcome, rollouts_of
+from grm.orchestrator.types import Group, Rollout, StepOutcome, rollouts_of
 from grm.report_files import markdown_table
 from grm.run_format import read_row
 
@@ -22,6 +22,23 @@ def step_line(row: dict[str, Any], kind: str = "metrics") -> None:
     read_row(kind, row)
     if type(row.get("step")) is not int:
         raise ValueError("no integer 'step' field; not a line grm run writes")
+
+
+def tokens_by_lag(rollouts: list[Rollout], version: int) -> dict[str, float]:
+    """``rollout/tokens_lag_K``: the share of the step's sampled tokens that weights K versions
+    behind ``version`` (the step's) sampled, for each K that occurs; ``rollout/spanning_versions``:
+    the share of responses whose tokens came from more than one version (a sync interrupted them,
+    or an episode's turns straddled one)."""
+    lags: dict[int, int] = {}
+    spanning = 0
+    for r in rollouts:
+        vs = r.sampled_versions()
+        spanning += len(set(vs)) > 1
+        for v in vs:
+            lags[version - v] = lags.get(version - v, 0) + 1
+    total = sum(lags.values())
+    out = {f"rollout/tokens_lag_{k}": n / total for k, n in sorted(lags.items())} if total else {}
+    return {**out, "rollout/spanning_versions": spanning / len(rollouts)} if rollouts else out
 
 
 def step_metrics(out: StepOutcome) -> dict[str, Any]:
@@ -47,6 +64,7 @@ def step_metrics(out: StepOutcome) -> dict[str, Any]:
         "response_len_mean": sum(len(r.token_ids) for r in rollouts) / len(rollouts),
         "truncated_frac": sum(r.finish_reason == "length" for r in rollouts) / len(rollouts),
         "staleness_max": max(version - r.version for r in rollouts),
+        **tokens_by_lag(rollouts, version),
         "seconds_step": step_s,
         "seconds_rollout": work.rollout_s,
         "seconds_judging": judging,

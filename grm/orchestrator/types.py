@@ -48,6 +48,16 @@ class Rollout:
     """(an episode) The whole episode (``env:``); ``text`` is then its final answer."""
     turn_credit: list[float] | None = None
     """(an episode, ``env.credit: process``) Its mean advantage over each turn's trained tokens."""
+    token_versions: list[int] | None = None
+    """The policy version that sampled each of ``token_ids`` (-1 on an episode's tokens the policy
+    did not sample) when they may differ: an episode's turns, a response a weight sync interrupted
+    (``schedule.interruptible``). None: every token is ``version``'s."""
+
+    def sampled_versions(self) -> list[int]:
+        """The version of each token the policy sampled (what ``rollout/tokens_lag_K`` counts)."""
+        if self.token_versions is not None:
+            return [v for v in self.token_versions if v >= 0]
+        return [self.version] * (sum(self.mask) if self.mask is not None else len(self.token_ids))
 
     def sample(self) -> Sample:
         """What a judge scores for this rollout (a whole episode when it is one)."""

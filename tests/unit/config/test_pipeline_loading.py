@@ -180,3 +180,44 @@ def test_listwise_judge_needs_groups(tmp_path):
     res = run_cli("validate", str(f))
     assert_clean_failure(res, f)
     assert f"{f}:5: judge 'listwise-grm' is listwise" in res.err and "group_size >= 2" in res.err
+
+
+SGLANG = "  overrides: ['engine={type: sglang, urls: [\"http://127.0.0.1:9\"]}']\n"
+
+
+@pytest.mark.parametrize(
+    "schedule,engine,env,error",
+    [
+        ("{mode: async, interruptible: true}", SGLANG, "", None),
+        ("{mode: async, max_staleness: 0, interruptible: true}", SGLANG, "", None),
+        ("{mode: sync, interruptible: true}", SGLANG, "", r"p.yaml:\d+: .*only in mode: async"),
+        (
+            "{mode: async, interruptible: true}",
+            "",
+            "",
+            r"p.yaml:\d+: interruptible rollouts need a served policy engine .* hf engine",
+        ),
+        ("{mode: async, interruptible: true}", SGLANG, "env: {type: calc}\n", r"p.yaml:\d+: an env: run's episodes already"),
+    ],
+)
+def test_interruptible_rollouts_need_async_a_served_engine_and_single_answers(tmp_path, schedule, engine, env, error):
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    text = BASE.replace("pool: a}\n", "pool: a,\n" + engine + "  }\n" if engine else "pool: a}\n", 1) + env
+    text += f"schedule: {schedule}\n"
+    if error is None:
+        assert load_pipeline(write(tmp_path, text)).spec.schedule.interruptible
+    else:
+        with pytest.raises(ConfigError, match=error):
+            validate_tree(write(tmp_path, text))
+
+
+def test_async_with_no_staleness_is_sync_modes_schedule(tmp_path):
+    """η = 0: nothing runs ahead, and each phase runs alone with the node's cores, as in sync mode."""
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    spec = load_pipeline(write(tmp_path, BASE + "schedule: {mode: async, max_staleness: 0}\n")).spec.schedule
+    sync = load_pipeline(write(tmp_path, BASE + "schedule: {mode: sync}\n", "s.yaml")).spec.schedule
+    assert (
+        (spec.ahead, spec.phases_alone, spec.lends_cores) == (sync.ahead, sync.phases_alone, sync.lends_cores) == (0, True, False)
+    )
+    one = load_pipeline(write(tmp_path, BASE + "schedule: {mode: async}\n", "a.yaml")).spec.schedule
+    assert (one.ahead, one.phases_alone, one.lends_cores) == (1, False, True)

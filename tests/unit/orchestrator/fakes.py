@@ -95,6 +95,7 @@ def fake_policy(rewards_text=lambda prompt, k: f"answer {k}"):
     return SimpleNamespace(
         rollout=Method(rollout),
         episodes=Method(rollout),
+        rollout_beside=Method(rollout),
         prepare=Method(lambda rollouts: Ref(Prepared([r.id for r in rollouts], 0.5))),
     )
 

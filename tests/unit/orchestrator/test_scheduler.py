@@ -23,6 +23,7 @@ from tests.unit.orchestrator.fakes import (
     Ref,
     TimedRay,
     fake_actor_judge,
+    fake_policy,
     gather_step,
     outcome,
     prompts,
@@ -108,6 +109,33 @@ def test_async_queues_ahead_and_counts_untrained_prompts():
     sched.trained()
     assert sched.untrained_prompts() == 3
     assert stream.state_before(sched.untrained_prompts()) == {"epoch": 0, "index": 3}
+
+
+def test_interruptible_rollouts_go_to_the_call_that_runs_beside_training():
+    cfg = config(schedule={"mode": "async", "max_staleness": 2, "interruptible": True}, train={"steps": 4})
+    policy = fake_policy()
+    sched, _, _ = make(cfg, [JudgeHandle("rule", 1.0, True, local=LengthJudge())], policy)
+    gather_step(sched, sched.take(0))
+    assert len(policy.rollout_beside.calls) == 3 and not policy.rollout.calls  # step 0, and steps 1-2 ahead (eta = 2)
+    assert [w.step for w in sched.queue] == [1, 2]
+
+
+def test_async_with_no_staleness_submits_exactly_what_sync_does():
+    """η = 0: no rollout is queued before the step in flight is trained, so every policy call comes
+    with the same arguments in the same order as in sync mode."""
+    seen, steps = [], 3
+    for schedule in ({"mode": "sync"}, {"mode": "async", "max_staleness": 0}):
+        policy = fake_policy()
+        sched, _, _ = make(
+            config(schedule=schedule, train={"steps": steps}), [JudgeHandle("rule", 1.0, True, local=LengthJudge())], policy
+        )
+        for step in range(steps):
+            work = sched.take(step)
+            gather_step(sched, work)
+            assert not sched.queue
+            sched.trained()
+        seen.append((policy.rollout.calls, [[r.id for r in c[0]] for c in policy.prepare.calls]))
+    assert seen[0] == seen[1] and len(seen[0][0]) == steps
 
 
 def test_stop_request_interrupts_a_step_still_collecting():
@@ -312,3 +340,26 @@ def test_a_stop_cancels_a_droppable_wait_and_leaves_a_training_wait_alone():
     assert sched.training  # the policy is now ahead of every logged step, until the step is logged
     sched.trained()
     assert not sched.training
+
+
+def test_tokens_by_lag_counts_each_sampled_token_at_the_version_that_sampled_it():
+    from grm.orchestrator.step_rows import tokens_by_lag
+    from grm.orchestrator.types import Rollout
+
+    def r(version, n, token_versions=None, mask=None):
+        p = prompts(1)[0]
+        return Rollout("g/0", p, "g", [1], [5] * n, "x", [-1.0] * n, "stop", version, mask, token_versions=token_versions)
+
+    rollouts = [
+        r(3, 4),  # 4 tokens of version 3 (the step's): lag 0
+        r(2, 4, token_versions=[2, 2, 3, 3]),  # a sync interrupted it: 2 at lag 1, 2 at lag 0
+        r(1, 4, token_versions=[1, -1, -1, 2], mask=[1, 0, 0, 1]),  # an episode: observations are no one's
+        r(3, 4, mask=[1, 1, 0, 0]),  # an episode of one turn: its 2 sampled tokens
+    ]
+    # tokens: lag 0: 4 + 2 + 2 = 8; lag 1: 2 + 1 = 3; lag 2: 1 -> of 12
+    assert tokens_by_lag(rollouts, 3) == {
+        "rollout/tokens_lag_0": 8 / 12,
+        "rollout/tokens_lag_1": 3 / 12,
+        "rollout/tokens_lag_2": 1 / 12,
+        "rollout/spanning_versions": 2 / 4,
+    }
