@@ -118,6 +118,50 @@ def test_engine_against_the_standin(standin_url):
     eng.close()
 
 
+def test_a_weight_update_during_generation_cuts_the_rows_which_go_on_with_the_new_weights(standin_url):
+    """``schedule.interruptible`` at the engine: an update while a generation runs aborts its rows
+    (the stand-in's pause, as SGLang's); they go on from their last token once the new weights are
+    in. The tokens before the cut are those of the same seeded generation left alone, and each
+    token's behaviour log-prob is the teacher-forced one of the weights its version names."""
+    import threading
+
+    import torch
+
+    from grm.engines.sglang import SGLangEngine
+    from grm.models.loading import load_model
+
+    model, tok = load_model(MODEL, "fp32")
+    eng = SGLangEngine([standin_url], MODEL, tok)
+    reqs = [Req(messages=[{"role": "user", "content": "Tell me a long story about a dragon and a castle."}])]
+    sp = SamplingParams(n=1, temperature=1.0, max_new_tokens=160, seed=11)
+    t0 = time.perf_counter()
+    (alone,) = eng.generate(reqs, sp)
+    took = time.perf_counter() - t0
+    assert len(alone.token_ids) > 40, "the story must be long enough to cut"
+    torch.manual_seed(0)
+    sd = {k: v.detach() + 0.01 * torch.randn_like(v) for k, v in model.named_parameters()}
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.setdefault("gens", eng.generate(reqs, sp)))
+    worker.start()
+    time.sleep(0.4 * took)  # about 40% of the way through the tokens
+    eng.update_weights(sd, 1)
+    worker.join(300)
+    (cut,) = out["gens"]
+    assert cut.token_versions is not None, "the update came after the generation ended"
+    k = cut.token_versions.index(1)
+    assert set(cut.token_versions[:k]) == {0} and set(cut.token_versions[k:]) == {1} and cut.version == 0
+    assert 0 < k < len(alone.token_ids) and cut.token_ids[:k] == alone.token_ids[:k]
+    ids = eng.encode(reqs[0]) + cut.token_ids
+    n = len(cut.token_ids)
+    old = trainer_logprobs(model, None, ids)[-n:]
+    new = trainer_logprobs(model, sd, ids)[-n:]
+    want = old[:k] + new[k:]
+    assert max(abs(a - b) for a, b in zip(cut.logprobs, want, strict=True)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(cut.logprobs[k:], old[k:], strict=True)) > 1e-3  # the new weights' indeed
+    assert cut.text == tok.decode(cut.token_ids, skip_special_tokens=True)
+    eng.close()
+
+
 def test_weights_reach_the_standin_by_broadcast_with_no_file_written(standin_url):
     """The policy actor's broadcast path without Ray: the stand-in joins a gloo group hosted by the
     trainer's side, two updates of perturbed weights arrive in 1 MiB buckets (many per update),
