@@ -244,6 +244,38 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url, weight_sync
     print(f"run {time.perf_counter() - t0:.0f} s; served vs trainer per step: {gaps}")
 
 
+@pytest.mark.timeout(1800)
+@pytest.mark.extended
+def test_an_interruptible_async_run_trains_responses_that_span_versions(tmp_path, standin_url):
+    """η = 2, interruptible: steps 1-2's rollouts generate on the server while step 0 trains, and its
+    sync cuts them; they go on with the new weights. Every step's tokens are counted by version lag
+    (shares summing to 1, none older than η), and some response spans two versions."""
+    out = tmp_path / "run"
+    r = run_grm(
+        *run_args(tmp_path, standin_url, "disk"),
+        "schedule.max_staleness=2",
+        "schedule.interruptible=true",
+        "algorithm.prompts_per_step=2",
+        "algorithm.group_size=4",
+        "rollout.max_new_tokens=64",
+        "train.micro_batch_size=4",
+        timeout=1500,
+        env=ENV,
+    )
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [m["step"] for m in ms] == [1, 2, 3]
+    for m in ms:
+        lags = {int(k.rsplit("_", 1)[1]): v for k, v in m.items() if k.startswith("rollout/tokens_lag_")}
+        assert lags and max(lags) <= 2 and sum(lags.values()) == pytest.approx(1.0), m
+        assert m["staleness_max"] <= 2
+    spanning = [m["rollout/spanning_versions"] for m in ms]
+    print(
+        "spanning versions per step:", spanning, "tokens by lag:", [{k: v for k, v in m.items() if "tokens_lag" in k} for m in ms]
+    )
+    assert max(spanning) > 0
+
+
 @pytest.mark.timeout(1500)
 @pytest.mark.extended
 def test_each_rank_launches_its_own_servers_and_rank_0_drives_them(tmp_path):
