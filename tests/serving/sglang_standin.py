@@ -29,7 +29,9 @@ Endpoints, with SGLang's request and response shapes (sglang/srt/entrypoints/htt
 - ``GET|POST /flush_cache``: plain text, as SGLang answers (HTTP 400 while requests run).
 - ``GET /get_model_info``, ``GET /get_weight_version``, ``GET /health``, ``GET /health_generate``.
 
-Rows run one at a time with a KV cache (no continuous batching); sampling is seeded per row by
+A batch of generation rows is decoded together (left-padded, one forward per token for all rows,
+as SGLang batches what it runs; no continuous batching across requests); a batch that asks for
+input log-probs (``logprob_start_len`` >= 0) runs row by row. Sampling is seeded per row by
 ``sampling_seed``.
 """
 
@@ -97,12 +99,95 @@ class StandIn:
             self._active += 1
             epoch = self._abort_epoch
         try:
-            out = [self._row([int(t) for t in r], p, lp, start, epoch) for r, p in zip(rows, params, strict=True)]
+            ids = [[int(t) for t in r] for r in rows]
+            if len(rows) > 1 and start < 0 and all(int(p.get("max_new_tokens", 128)) > 0 for p in params):
+                out = self._batch(ids, params, lp, epoch)
+            else:
+                out = [self._row(r, p, lp, start, epoch) for r, p in zip(ids, params, strict=True)]
         finally:
             with self._cond:
                 self._active -= 1
                 self._cond.notify_all()
         return out if batch else out[0]
+
+    @torch.inference_mode()
+    def _batch(self, rows: list[list[int]], params: list[dict[str, Any]], want_lp: bool, epoch: int) -> list[dict[str, Any]]:
+        """Generation rows decoded together: left-padded prefill, then one forward per token for
+        every row (a finished row rides along, its tokens ignored); each row samples from its own
+        logits with its own seeded generator, so its output is what ``_row`` would give it up to
+        float rounding. A pause ends every unfinished row with ``abort``."""
+        t0 = time.perf_counter()
+        B, L = len(rows), max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((B, L), pad, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for b, r in enumerate(rows):
+            ids[b, L - len(r) :] = torch.tensor(r)
+            attn[b, L - len(r) :] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1].float()
+        version = self.weight_version
+        gens = [
+            torch.Generator().manual_seed(int(p["sampling_seed"])) if p.get("sampling_seed") is not None else None for p in params
+        ]
+        max_new = [int(p.get("max_new_tokens", 128)) for p in params]
+        stops = [[p["stop"]] if isinstance(p.get("stop"), str) else list(p.get("stop") or []) for p in params]
+        stop_ids = [set(p.get("stop_token_ids") or []) | (set() if p.get("ignore_eos") else self.eos_ids) for p in params]
+        tokens: list[list[int]] = [[] for _ in rows]
+        logps: list[list[float]] = [[] for _ in rows]
+        texts = [""] * B
+        finish: list[dict[str, Any] | None] = [None] * B
+        for _ in range(max(max_new)):
+            if self._abort_epoch != epoch:
+                for b in range(B):
+                    if finish[b] is None:
+                        finish[b] = {"type": "abort", "message": "Abort in waiting queue (generation paused)"}
+                break
+            lsm = torch.log_softmax(logits, -1)
+            nxt = torch.full((B,), pad, dtype=torch.long)
+            for b in range(B):
+                if finish[b] is not None:
+                    continue
+                tok = self._sample(logits[b], float(params[b].get("temperature", 1.0)), params[b], gens[b])
+                nxt[b] = tok
+                tokens[b].append(tok)
+                logps[b].append(float(lsm[b, tok]))
+                texts[b] = self.tokenizer.decode(tokens[b], skip_special_tokens=True)
+                hit = min(((texts[b].find(s), s) for s in stops[b] if s and s in texts[b]), default=None)
+                if tok in stop_ids[b]:
+                    finish[b] = {"type": "stop", "matched": tok}
+                elif hit is not None:
+                    texts[b], finish[b] = texts[b][: hit[0]], {"type": "stop", "matched": hit[1]}
+                elif len(tokens[b]) >= max_new[b]:
+                    finish[b] = {"type": "length", "length": max_new[b]}
+            if all(f is not None for f in finish):
+                break
+            attn = torch.cat([attn, attn.new_ones((B, 1))], dim=1)
+            step_out = self.model(
+                input_ids=nxt[:, None],
+                attention_mask=attn,
+                position_ids=attn.sum(-1, keepdim=True) - 1,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, logits = step_out.past_key_values, step_out.logits[:, -1].float()
+        latency = time.perf_counter() - t0
+        out_rows = []
+        for b, r in enumerate(rows):
+            meta: dict[str, Any] = {
+                "id": uuid.uuid4().hex,
+                "prompt_tokens": len(r),
+                "weight_version": version,
+                "finish_reason": finish[b] or {"type": "length", "length": max_new[b]},
+                "completion_tokens": len(tokens[b]),
+                "cached_tokens": 0,
+                "e2e_latency": latency,
+            }
+            if want_lp:
+                meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logps[b], tokens[b], strict=True)]
+            out_rows.append({"text": texts[b], "output_ids": tokens[b], "meta_info": meta})
+        return out_rows
 
     @torch.inference_mode()
     def _row(self, ids: list[int], sp: dict[str, Any], want_lp: bool, start: int, epoch: int) -> dict[str, Any]:

@@ -133,11 +133,11 @@ def test_a_weight_update_during_generation_cuts_the_rows_which_go_on_with_the_ne
     model, tok = load_model(MODEL, "fp32")
     eng = SGLangEngine([standin_url], MODEL, tok)
     reqs = [Req(messages=[{"role": "user", "content": "Tell me a long story about a dragon and a castle."}])]
-    sp = SamplingParams(n=1, temperature=1.0, max_new_tokens=160, seed=11)
+    sp = SamplingParams(n=2, temperature=1.0, max_new_tokens=160, seed=11)  # two rows: the server batches them
     t0 = time.perf_counter()
-    (alone,) = eng.generate(reqs, sp)
+    alone = eng.generate(reqs, sp)
     took = time.perf_counter() - t0
-    assert len(alone.token_ids) > 40, "the story must be long enough to cut"
+    assert min(len(g.token_ids) for g in alone) > 40, "the stories must be long enough to cut"
     torch.manual_seed(0)
     sd = {k: v.detach() + 0.01 * torch.randn_like(v) for k, v in model.named_parameters()}
     out: dict = {}
@@ -146,19 +146,18 @@ def test_a_weight_update_during_generation_cuts_the_rows_which_go_on_with_the_ne
     time.sleep(0.4 * took)  # about 40% of the way through the tokens
     eng.update_weights(sd, 1)
     worker.join(300)
-    (cut,) = out["gens"]
-    assert cut.token_versions is not None, "the update came after the generation ended"
-    k = cut.token_versions.index(1)
-    assert set(cut.token_versions[:k]) == {0} and set(cut.token_versions[k:]) == {1} and cut.version == 0
-    assert 0 < k < len(alone.token_ids) and cut.token_ids[:k] == alone.token_ids[:k]
-    ids = eng.encode(reqs[0]) + cut.token_ids
-    n = len(cut.token_ids)
-    old = trainer_logprobs(model, None, ids)[-n:]
-    new = trainer_logprobs(model, sd, ids)[-n:]
-    want = old[:k] + new[k:]
-    assert max(abs(a - b) for a, b in zip(cut.logprobs, want, strict=True)) < 1e-4
-    assert max(abs(a - b) for a, b in zip(cut.logprobs[k:], old[k:], strict=True)) > 1e-3  # the new weights' indeed
-    assert cut.text == tok.decode(cut.token_ids, skip_special_tokens=True)
+    gens = out["gens"]
+    assert all(g.token_versions is not None for g in gens), "the update came after the generation ended"
+    ids = [eng.encode(reqs[0]) + g.token_ids for g in gens]
+    old = [trainer_logprobs(model, None, x)[-len(g.token_ids) :] for x, g in zip(ids, gens, strict=True)]
+    new = [trainer_logprobs(model, sd, x)[-len(g.token_ids) :] for x, g in zip(ids, gens, strict=True)]
+    for cut, first, o, n in zip(gens, alone, old, new, strict=True):
+        k = cut.token_versions.index(1)
+        assert set(cut.token_versions[:k]) == {0} and set(cut.token_versions[k:]) == {1} and cut.version == 0
+        assert 0 < k < len(first.token_ids) and cut.token_ids[:k] == first.token_ids[:k]
+        assert max(abs(a - b) for a, b in zip(cut.logprobs, o[:k] + n[k:], strict=True)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(cut.logprobs[k:], o[k:], strict=True)) > 1e-3  # the new weights' indeed
+        assert cut.text == tok.decode(cut.token_ids, skip_special_tokens=True)
     eng.close()
 
 
