@@ -127,6 +127,18 @@ def chat_request(
     return GenerationRequest(messages=[*system, {"role": "user", "content": prompt}], seed=seed)
 
 
+class Asked(Protocol):
+    """What a policy is asked: a prompt's text, or its whole chat (``grm.data.prompts.Prompt``)."""
+
+    text: str
+    messages: list[dict[str, str]] | None
+
+
+def chat_requests(prompts: Sequence[Asked], system_prompt: str | None) -> list[GenerationRequest]:
+    """``chat_request`` of each prompt: what ``grm run``'s rollouts and ``grm eval --policy`` both send."""
+    return [chat_request(p.text, system_prompt, messages=p.messages) for p in prompts]
+
+
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> str:
     """The text a model sees for ``request``: its raw ``text``, its messages through the
     tokenizer's chat template (the last assistant message left open when ``continue_final``), or

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
+from grm.engines.base import EngineError, Generation, GenerationAborted, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.credentials import Credentials, glimpse, plain
 from grm.engines.http import HttpClient
 from grm.engines.server_process import ServerProcess
@@ -176,6 +176,8 @@ class SGLangEngine:
             rows = [_Pieces(prompts[i], i, j, None if seeds[i] is None else seeds[i] + j) for i in idx for j in range(sampling.n)]
             pending, body = rows, generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx])
             while pending:
+                if pending is not rows and sampling.abort is not None and sampling.abort():
+                    raise GenerationAborted()  # a stopping run sends no cut row again
                 since, updates = self.version, self._updates
                 out = self._post(url, "/generate", body)
                 replies = out if isinstance(out, list) else [out]

@@ -157,7 +157,7 @@ def _line_key(x: dict[str, Any]) -> tuple[str, ...]:
 def generate(cfg: PolicyEvalConfig, side: str, src: PolicySource, prompts: list[Prompt], path: Path, progress: Any) -> float:
     """Generate ``side``'s missing responses batch by batch; returns the seconds spent (0 when none
     were missing: the model is then never loaded)."""
-    from grm.engines.base import SamplingParams, chat_request
+    from grm.engines.base import SamplingParams, chat_requests
 
     done = done_responses(read_jsonl(path), prompts)
     todo = [p for p in prompts if (side, p.id) not in done]
@@ -172,7 +172,7 @@ def generate(cfg: PolicyEvalConfig, side: str, src: PolicySource, prompts: list[
     progress.update(task, description=f"generate {side}")
     for chunk in _chunks(todo, cfg.batch_size):
         tb = time.perf_counter()
-        gens = engine.generate([chat_request(p.text, src.system_prompt, messages=p.messages) for p in chunk], sp)
+        gens = engine.generate(chat_requests(chunk, src.system_prompt), sp)
         secs = (time.perf_counter() - tb) / len(chunk)
         append_jsonl(
             path,

@@ -75,30 +75,29 @@ class JudgeDispatch:
     def land(self, work: StepWork, c: int) -> None:
         """Rollout chunk ``c`` of ``work`` is in: every judge's call for it."""
         for judge in self.judges:
-            self.call(work, c, judge)
+            self._call(work, c, judge)
 
-    def handle(self, ref: ObjectRef) -> bool:
-        """``ref`` is ready: a call's results (kept, and the judge's next call issued; a dead
-        replica's or failed server's call re-issued) or a probe's answer. False if it is neither."""
-        if ref in self.running:
-            issued = self.running.pop(ref)
-            try:
-                results = self.ray.get(ref)
-            except self.ray.exceptions.RayActorError as e:
-                self.replica_died(issued, e)
-                return True
-            except self.ray.exceptions.RayTaskError as e:
-                if not isinstance(getattr(e, "cause", None), EngineError):
-                    raise  # an error in the judge's own code: its traceback says more
-                self.server_failed(issued, e.cause)
-                return True
-            self.finish(issued.work, issued.call, results)
-            self.issue(issued.judge)
-            return True
+    def handle(self, ref: ObjectRef) -> None:
+        """``ref`` (one of ``refs()``) is ready: a call's results (kept, and the judge's next call
+        issued; a dead replica's or failed server's call re-issued) or a probe's answer."""
         if ref in self.probes:
-            self.probed(ref)
-            return True
-        return False
+            self._probed(ref)
+            return
+        issued = self.running.pop(ref, None)
+        if issued is None:  # dropped meanwhile (cancel_all)
+            return
+        try:
+            results = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as e:
+            self._replica_died(issued, e)
+            return
+        except self.ray.exceptions.RayTaskError as e:
+            if not isinstance(getattr(e, "cause", None), EngineError):
+                raise  # an error in the judge's own code: its traceback says more
+            self._server_failed(issued, e.cause)
+            return
+        self._finish(issued.work, issued.call, results)
+        self._issue(issued.judge)
 
     def cancel_all(self) -> None:
         """Cancel every call in flight and drop the waiting ones (the run is stopping)."""
@@ -108,7 +107,7 @@ class JudgeDispatch:
         for q in self.waiting.values():
             q.clear()
 
-    def call(self, work: StepWork, c: int, judge: JudgeHandle, retried: bool = False) -> None:
+    def _call(self, work: StepWork, c: int, judge: JudgeHandle, retried: bool = False) -> None:
         """Judge chunk ``c``: a local judge at once; an actor judge when its concurrency cap allows,
         after the calls already waiting (a re-issue goes first: it takes its timed-out call's slot).
         A cached judge is sent only the samples its cache has no judgment of (none: no call)."""
@@ -125,17 +124,17 @@ class JudgeDispatch:
         work.calls[(c, judge.name)] = call
         if plan is not None and plan.complete:
             call.submitted_at = time.perf_counter()
-            self.finish(work, call, ([], JudgeCost()))
+            self._finish(work, call, ([], JudgeCost()))
             return
         if judge.local is not None:
             call.submitted_at = time.perf_counter()
-            self.finish(work, call, judge.submit(self._sent(work, call)))
+            self._finish(work, call, judge.submit(self._sent(work, call)))
             return
         waiting = self.waiting[judge.name]
         (waiting.appendleft if retried else waiting.append)(Issued(work, call, judge))
-        self.issue(judge)
+        self._issue(judge)
 
-    def issue(self, judge: JudgeHandle) -> None:
+    def _issue(self, judge: JudgeHandle) -> None:
         """Issue the judge's waiting calls, each to its least-loaded live replica, while one has
         fewer than the cap in flight."""
         waiting, replicas = self.waiting[judge.name], self.replicas[judge.name]
@@ -158,7 +157,7 @@ class JudgeDispatch:
             return call.plan.missing
         return [g.samples() for g in work.landed[call.chunk]]
 
-    def finish(self, work: StepWork, call: JudgeCall, judged: Judged) -> None:
+    def _finish(self, work: StepWork, call: JudgeCall, judged: Judged) -> None:
         assert call.submitted_at is not None
         secs = time.perf_counter() - call.submitted_at
         results, cost = judged
@@ -179,7 +178,7 @@ class JudgeDispatch:
             self.replicas[call.judge][call.replica].items += n
         work.last_judge_end = time.perf_counter()
 
-    def replica_died(self, issued: Issued, error: Exception) -> None:
+    def _replica_died(self, issued: Issued, error: Exception) -> None:
         """``issued`` failed because its replica's actor died: every call in flight on that replica
         goes back to the head of the judge's queue, in issue order, and is re-issued at once to the
         live replicas (its deadline restarts then); the replica is probed until Ray restarts it."""
@@ -200,9 +199,9 @@ class JudgeDispatch:
             + (" to the other replicas" if others else " once Ray has restarted it"),
             flush=True,
         )
-        self.issue(judge)
+        self._issue(judge)
 
-    def probed(self, ref: ObjectRef[int]) -> None:
+    def _probed(self, ref: ObjectRef[int]) -> None:
         """A restarting replica's probe returned: it is back (and takes calls), or lost for good; when
         every replica of the judge is lost, the probe's ``RayActorError`` ends the run."""
         judge, rep = self.probes.pop(ref)
@@ -218,9 +217,9 @@ class JudgeDispatch:
             return
         rep.state = "live"
         print(f"judge '{judge.name}' replica {rep.index} is back", flush=True)
-        self.issue(judge)
+        self._issue(judge)
 
-    def server_failed(self, issued: Issued, error: Exception) -> None:
+    def _server_failed(self, issued: Issued, error: Exception) -> None:
         """``issued`` failed on its judge's model server (after the engine's own retries, and a
         launched server's restart): re-issued once, then its items are masked; counted either way."""
         work, call, judge = issued
@@ -232,8 +231,8 @@ class JudgeDispatch:
             call.pending, call.results = None, [[None] * len(g.rollouts) for g in work.landed[call.chunk]]
         else:
             print(f"judge '{call.judge}' failed on step {work.step + 1} chunk {call.chunk}: re-issuing it ({reason})")
-            self.call(work, call.chunk, judge, retried=True)
-        self.issue(judge)
+            self._call(work, call.chunk, judge, retried=True)
+        self._issue(judge)
 
     def timeouts(self) -> None:
         """A judge call (of any step) past its deadline is cancelled and re-issued once, then its
@@ -258,5 +257,5 @@ class JudgeDispatch:
                     f"judge '{call.judge}' passed its {call.deadline_s:.0f} s deadline on step {work.step + 1} "
                     f"chunk {call.chunk}: re-issuing it"
                 )
-                self.call(work, call.chunk, judge, retried=True)
-            self.issue(judge)
+                self._call(work, call.chunk, judge, retried=True)
+            self._issue(judge)

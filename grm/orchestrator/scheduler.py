@@ -60,8 +60,6 @@ class Scheduler:
         self.caches = caches or {}
         """The critique caches of the judges that have one (``grm.orchestrator.judge_cache``)."""
         self.watch = watch
-        self.progress: StepProgress = progress or NoProgress()
-        """Told of every landed chunk and finished judge call (the live display)."""
         self.anchors = anchors
         """Earlier steps' greedy responses, for pairwise judges with ``groups.anchor: previous``."""
         self.queue: deque[StepWork] = deque()
@@ -72,8 +70,18 @@ class Scheduler:
         self.next_submit = 0
         self.stop_requested = False
         self.ahead = cfg.schedule.ahead
-        self.dispatch = JudgeDispatch(roles.judges, ray, self.caches, self.progress)
+        self.dispatch = JudgeDispatch(roles.judges, ray, self.caches, progress or NoProgress())
         """Every judge call, from a landed chunk to its results (``grm.orchestrator.judge_dispatch``)."""
+
+    @property
+    def progress(self) -> StepProgress:
+        """Told of every landed chunk and finished judge call (the live display); the dispatch's,
+        so the two can never point at different displays."""
+        return self.dispatch.progress
+
+    @progress.setter
+    def progress(self, display: StepProgress) -> None:
+        self.dispatch.progress = display
 
     # ------------------------------------------------------------------ prompts and rollouts
     def take(self, step: int) -> StepWork:

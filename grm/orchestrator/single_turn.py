@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
 def requests(prompts: Sequence[Prompt], policy: PolicySpec) -> list[Any]:
     """Each prompt's chat request under the policy's system prompt (its own messages when it has them)."""
-    from grm.engines.base import chat_request
+    from grm.engines.base import chat_requests
 
-    return [chat_request(p.text, policy.system_prompt, messages=p.messages) for p in prompts]
+    return chat_requests(prompts, policy.system_prompt)
 
 
 def sample_groups(

@@ -647,3 +647,22 @@ def test_a_generation_no_update_cut_has_no_token_versions():
     eng.version = 3
     (g,) = eng.generate([Req(text="q")], SamplingParams(max_new_tokens=4))
     assert g.token_versions is None and g.version == 3 and g.text == "x"
+
+
+def test_a_stopping_run_sends_no_cut_row_again():
+    from grm.engines.base import GenerationAborted
+
+    calls = []
+
+    def post(url, body):
+        calls.append(body)
+        eng._updates += 1  # a sync of this engine's cut the rows
+        return [
+            {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}, "output_token_logprobs": [[-1.0, 5, None]]}}
+        ]
+
+    eng = SGLangEngine(["http://a:1"], "m", DecodingTok(), post=post)
+    sp = SamplingParams(max_new_tokens=8, abort=lambda: len(calls) > 0)  # the stop comes during the first call
+    with pytest.raises(GenerationAborted):
+        eng.generate([Req(text="q")], sp)
+    assert len(calls) == 1
