@@ -25,7 +25,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,9 @@ class SGLangEngine:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))  # one call per server at a time
         self._requests = ThreadPoolExecutor(max_workers=concurrency)  # continuation scoring, request by request
         self._controls = ThreadPoolExecutor(max_workers=max(1, len(self.urls)))  # pause, update, resume
-        self._updates = 0
-        """Weight updates begun (``_paused``): a row aborted while this moved was cut by one of them."""
+        self._begun = self._done = 0
+        """Weight updates begun and ended (``_paused``): a row aborted while one ran, or after one
+        began since the row was sent, was cut by it."""
         self._lock = threading.Lock()
         self._read = [0, 0]  # prompt_counts
 
@@ -165,35 +166,72 @@ class SGLangEngine:
         """Each server's share of the rows in one batched ``/generate``. Rows a weight update of this
         engine cut short (the pause aborts them) go on from their last token with the new weights,
         in one batch per server, until each is done: such a generation spans versions, and its
-        ``token_versions`` say which sampled each token."""
+        ``token_versions`` say which sampled each token. ``sampling.abort`` is polled here, on the
+        caller's thread (Ray's cancel flag is per thread): a stopping run returns at once and sends
+        no cut row again."""
         prompts = [self.encode(r) for r in requests]
         seeds = [r.seed if r.seed is not None else sampling.seed for r in requests]
         k = len(self.urls)
         shards = [list(range(i, len(prompts), k)) for i in range(k)]  # request i -> server i % k
+        stop, ends = threading.Event(), self._ends(sampling)
 
-        def run(s: int) -> list[_Pieces]:
+        def run(s: int) -> list[_Row]:
             idx, url = shards[s], self.urls[s]
-            rows = [_Pieces(prompts[i], i, j, None if seeds[i] is None else seeds[i] + j) for i in idx for j in range(sampling.n)]
+            rows = [_Row(prompts[i], i, j, None if seeds[i] is None else seeds[i] + j) for i in idx for j in range(sampling.n)]
             pending, body = rows, generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx])
-            while pending:
-                if pending is not rows and sampling.abort is not None and sampling.abort():
-                    raise GenerationAborted()  # a stopping run sends no cut row again
-                since, updates = self.version, self._updates
+            while pending and not stop.is_set():
+                since, done = self.version, self._done
+                held = self._begun > done  # sent during an update: served once it is in
                 out = self._post(url, "/generate", body)
                 replies = out if isinstance(out, list) else [out]
                 if len(replies) != len(pending):
                     raise EngineError(f"{url}/generate returned {len(replies)} rows for {len(pending)}")
                 for row, item in zip(pending, replies, strict=True):
                     seg = self._parsed(url, parse_segment, item, row.request)
-                    if seg.finish == "abort" and self._updates == updates:  # not a pause of this engine's
+                    if seg.finish == "abort" and self._begun == done:  # no update of this engine's since it was sent
                         raise self._http.fail(f"{url}/generate: sglang aborted request {row.request}: {plain(seg.why)}")
-                    row.add(seg, self._parsed(url, served_version, seg, row.request, since, self.version))
+                    version = self._parsed(url, served_version, seg, row.request, since, self.version, held)
+                    row.add(seg, version, ends)
                 pending = [r for r in pending if r.finish == "abort" and r.left(sampling) > 0]
                 body = resumed_payload([(r.ids(), r.left(sampling), r.next_seed()) for r in pending], sampling)
             return rows
 
-        done = {(r.request, r.sample): r for rows in self._pool.map(run, range(k)) for r in rows}
-        return [done[(i, j)].generation(self.tokenizer, sampling) for i in range(len(prompts)) for j in range(sampling.n)]
+        futures = [self._pool.submit(run, s) for s in range(k)]
+        try:
+            while True:
+                finished, running = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+                if not running or any(f.exception() is not None for f in finished):
+                    break
+                if sampling.abort is not None and sampling.abort():
+                    raise GenerationAborted()
+        finally:
+            stop.set()  # a call left behind (an abort, another server's error) sends nothing more
+        done_rows = {(r.request, r.sample): r for f in futures for r in f.result()}
+        return [done_rows[(i, j)].generation(self.tokenizer, sampling) for i in range(len(prompts)) for j in range(sampling.n)]
+
+    def _ends(self, sp: SamplingParams) -> Callable[[list[int]], int | None]:
+        """For a row that spans stretches: how many of its tokens stand once an end-of-sequence
+        token or a stop string ends it (None: neither does). No server saw all of its tokens as
+        output, so a stop string across a cut went unseen, and a pause can land in the step that
+        sampled the end."""
+        eos = {getattr(self.tokenizer, "eos_token_id", None)} - {None}
+        stops = [x for x in sp.stop if x]
+
+        def stopped(tokens: list[int]) -> bool:
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            return any(x in text for x in stops)
+
+        def ends(tokens: list[int]) -> int | None:
+            end = next((k + 1 for k, t in enumerate(tokens) if t in eos), None)
+            if not stops or not stopped(tokens[:end]):
+                return end
+            lo, hi = 1, len(tokens) if end is None else end  # the shortest prefix holding a stop string
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if stopped(tokens[:mid]) else (mid + 1, hi)
+            return lo
+
+        return ends
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
@@ -250,17 +288,20 @@ class SGLangEngine:
         aborted; ``generate`` sends them again, and the servers hold them until they resume),
         prefix caches flushed after the update, the engine's version advanced, rollouts resumed
         (also when the update failed: its error says more than a failed resume)."""
-        self._updates += 1  # before the pause: a row it aborts must be known as cut by this update
-        self._each_server("/pause_generation", {})
+        self._begun += 1  # before the pause: a row it aborts must be known as cut by this update
         try:
-            yield
-            self._each_server("/flush_cache", {})
-        except BaseException:
-            with contextlib.suppress(EngineError):
-                self._each_server("/continue_generation", {})
-            raise
-        self.version = version  # before resuming: the rows sent again are the new weights' from here on
-        self._each_server("/continue_generation", {})
+            try:
+                self._each_server("/pause_generation", {})  # inside: servers a failed pause reached resume
+                yield
+                self._each_server("/flush_cache", {})
+            except BaseException:
+                with contextlib.suppress(EngineError):
+                    self._each_server("/continue_generation", {})
+                raise
+            self.version = version  # before resuming: the rows sent again are the new weights' from here on
+            self._each_server("/continue_generation", {})
+        finally:
+            self._done += 1
 
     def update_weights_from_disk(self, path: str, version: int) -> None:
         """Pause rollouts, load ``path`` on every server, flush prefix caches, resume."""
@@ -360,55 +401,66 @@ class SGLangEngine:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
 
 
-class _Pieces:
-    """One generated row as it comes in: the stretches a weight update cut it into, each with the
-    version that sampled it."""
+class _Row:
+    """One generated row as it comes in, over the stretches a weight update cut it into: its tokens,
+    their log-probs and the version that sampled each."""
 
     def __init__(self, prompt: list[int], request: int, sample: int, seed: int | None) -> None:
         self.prompt, self.request, self.sample, self.seed = prompt, request, sample, seed
-        self.segments: list[tuple[Segment, int]] = []
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[int] = []
+        self.finish = "abort"
+        """The last stretch's (``stop``, ``length``, or ``abort``: cut, to go on)."""
+        self.text = ""
+        self.stretches = 0
+        self.first_version = 0
+        self.prompt_tokens = 0
+        self.ended = False
+        """Cut at an end the servers did not see (``_ends``): the text is decoded here."""
 
-    @property
-    def finish(self) -> str:
-        return self.segments[-1][0].finish if self.segments else "abort"
-
-    def add(self, seg: Segment, version: int) -> None:
-        self.segments.append((seg, version))
-
-    def tokens(self) -> list[int]:
-        return [t for seg, _ in self.segments for t in seg.token_ids]
+    def add(self, seg: Segment, version: int, ends: Callable[[list[int]], int | None]) -> None:
+        if not self.stretches:
+            self.first_version, self.prompt_tokens = version, seg.prompt_tokens
+        self.stretches += 1
+        self.tokens += seg.token_ids
+        self.logprobs += seg.logprobs
+        self.versions += [version] * len(seg.token_ids)
+        self.finish, self.text = seg.finish, seg.text
+        if self.stretches > 1 or seg.finish == "abort":
+            end = ends(self.tokens)
+            if end is not None:
+                del self.tokens[end:], self.logprobs[end:], self.versions[end:]
+                self.finish, self.ended = "stop", True
 
     def ids(self) -> list[int]:
         """What the row goes on from: its prompt and every token it has."""
-        return self.prompt + self.tokens()
+        return self.prompt + self.tokens
 
     def left(self, sp: SamplingParams) -> int:
-        return sp.max_new_tokens - len(self.tokens())
+        return sp.max_new_tokens - len(self.tokens)
 
     def next_seed(self) -> int | None:
         """A stretch's own seed, from the row's and how many stretches came before: the same row
         cut at the same token goes on the same way."""
-        return None if self.seed is None else (self.seed * 1_000_003 + len(self.segments)) % (1 << 63)
+        return None if self.seed is None else (self.seed * 1_000_003 + self.stretches) % (1 << 63)
 
     def generation(self, tokenizer: Any, sp: SamplingParams) -> Generation:
-        """The whole row. One stretch: the server's text; several: the tokens decoded, cut at the
-        first stop string (a stretch's server saw only its own tokens as output)."""
-        tokens = self.tokens()
-        versions = [v for seg, v in self.segments for _ in seg.token_ids]
-        first = versions[0] if versions else self.segments[0][1]
-        finish = "length" if self.finish in ("length", "abort") else "stop"  # abort: cut with no token left
-        text = self.segments[-1][0].text if len(self.segments) == 1 else tokenizer.decode(tokens, skip_special_tokens=True)
-        if len(self.segments) > 1 and finish == "stop" and sp.stop:
-            cuts = [text.find(s) for s in sp.stop if s and s in text]
+        """The whole row. One stretch that ended on the server: the server's text; otherwise the
+        tokens decoded, cut before the first stop string."""
+        text = self.text
+        if self.stretches > 1 or self.ended:
+            text = tokenizer.decode(self.tokens, skip_special_tokens=True)
+            cuts = [text.find(x) for x in sp.stop if x and x in text]
             text = text[: min(cuts)] if cuts else text
         return Generation(
             text=text,
-            token_ids=tokens,
-            logprobs=[x for seg, _ in self.segments for x in seg.logprobs],
-            finish_reason=finish,
-            version=first,
-            prompt_tokens=self.segments[0][0].prompt_tokens,
+            token_ids=self.tokens,
+            logprobs=self.logprobs,
+            finish_reason="stop" if self.finish == "stop" else "length",  # abort: cut with no token left
+            version=self.versions[0] if self.versions else self.first_version,
+            prompt_tokens=self.prompt_tokens,
             request_index=self.request,
             sample_index=self.sample,
-            token_versions=versions if len(set(versions)) > 1 else None,
+            token_versions=self.versions if len(set(self.versions)) > 1 else None,
         )

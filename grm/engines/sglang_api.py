@@ -132,15 +132,17 @@ def parse_segment(item: Any, request_index: int) -> Segment:
     )
 
 
-def served_version(seg: Segment, request_index: int, since: int, now: int) -> int:
+def served_version(seg: Segment, request_index: int, since: int, now: int, held: bool = False) -> int:
     """The policy version that generated ``seg``: the server's numbered ``weight_version`` when it
     names one, which must lie between the engine's version when the row was sent (``since``) and
-    its version now; else (before the first update, or not reported) ``since``. A number outside
-    that range is an error, not a sample: the server holds other weights (an earlier run's, or an
-    update that never arrived)."""
+    its version now. Else (before the first update, or not reported): ``now`` for a row sent
+    during an update that ran to its end (``held``: the servers held it until the new weights were
+    in), ``since`` for any other (a row a pause cut ran before it). A number outside that range is
+    an error, not a sample: the server holds other weights (an earlier run's, or an update that
+    never arrived)."""
     s = seg.served
     if not (s.isascii() and s.isdecimal() and len(s) < 19):
-        return since
+        return now if held and seg.finish != "abort" else since
     if since <= int(s) <= now:
         return int(s)
     at = f"version {since}" if since == now else f"versions {since}-{now}"

@@ -245,10 +245,11 @@ def test_async_run_serves_each_synced_version(tmp_path, standin_url, weight_sync
 
 @pytest.mark.timeout(1800)
 @pytest.mark.extended
-def test_an_interruptible_async_run_trains_responses_that_span_versions(tmp_path, standin_url):
-    """η = 2, interruptible: steps 1-2's rollouts generate on the server while step 0 trains, and its
-    sync cuts them; they go on with the new weights. Every step's tokens are counted by version lag
-    (shares summing to 1, none older than η), and some response spans two versions."""
+def test_an_interruptible_async_run_counts_its_tokens_by_version_lag_within_eta(tmp_path, standin_url):
+    """η = 2, interruptible: steps 1-2's rollouts generate on the server beside step 0's training,
+    and a sync that meets them cuts them (whether one does depends on timing: the engine test above
+    makes the cut happen). The run trains its 3 steps, and every step's tokens are counted by
+    version lag: shares summing to 1, none older than η."""
     out = tmp_path / "run"
     r = run_grm(
         *run_args(tmp_path, standin_url, "disk"),
@@ -269,10 +270,10 @@ def test_an_interruptible_async_run_trains_responses_that_span_versions(tmp_path
         assert lags and max(lags) <= 2 and sum(lags.values()) == pytest.approx(1.0), m
         assert m["staleness_max"] <= 2
     spanning = [m["rollout/spanning_versions"] for m in ms]
+    assert all(0.0 <= x <= 1.0 for x in spanning)
     print(
         "spanning versions per step:", spanning, "tokens by lag:", [{k: v for k, v in m.items() if "tokens_lag" in k} for m in ms]
     )
-    assert max(spanning) > 0
 
 
 @pytest.mark.timeout(1500)

@@ -649,20 +649,97 @@ def test_a_generation_no_update_cut_has_no_token_versions():
     assert g.token_versions is None and g.version == 3 and g.text == "x"
 
 
-def test_a_stopping_run_sends_no_cut_row_again():
+def test_a_stopping_run_returns_at_once_and_sends_no_cut_row_again():
+    """The stop is polled on the caller's thread (Ray's cancel flag is per thread): the call returns
+    while a cut row's next stretch is held by the server, and that row is not sent a third time."""
+    import threading
+
     from grm.engines.base import GenerationAborted
 
+    calls, release = [], threading.Event()
+
+    def post(url, body):
+        calls.append(body)
+        if len(calls) == 1:
+            eng._begun += 1  # a sync of this engine's cuts the rows
+            return [
+                {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}, "output_token_logprobs": [[-1.0, 5, None]]}}
+            ]
+        release.wait(5)  # held while the servers update
+        return [
+            {"output_ids": [6], "meta_info": {"finish_reason": {"type": "abort"}, "output_token_logprobs": [[-1.0, 6, None]]}}
+        ]
+
+    eng = SGLangEngine(["http://a:1"], "m", DecodingTok(), post=post)
+    sp = SamplingParams(max_new_tokens=8, abort=lambda: len(calls) > 1)  # the stop comes while the row is held
+    t0 = time.perf_counter()
+    with pytest.raises(GenerationAborted):
+        eng.generate([Req(text="q")], sp)
+    assert time.perf_counter() - t0 < 3
+    release.set()
+    time.sleep(0.3)
+    assert len(calls) == 2
+
+
+def _stretch(ids, finish, version="default"):
+    return {
+        "text": "".join(chr(i) for i in ids),
+        "output_ids": ids,
+        "meta_info": {
+            "finish_reason": {"type": finish},
+            "weight_version": version,
+            "output_token_logprobs": [[-0.5, t, None] for t in ids],
+        },
+    }
+
+
+def test_a_row_sent_as_an_update_begins_and_cut_by_its_pause_goes_on():
+    """The update had begun (its pause not yet at the server) when the row was sent: the pause's
+    abort is that update's, not the server's own, and the row goes on."""
+    replies = [[_stretch([97], "abort")], [_stretch([98], "length", "1")]]
+    eng = SGLangEngine(["http://a:1"], "m", DecodingTok(), post=lambda url, body: replies.pop(0))
+    eng._begun = 1  # an update under way; it ends (version 1) before the reply is read
+    orig = eng._post
+
+    def post(url, path, body):
+        out = orig(url, path, body)
+        eng._done, eng.version = 1, 1
+        return out
+
+    eng._post = post
+    (g,) = eng.generate([Req(text="q")], SamplingParams(max_new_tokens=2))
+    assert g.token_ids == [97, 98] and g.token_versions == [0, 1]
+
+
+class EosTok(DecodingTok):
+    eos_token_id = 3
+
+
+def test_a_row_that_sampled_its_end_as_the_pause_came_is_not_sent_again():
     calls = []
 
     def post(url, body):
         calls.append(body)
-        eng._updates += 1  # a sync of this engine's cut the rows
-        return [
-            {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort"}, "output_token_logprobs": [[-1.0, 5, None]]}}
-        ]
+        eng._begun += 1
+        return [_stretch([97, 3], "abort")]
+
+    eng = SGLangEngine(["http://a:1"], "m", EosTok(), post=post)
+    (g,) = eng.generate([Req(text="q")], SamplingParams(max_new_tokens=8))
+    assert len(calls) == 1 and g.token_ids == [97, 3] and g.finish_reason == "stop" and g.text == "a\x03"
+
+
+def test_a_stop_string_across_a_cut_ends_the_row_there():
+    """No server saw "XY" as output (X before the cut, Y after): the row is cut after the token that
+    completes it, its text before it, and it is a stop, not a length."""
+    replies = [[_stretch([97, 88], "abort")], [_stretch([89, 98, 99], "length", "1")]]
+
+    def post(url, body):
+        if len(replies) == 2:
+            eng._begun += 1
+            eng._done, eng.version = 1, 1
+        return replies.pop(0)
 
     eng = SGLangEngine(["http://a:1"], "m", DecodingTok(), post=post)
-    sp = SamplingParams(max_new_tokens=8, abort=lambda: len(calls) > 0)  # the stop comes during the first call
-    with pytest.raises(GenerationAborted):
-        eng.generate([Req(text="q")], sp)
-    assert len(calls) == 1
+    (g,) = eng.generate([Req(text="q")], SamplingParams(max_new_tokens=5, stop=("XY",)))
+    assert g.token_ids == [97, 88, 89] and g.logprobs == [-0.5] * 3 and g.token_versions == [0, 0, 1]
+    assert g.finish_reason == "stop" and g.text == "a"
