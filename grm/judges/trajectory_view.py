@@ -7,8 +7,10 @@ a dict: ``task`` (the first messages: ``role``, ``content``), ``tools`` (names o
 (per turn ``index`` (0-based in the episode), ``role``, ``content``, ``tool_calls`` (``name``,
 ``arguments``), ``tool_call_error``, ``tool_name``, ``ok``, ``error``, ``cut`` (by the sandbox),
 ``cut_for_judge``), ``final`` (the environment's final answer or None), ``signals`` (only those
-``trajectory.signals`` lists), ``end_reason``, ``cuts`` (observations cut to the budget) and
-``omitted`` (the oldest turns left out to fit the context; ``turns`` holds the rest).
+``trajectory.signals`` lists), ``end_reason``, ``cuts`` (observations cut to the budget),
+``omitted`` (the oldest turns left out to fit the context; ``turns`` holds the rest),
+``before_answer`` (the turns before the assistant's last) and ``last_request`` (the user's last
+request before that turn, or None when fitting left it out): ``answered``.
 
 Fitting, when the rendered prompt is over its limit: first the oldest turns go (one at a time
 from the episode with the most turn text left, keeping each episode's last turn), then every
@@ -93,11 +95,13 @@ class Episode:
 
     def variables(self) -> dict[str, Any]:
         """What a template sees of the episode (see the module docstring)."""
-        return self.view.variables() | {"turns": self.turns, "task": self.task, "final": self.final, "omitted": self.omitted}
+        shown = {"turns": self.turns, "task": self.task, "final": self.final, "omitted": self.omitted}
+        return self.view.variables() | shown | answered(self.turns, self.task, self.omitted)
 
     def bare(self) -> dict[str, Any]:
         """The variables with every turn left out: the prompt's size without the episode's turns."""
-        return self.variables() | {"turns": [], "omitted": self.omitted + len(self.turns)}
+        omitted = self.omitted + len(self.turns)
+        return self.variables() | {"turns": [], "omitted": omitted} | answered([], self.task, omitted)
 
     def texts(self, task: bool = True) -> list[tuple[dict[str, Any] | Episode, str]]:
         """(holder, key) of every text fitting may cut: task messages (unless ``task`` is False: the
@@ -110,6 +114,19 @@ class Episode:
         if self.final is not None:
             out.append((self, "final"))
         return out
+
+
+def answered(turns: list[dict[str, Any]], task: list[dict[str, str]], omitted: int) -> dict[str, Any]:
+    """``before_answer``: the turns before the assistant's last one, i.e. what its answer answered,
+    in context (what came after it, such as an environment's closing line or the tool result of an
+    episode cut short, is not part of it). ``last_request``: the content of the user's last turn
+    among them, else the task's own last user message; None when fitting left that out."""
+    end = max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=0)
+    before = turns[:end]
+    asks = [t["content"] for t in before if t["role"] == "user"]
+    first = [m["content"] for m in task if m["role"] == "user"]
+    last = asks[-1] if asks else first[-1] if first and not omitted else None
+    return {"before_answer": before, "last_request": last}
 
 
 def get_text(holder: dict[str, Any] | Episode, key: str) -> str:

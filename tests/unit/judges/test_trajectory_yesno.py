@@ -69,5 +69,25 @@ def test_without_a_later_request_the_tasks_own_is_asked_about_unless_turns_were_
     turns = [
         {"role": "assistant", "content": "Rivers flow.", "tool_name": None, "ok": True, "tool_calls": [], "tool_call_error": None}
     ]
-    text = t.render(response="Rivers flow.", trajectory={"task": TASK, "turns": turns, "omitted": omitted})
+    from grm.judges.trajectory_view import answered
+
+    shown = {"task": TASK, "turns": turns, "omitted": omitted} | answered(turns, TASK, omitted)
+    text = t.render(response="Rivers flow.", trajectory=shown)
     assert section(text, "The user's last request").startswith(expect)
+
+
+def test_answered_is_the_turns_before_the_last_answer_and_the_last_request_among_them():
+    from grm.judges.trajectory_view import answered
+
+    task = [{"role": "system", "content": "s"}, {"role": "user", "content": "first ask"}]
+    turns = [
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "second ask"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "bye"},
+    ]
+    got = answered(turns, task, 0)
+    assert [t["content"] for t in got["before_answer"]] == ["a1", "second ask"] and got["last_request"] == "second ask"
+    assert answered(turns[:1], task, 0) == {"before_answer": [], "last_request": "first ask"}  # the task's own
+    assert answered(turns[2:3], task, 2)["last_request"] is None  # the request was left out to fit
+    assert answered([], [], 0) == {"before_answer": [], "last_request": None}
