@@ -19,8 +19,9 @@ whose weights are put back to the base model before each run):
   new weights.
 
 Printed: the machine, then per system the median and range of ``seconds_step`` over the steps
-after ``--warmup``, the ratio to ``async-1``'s median, the mean reward, the share of tokens by
-version lag and of responses spanning versions, and the run's wall seconds. Run directories go
+after ``--warmup`` of all its runs (``--repeats``, the systems alternating) and each run's median,
+the ratio to ``async-1``'s median, the mean reward, the share of tokens by version lag and of
+responses spanning versions, and the median run's wall seconds. Run directories go
 under a temporary directory, deleted after (a checkpoint is ~1 GB).
 
     python benchmarks/interruptible_rollouts.py --steps 10
@@ -136,24 +137,28 @@ def run_system(name: str, schedule: dict, url: str, tmp: Path, data: Path, steps
     return ms
 
 
-def summary(name: str, ms: list[dict], warmup: int) -> dict:
-    steady = [m["seconds_step"] for m in ms[warmup:]]
+def summary(name: str, runs: list[list[dict]], warmup: int) -> dict:
+    """One system's row over its runs (repeats): the step seconds after ``warmup`` of every run
+    pooled (median, min, max) and each run's median; means over every step of every run."""
+    steady = [m["seconds_step"] for ms in runs for m in ms[warmup:]]
+    every = [m for ms in runs for m in ms]
     lags: dict[str, float] = {}
-    for m in ms:
+    for m in every:
         for k, v in m.items():
             if k.startswith("rollout/tokens_lag_"):
-                lags[k.rsplit("_", 1)[1]] = lags.get(k.rsplit("_", 1)[1], 0.0) + v / len(ms)
+                lags[k.rsplit("_", 1)[1]] = lags.get(k.rsplit("_", 1)[1], 0.0) + v / len(every)
     return {
         "system": name,
         "median_step_s": statistics.median(steady),
         "min_step_s": min(steady),
         "max_step_s": max(steady),
-        "reward_mean": statistics.mean(m["reward_mean"] for m in ms),
-        "response_len_mean": statistics.mean(m["response_len_mean"] for m in ms),
+        "run_medians": [round(statistics.median(m["seconds_step"] for m in ms[warmup:]), 1) for ms in runs],
+        "reward_mean": statistics.mean(m["reward_mean"] for m in every),
+        "response_len_mean": statistics.mean(m["response_len_mean"] for m in every),
         "tokens_by_lag": {k: round(v, 3) for k, v in sorted(lags.items())},
-        "spanning_versions": statistics.mean(m.get("rollout/spanning_versions", 0.0) for m in ms),
-        "wall_s": ms[0]["_wall"],
-        "steps": len(ms),
+        "spanning_versions": statistics.mean(m.get("rollout/spanning_versions", 0.0) for m in every),
+        "wall_s": statistics.median(ms[0]["_wall"] for ms in runs),
+        "steps": len(every),
     }
 
 
@@ -163,12 +168,13 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--systems", default="sync,async-1,interruptible-1,interruptible-2")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each system, the systems alternating")
     ap.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
     names = [s for s in args.systems.split(",") if s]
     unknown = [s for s in names if s not in SYSTEMS]
-    if unknown or args.steps <= args.warmup or args.warmup < 0 or args.max_new_tokens < 1:
-        ap.error(f"systems are {', '.join(SYSTEMS)}; steps must exceed warmup" if unknown else "steps must exceed warmup >= 0")
+    if unknown or args.steps <= args.warmup or args.warmup < 0 or args.max_new_tokens < 1 or args.repeats < 1:
+        ap.error(f"systems are {', '.join(SYSTEMS)}" if unknown else "steps must exceed warmup >= 0; repeats >= 1")
     facts = machine()
     print(json.dumps(facts), flush=True)
     print(f"# {describe(facts)}", flush=True)
@@ -183,23 +189,30 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
         server = start_server(port, tmp / "standin.log")
         try:
+            runs: dict[str, list[list[dict]]] = {name: [] for name in names}
+            for rep in range(args.repeats):
+                for name in names:
+                    runs[name].append(run_system(name, SYSTEMS[name], url, tmp, data, args.steps, args.max_new_tokens))
+                    print(json.dumps({"repeat": rep, "system": name, "steps_s": [m["seconds_step"] for m in runs[name][-1]]}))
             for name in names:
-                ms = run_system(name, SYSTEMS[name], url, tmp, data, args.steps, args.max_new_tokens)
-                row = summary(name, ms, args.warmup)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                rows.append(summary(name, runs[name], args.warmup))
+                print(json.dumps(rows[-1]), flush=True)
         finally:
             server.kill()
             server.wait()
     base = next((r["median_step_s"] for r in rows if r["system"] == "async-1"), None)
     print()
-    print("| system | step s, median [min, max] | vs async-1 | reward | tokens/response | tokens by lag | spanning | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| system | step s, median [min, max] | each run's median | vs async-1 | reward | tokens/response "
+        "| tokens by lag | spanning | wall s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['median_step_s'] / base:.2f}x" if base else "-"
         lag = ", ".join(f"{k}: {v:.2f}" for k, v in r["tokens_by_lag"].items())
         print(
-            f"| {r['system']} | {r['median_step_s']:.1f} [{r['min_step_s']:.1f}, {r['max_step_s']:.1f}] | {ratio} "
+            f"| {r['system']} | {r['median_step_s']:.1f} [{r['min_step_s']:.1f}, {r['max_step_s']:.1f}] "
+            f"| {', '.join(f'{x:.1f}' for x in r['run_medians'])} | {ratio} "
             f"| {r['reward_mean']:.3f} | {r['response_len_mean']:.0f} | {lag} | {r['spanning_versions']:.2f} "
             f"| {r['wall_s']:.0f} |"
         )
