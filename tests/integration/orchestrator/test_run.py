@@ -136,6 +136,22 @@ def test_async_run_writes_every_artifact(tmp_path):
     assert all(0 < m["driver_peak_rss_mb"] < 320 for m in ms), [m["driver_peak_rss_mb"] for m in ms]
 
 
+def test_async_with_no_staleness_trains_exactly_what_sync_does(tmp_path):
+    """η = 0 (``schedule: {mode: async, max_staleness: 0}``): nothing runs ahead, each phase runs
+    alone as in sync mode, so two steps sample the same responses, get the same rewards and
+    advantages and train to the same loss, to the bit."""
+    seen = {}
+    for name, extra in (("sync", ["schedule.mode=sync"]), ("eta0", ["schedule.mode=async", "schedule.max_staleness=0"])):
+        out = tmp_path / name
+        grm_run(out, "train.steps=2", "checkpoint.every=0", *extra)
+        rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines() if x.strip()]
+        samples = [(r["step"], r["id"], r["response"], r["reward"], r["advantage"], r["policy_version"]) for r in rows]
+        losses = [(m["step"], m["loss"], m["staleness_max"], m["rollout/tokens_lag_0"]) for m in metrics(out)]
+        seen[name] = (samples, losses)
+    assert seen["sync"] == seen["eta0"]
+    assert len(seen["sync"][0]) == 8 and [x[2:] for x in seen["sync"][1]] == [(0, 1.0), (0, 1.0)]
+
+
 @pytest.mark.extended
 def test_judge_actor_killed_mid_run_is_restarted(tmp_path):
     out = tmp_path / "kill"
