@@ -36,7 +36,6 @@ from grm.engines.server_process import ServerProcess
 from grm.engines.sglang_api import (
     CONTROL_REPLY_BYTES,
     REPLY_BYTES,
-    Segment,
     continuation_payload,
     generate_payload,
     parse_continuation,
@@ -46,6 +45,7 @@ from grm.engines.sglang_api import (
     served_version,
 )
 from grm.engines.sglang_launch import launch_servers, server_plan, visible_gpus, weight_sync_dir
+from grm.engines.sglang_rows import CutRow, row_end
 
 
 class SGLangEngine:
@@ -173,11 +173,11 @@ class SGLangEngine:
         seeds = [r.seed if r.seed is not None else sampling.seed for r in requests]
         k = len(self.urls)
         shards = [list(range(i, len(prompts), k)) for i in range(k)]  # request i -> server i % k
-        stop, ends = threading.Event(), self._ends(sampling)
+        stop, ends = threading.Event(), row_end(self.tokenizer, sampling)
 
-        def run(s: int) -> list[_Row]:
+        def run(s: int) -> list[CutRow]:
             idx, url = shards[s], self.urls[s]
-            rows = [_Row(prompts[i], i, j, None if seeds[i] is None else seeds[i] + j) for i in idx for j in range(sampling.n)]
+            rows = [CutRow(prompts[i], i, j, None if seeds[i] is None else seeds[i] + j) for i in idx for j in range(sampling.n)]
             pending, body = rows, generate_payload([prompts[i] for i in idx], sampling, [seeds[i] for i in idx])
             while pending and not stop.is_set():
                 since, done = self.version, self._done
@@ -208,30 +208,6 @@ class SGLangEngine:
             stop.set()  # a call left behind (an abort, another server's error) sends nothing more
         done_rows = {(r.request, r.sample): r for f in futures for r in f.result()}
         return [done_rows[(i, j)].generation(self.tokenizer, sampling) for i in range(len(prompts)) for j in range(sampling.n)]
-
-    def _ends(self, sp: SamplingParams) -> Callable[[list[int]], int | None]:
-        """For a row that spans stretches: how many of its tokens stand once an end-of-sequence
-        token or a stop string ends it (None: neither does). No server saw all of its tokens as
-        output, so a stop string across a cut went unseen, and a pause can land in the step that
-        sampled the end."""
-        eos = {getattr(self.tokenizer, "eos_token_id", None)} - {None}
-        stops = [x for x in sp.stop if x]
-
-        def stopped(tokens: list[int]) -> bool:
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            return any(x in text for x in stops)
-
-        def ends(tokens: list[int]) -> int | None:
-            end = next((k + 1 for k, t in enumerate(tokens) if t in eos), None)
-            if not stops or not stopped(tokens[:end]):
-                return end
-            lo, hi = 1, len(tokens) if end is None else end  # the shortest prefix holding a stop string
-            while lo < hi:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if stopped(tokens[:mid]) else (mid + 1, hi)
-            return lo
-
-        return ends
 
     def score_continuations(
         self, requests: Sequence[GenerationRequest], continuations: Sequence[Sequence[str]]
@@ -399,68 +375,3 @@ class SGLangEngine:
             s.stop()
         if self.sync_dir is not None:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
-
-
-class _Row:
-    """One generated row as it comes in, over the stretches a weight update cut it into: its tokens,
-    their log-probs and the version that sampled each."""
-
-    def __init__(self, prompt: list[int], request: int, sample: int, seed: int | None) -> None:
-        self.prompt, self.request, self.sample, self.seed = prompt, request, sample, seed
-        self.tokens: list[int] = []
-        self.logprobs: list[float] = []
-        self.versions: list[int] = []
-        self.finish = "abort"
-        """The last stretch's (``stop``, ``length``, or ``abort``: cut, to go on)."""
-        self.text = ""
-        self.stretches = 0
-        self.first_version = 0
-        self.prompt_tokens = 0
-        self.ended = False
-        """Cut at an end the servers did not see (``_ends``): the text is decoded here."""
-
-    def add(self, seg: Segment, version: int, ends: Callable[[list[int]], int | None]) -> None:
-        if not self.stretches:
-            self.first_version, self.prompt_tokens = version, seg.prompt_tokens
-        self.stretches += 1
-        self.tokens += seg.token_ids
-        self.logprobs += seg.logprobs
-        self.versions += [version] * len(seg.token_ids)
-        self.finish, self.text = seg.finish, seg.text
-        if self.stretches > 1 or seg.finish == "abort":
-            end = ends(self.tokens)
-            if end is not None:
-                del self.tokens[end:], self.logprobs[end:], self.versions[end:]
-                self.finish, self.ended = "stop", True
-
-    def ids(self) -> list[int]:
-        """What the row goes on from: its prompt and every token it has."""
-        return self.prompt + self.tokens
-
-    def left(self, sp: SamplingParams) -> int:
-        return sp.max_new_tokens - len(self.tokens)
-
-    def next_seed(self) -> int | None:
-        """A stretch's own seed, from the row's and how many stretches came before: the same row
-        cut at the same token goes on the same way."""
-        return None if self.seed is None else (self.seed * 1_000_003 + self.stretches) % (1 << 63)
-
-    def generation(self, tokenizer: Any, sp: SamplingParams) -> Generation:
-        """The whole row. One stretch that ended on the server: the server's text; otherwise the
-        tokens decoded, cut before the first stop string."""
-        text = self.text
-        if self.stretches > 1 or self.ended:
-            text = tokenizer.decode(self.tokens, skip_special_tokens=True)
-            cuts = [text.find(x) for x in sp.stop if x and x in text]
-            text = text[: min(cuts)] if cuts else text
-        return Generation(
-            text=text,
-            token_ids=self.tokens,
-            logprobs=self.logprobs,
-            finish_reason="stop" if self.finish == "stop" else "length",  # abort: cut with no token left
-            version=self.versions[0] if self.versions else self.first_version,
-            prompt_tokens=self.prompt_tokens,
-            request_index=self.request,
-            sample_index=self.sample,
-            token_versions=self.versions if len(set(self.versions)) > 1 else None,
-        )
