@@ -17,22 +17,31 @@ with the initial policy on the same prompts (paired): the difference in held-out
 with its interval, and the GRM judge's win rate of final over initial (per prompt, the higher
 judge score wins, ties count half).
 
+A system may name a schedule after a colon (``verifier:sync``, ``verifier:interruptible-2``): the
+same pipeline under that schedule (``SCHEDULES``), so a schedule's learning curve is compared with
+sync's in one invocation. ``interruptible-2`` (#44 item 3) serves the policy from the SGLang stand-in
+(``tests/serving/sglang_standin.py``, one thread, started here) with ``max_staleness: 2`` and
+interruptible rollouts; its trainer gets the other core.
+
 Prints a markdown table and the 'recovered' share (GRM gain / verifier gain), writes
 ``learning_curve.png`` and ``learning_curve.json`` under --out. Every number comes from the eval
 directories' ``summary.json``; a stopped invocation resumes (runs and evals are resumable).
 
     python benchmarks/learning_curve.py --steps 40 --eval-every 10 --heldout 100
     python benchmarks/learning_curve.py --systems grm,verifier --steps 20 --eval-every 10 train.lr=2e-5
+    python benchmarks/learning_curve.py --systems verifier:sync,verifier:interruptible-2 --eval-every 20
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +54,19 @@ PIPELINES = {
     "verifier": ROOT / "pipelines" / "instruct-verifier.yaml",
     "length": ROOT / "pipelines" / "instruct-length.yaml",
 }
+# a schedule after the colon of a system: its overrides ({url}: the stand-in server's)
+SCHEDULES = {
+    "sync": ["schedule.mode=sync"],
+    "async-1": ["schedule.mode=async", "schedule.max_staleness=1"],
+    "interruptible-2": [
+        "schedule.mode=async",
+        "schedule.max_staleness=2",
+        "schedule.interruptible=true",
+        'policy.overrides=["engine={{type: sglang, urls: [\\"{url}\\"], weight_sync: broadcast}}"]',
+        "pools.train.cpus=1",  # the stand-in decodes on the other core
+    ],
+}
+SERVED = {"interruptible-2"}  # schedules whose policy the stand-in serves
 INITIAL = "builtin:smollm2-135m-instruct"
 HELDOUT = "builtin:constraints-lexical-heldout"
 CHECKERS = "builtin:constraints"
@@ -118,6 +140,70 @@ def judge_win_rate(out: Path, judge: str) -> dict | None:
     return win_rate(verdicts) if verdicts else None
 
 
+def train_and_evaluate(
+    systems: list[str], initial: dict, args: argparse.Namespace, out: Path, url: str | None
+) -> tuple[dict[str, list[dict]], dict[str, float]]:
+    """Each system's run, extended ``--eval-every`` steps at a time and evaluated after each segment:
+    its curve (from the initial policy's point) and its training minutes."""
+    curves: dict[str, list[dict]] = {}
+    minutes: dict[str, float] = {}
+    for system in systems:
+        pipeline, _, schedule = system.partition(":")
+        at = out / folder(system)
+        run = at / "run"
+        scheduled = [o.format(url=url) for o in SCHEDULES.get(schedule, [])]
+        curves[system] = [{"step": 0, **initial}]
+        timing = at / "train_seconds.json"  # per segment, kept across invocations
+        seconds: dict[str, float] = json.loads(timing.read_text()) if timing.exists() else {}
+        for steps in range(args.eval_every, args.steps + 1, args.eval_every):
+            resume = ["--resume", str(run)] if (run / "config.resolved.yaml").exists() else []
+            t = time.time()
+            if latest_step(run) < steps:
+                grm(
+                    "run",
+                    str(PIPELINES[pipeline]),
+                    f"out_dir={run}",
+                    f"train.steps={steps}",
+                    f"checkpoint.every={args.eval_every}",
+                    "checkpoint.keep=1",
+                    "checkpoint.export=false",  # evals read the checkpoints; each segment would export again
+                    f"rollout.max_new_tokens={args.max_new_tokens}",
+                    *scheduled,
+                    *args.overrides,
+                    *resume,
+                )
+                seconds[str(steps)] = time.time() - t
+                timing.write_text(json.dumps(seconds))
+            curves[system].append({"step": steps, **strict(evaluate(str(run), at / f"eval-step{steps}", args))})
+        minutes[system] = sum(seconds.values()) / 60
+    return curves, minutes
+
+
+def folder(system: str) -> str:
+    """A system's directory under --out (``verifier:sync`` -> ``verifier-sync``)."""
+    return system.replace(":", "-")
+
+
+@contextlib.contextmanager
+def served(needed: bool, out: Path) -> Iterator[str | None]:
+    """The SGLang stand-in serving the initial policy while the block runs (None when not needed)."""
+    if not needed:
+        yield None
+        return
+    from interruptible_rollouts import start_server  # beside this file
+
+    from grm.process import free_port
+
+    port = free_port()
+    out.mkdir(parents=True, exist_ok=True)
+    server = start_server(port, out / "standin.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--systems", default="grm,verifier,length", help="comma list of: " + ", ".join(PIPELINES))
@@ -135,8 +221,8 @@ def main() -> int:
     args.judge_overrides = [f"model={args.judge_model}", f"engine.dtype={args.judge_dtype}"]
     out = Path(args.out).resolve()
     systems = args.systems.split(",")
-    if bad := [s for s in systems if s not in PIPELINES]:
-        ap.error(f"unknown system(s) {bad}; choose from {list(PIPELINES)}")
+    if bad := [s for s in systems if s.partition(":")[0] not in PIPELINES or s.partition(":")[2] not in ("", *SCHEDULES)]:
+        ap.error(f"unknown system(s) {bad}; choose from {list(PIPELINES)}, each optionally :{'|'.join(SCHEDULES)}")
     if args.steps % args.eval_every:
         ap.error("--steps must be a multiple of --eval-every")
     facts = machine()
@@ -145,41 +231,16 @@ def main() -> int:
 
     t0 = time.time()
     initial = strict(evaluate(INITIAL, out / "initial", args))
-    curves: dict[str, list[dict]] = {}
-    minutes: dict[str, float] = {}
-    for system in systems:
-        run = out / system / "run"
-        curves[system] = [{"step": 0, **initial}]
-        timing = out / system / "train_seconds.json"  # per segment, kept across invocations
-        seconds: dict[str, float] = json.loads(timing.read_text()) if timing.exists() else {}
-        for steps in range(args.eval_every, args.steps + 1, args.eval_every):
-            resume = ["--resume", str(run)] if (run / "config.resolved.yaml").exists() else []
-            t = time.time()
-            if latest_step(run) < steps:
-                grm(
-                    "run",
-                    str(PIPELINES[system]),
-                    f"out_dir={run}",
-                    f"train.steps={steps}",
-                    f"checkpoint.every={args.eval_every}",
-                    "checkpoint.keep=1",
-                    "checkpoint.export=false",  # evals read the checkpoints; each segment would export again
-                    f"rollout.max_new_tokens={args.max_new_tokens}",
-                    *args.overrides,
-                    *resume,
-                )
-                seconds[str(steps)] = time.time() - t
-                timing.write_text(json.dumps(seconds))
-            curves[system].append({"step": steps, **strict(evaluate(str(run), out / system / f"eval-step{steps}", args))})
-        minutes[system] = sum(seconds.values()) / 60
+    with served(any(s.partition(":")[2] in SERVED for s in systems), out) as url:
+        curves, minutes = train_and_evaluate(systems, initial, args, out, url)
     finals: dict[str, dict] = {}
     for system in systems:
-        cmp_dir = out / system / f"final-vs-initial-step{args.steps}"  # a longer invocation compares its own final
+        cmp_dir = out / folder(system) / f"final-vs-initial-step{args.steps}"  # a longer invocation compares its own final
         # the GRM judge's win rate is read for the GRM run (for the controls too with --judge-controls):
         # a 1.5B judge over 200 more responses per system is minutes of CPU on a 2-core machine
-        judged = system == "grm" or args.judge_controls
+        judged = system.partition(":")[0] == "grm" or args.judge_controls
         judges = f"{CHECKERS},{args.judge}" if judged else CHECKERS
-        summary = evaluate(str(out / system / "run"), cmp_dir, args, judges=judges, against=INITIAL)
+        summary = evaluate(str(out / folder(system) / "run"), cmp_dir, args, judges=judges, against=INITIAL)
         diff = summary["comparison"]["judges"]["constraints"]
         finals[system] = {
             "accuracy_gain": diff["mean"],

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, NonNegativeInt, StrictInt, StrictStr, ValidationError
 
-from grm.engines.base import EngineError, Generation, SamplingParams
+from grm.engines.base import EngineError, SamplingParams
 from grm.engines.credentials import glimpse, plain, shape_error
 from grm.engines.http import HttpClient, Retryable
 
@@ -149,24 +149,6 @@ def served_version(seg: Segment, request_index: int, since: int, now: int, held:
     raise EngineError(
         f"sglang generated request {request_index} with weights version {s}, but the policy is at {at}: "
         "the server holds other weights (an earlier run's, or an update that never arrived)"
-    )
-
-
-def parse_generation(item: Any, *, version: int, request_index: int, sample_index: int) -> Generation:
-    """A ``/generate`` response row -> Generation of weights ``version``; an aborted row is an error."""
-    seg = parse_segment(item, request_index)
-    if seg.finish == "abort":
-        raise EngineError(f"sglang aborted request {request_index}: {seg.why}")
-    served_version(seg, request_index, version, version)
-    return Generation(
-        text=seg.text,
-        token_ids=seg.token_ids,
-        logprobs=seg.logprobs,
-        finish_reason="length" if seg.finish == "length" else "stop",
-        version=version,
-        prompt_tokens=seg.prompt_tokens,
-        request_index=request_index,
-        sample_index=sample_index,
     )
 
 

@@ -95,13 +95,15 @@ class Episode:
 
     def variables(self) -> dict[str, Any]:
         """What a template sees of the episode (see the module docstring)."""
-        shown = {"turns": self.turns, "task": self.task, "final": self.final, "omitted": self.omitted}
-        return self.view.variables() | shown | answered(self.turns, self.task, self.omitted)
+        return self._shown(self.turns, self.omitted)
 
     def bare(self) -> dict[str, Any]:
         """The variables with every turn left out: the prompt's size without the episode's turns."""
-        omitted = self.omitted + len(self.turns)
-        return self.variables() | {"turns": [], "omitted": omitted} | answered([], self.task, omitted)
+        return self._shown([], self.omitted + len(self.turns))
+
+    def _shown(self, turns: list[dict[str, Any]], omitted: int) -> dict[str, Any]:
+        shown = {"turns": turns, "task": self.task, "final": self.final, "omitted": omitted}
+        return self.view.variables() | shown | answered(turns, self.task, omitted)
 
     def texts(self, task: bool = True) -> list[tuple[dict[str, Any] | Episode, str]]:
         """(holder, key) of every text fitting may cut: task messages (unless ``task`` is False: the

@@ -16,8 +16,9 @@ from grm.engines.sglang_api import (
     continuation_payload,
     generate_payload,
     parse_continuation,
-    parse_generation,
+    parse_segment,
     post_control,
+    served_version,
 )
 from grm.engines.sglang_launch import launch_command
 
@@ -44,7 +45,7 @@ def test_generate_payload_rows_and_seeds():
     assert body["return_logprob"] is True and body["logprob_start_len"] == -1
 
 
-def test_parse_generation_reads_ids_logprobs_and_finish():
+def test_parse_segment_reads_ids_logprobs_and_finish():
     item = {
         "text": " hi",
         "output_ids": [5, 6],
@@ -55,26 +56,39 @@ def test_parse_generation_reads_ids_logprobs_and_finish():
             "output_token_logprobs": [[-0.5, 5, None], [-1.25, 6, None]],
         },
     }
-    g = parse_generation(item, version=3, request_index=1, sample_index=0)
-    assert g.token_ids == [5, 6] and g.logprobs == [-0.5, -1.25] and g.finish_reason == "length"
-    assert g.version == 3 and g.prompt_tokens == 3 and g.text == " hi"
+    seg = parse_segment(item, request_index=1)
+    assert seg.token_ids == [5, 6] and seg.logprobs == [-0.5, -1.25] and seg.finish == "length"
+    assert seg.prompt_tokens == 3 and seg.text == " hi" and seg.served == "None"
     item["meta_info"]["finish_reason"] = {"type": "stop", "matched": 2}
     del item["output_ids"]  # older servers: ids only inside the log-prob rows
-    g = parse_generation(item, version=0, request_index=0, sample_index=0)
-    assert g.finish_reason == "stop" and g.token_ids == [5, 6]
-    item["meta_info"]["finish_reason"] = {"type": "abort", "message": "weights updating"}
-    with pytest.raises(EngineError, match="aborted"):
-        parse_generation(item, version=0, request_index=0, sample_index=0)
+    seg = parse_segment(item, request_index=0)
+    assert seg.finish == "stop" and seg.token_ids == [5, 6]
+    item["meta_info"]["finish_reason"] = {"type": "abort", "message": "weights\nupdating"}
+    seg = parse_segment(item, request_index=0)
+    assert seg.finish == "abort" and "weights" in seg.why and "\n" not in seg.why
 
 
 def test_a_row_from_other_weights_is_an_error_not_a_sample():
     item = {"output_ids": [5], "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-0.5, 5, None]]}}
     for served, version in (("default", 0), ("3", 3), (None, 2)):  # before any update, matching, not reported
         item["meta_info"]["weight_version"] = served
-        assert parse_generation(item, version=version, request_index=0, sample_index=0).version == version
+        assert served_version(parse_segment(item, 0), 0, version, version) == version
     item["meta_info"]["weight_version"] = "2"
     with pytest.raises(EngineError, match="weights version 2, but the policy is at version 3"):
-        parse_generation(item, version=3, request_index=1, sample_index=0)
+        served_version(parse_segment(item, 1), 1, 3, 3)
+    with pytest.raises(EngineError, match="versions 3-5"):  # a row sent at 3 and read at 5 came from 3, 4 or 5
+        served_version(parse_segment(item, 1), 1, 3, 5)
+    item["meta_info"]["weight_version"] = "4"
+    assert served_version(parse_segment(item, 1), 1, 3, 5) == 4
+
+
+def test_an_unnumbered_row_is_the_version_it_was_sent_at_unless_an_update_held_it():
+    item = {"output_ids": [5], "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-0.5, 5, None]]}}
+    seg = parse_segment(item, 0)  # weight_version not reported
+    assert served_version(seg, 0, 2, 3) == 2
+    assert served_version(seg, 0, 2, 3, held=True) == 3  # the servers held it until the new weights were in
+    item["meta_info"]["finish_reason"] = {"type": "abort"}
+    assert served_version(parse_segment(item, 0), 0, 2, 3, held=True) == 2  # a row the pause cut ran before it
 
 
 def test_continuation_scoring_teacher_forces_the_candidate():
@@ -449,11 +463,15 @@ def test_odd_weight_versions_are_not_compared_and_never_crash():
     for served in ("²", "9" * 5000, "-1", "v3", 3.5, True):
         item = _row([1], weight_version=served)
         try:
-            g = parse_generation(item, version=0, request_index=0, sample_index=0)
+            seg = parse_segment(item, 0)
         except EngineError as e:  # a wrong type is a clear error; a word that is not a number is ignored
             assert "weight_version" in str(e)
         else:
-            assert g.token_ids == [1]
+            assert seg.token_ids == [1]
+            try:
+                assert served_version(seg, 0, 0, 0) == 0
+            except EngineError as e:  # a number no update made: the server holds other weights
+                assert "other weights" in str(e)
 
 
 def test_continuation_scoring_needs_a_number_for_every_candidate_token():
