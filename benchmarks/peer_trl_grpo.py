@@ -33,9 +33,16 @@ floor with every completion's prompt computed (as TRL does) is printed too. Prin
 machine (CPU model, every flag, torch), one JSON line per run, then per system the median and
 min-max over repeats, its floor and multiple of it, its threads per process, and the ratios.
 
+``--score logprob`` gives both systems a judge set-up whose every critique yields a score (SmolLM2
+seldom writes "Score: N": 1.6% of grm's critiques parsed, 0% of TRL's): the critique as before,
+then the expected score off the probabilities of "1".."10" after "\nScore: " (grm's
+``helpfulness-pointwise-logprob``, whose reading TRL's reward function repeats: one prefill of the
+critiqued prompt, the "10"'s second token on its KV cache, the log-probs renormalised over the ten).
+
     pip install -c constraints.txt 'grm-rlaif[peer]'     # TRL, for this benchmark only
     python benchmarks/peer_trl_grpo.py [--steps 3] [--repeats 3] [--systems trl,grm-sync,grm-async] [--set KEY=VALUE ...]
     python benchmarks/peer_trl_grpo.py --systems grm-async@REV,grm-async --repeats 2   # before/after
+    python benchmarks/peer_trl_grpo.py --score logprob --steps 2 --repeats 2   # a judge that always scores
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import re
 import shutil
@@ -64,10 +72,15 @@ from grm.judges.render import render  # noqa: E402
 
 PIPELINE = HERE / "peer" / "grpo.yaml"
 PROMPTS, GROUP, NEW_TOKENS, BETA, LR = 8, 4, 48, 0.04, 1e-6
+JUDGES = {  # --score: how a critique becomes a score, the same in both systems
+    "text": "builtin:helpfulness-pointwise",  # the regex "Score: N" in the critique's text
+    "logprob": "builtin:helpfulness-pointwise-logprob",  # the expected score after "\nScore: "
+}
+JUDGE_OVERRIDES = ["sampling.n=1", "sampling.max_new_tokens=64", "sampling.temperature=0.7", "on_failure.retries=0"]
 
 
 # ----------------------------------------------------------------------------- TRL child
-def run_trl(steps: int) -> dict:
+def run_trl(steps: int, score: str) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -79,21 +92,60 @@ def run_trl(steps: int) -> dict:
     from grm.models import resolve_model
 
     path = resolve_model("smollm2-135m-instruct")
-    judge = load("builtin:helpfulness-pointwise", overrides=["sampling.n=1", "sampling.max_new_tokens=64"])
-    pattern = re.compile(judge.spec.parser.pattern)
+    from grm.judges.parsers import logprob_candidates
+
+    judge = load(JUDGES[score], overrides=JUDGE_OVERRIDES)
     prefill = judge.spec.prefill or ""
     jtok = AutoTokenizer.from_pretrained(path)
     jtok.padding_side = "left"
     jmodel = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if score == "text":
+        pattern = re.compile(judge.spec.parser.pattern)
+    else:  # the candidates as grm's parser reads them ("1".."10" after "\nScore: ", the split with fewest tokens)
+        tokenize = lambda t: jtok(t, add_special_tokens=False)["input_ids"]  # noqa: E731
+        prefix, cands, values = logprob_candidates(judge.spec.parser, "pointwise", tokenize)
+        cand_ids = [tokenize(c) for c in cands]
+
+    def read_scores(contexts: list[str]) -> list[float | None]:
+        """The expected score after each context: the candidates' log-probs (a multi-token
+        candidate's rest fed on the context's KV cache) renormalised over the candidates."""
+        enc = jtok(contexts, return_tensors="pt", padding=True, add_special_tokens=False)
+        attn = enc["attention_mask"]
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            o = jmodel(input_ids=enc["input_ids"], attention_mask=attn, position_ids=pos, use_cache=True)
+            first = torch.log_softmax(o.logits[:, -1].float(), -1)
+            lps = torch.stack([first[:, c[0]] for c in cand_ids], 1)  # [B, candidates]
+            for k, c in enumerate(cand_ids):
+                if len(c) > 1:  # e.g. "10": "1" then "0"
+                    feed = torch.tensor([c[:-1]] * len(contexts))
+                    mask = torch.cat([attn, torch.ones_like(feed)], 1)
+                    at = pos[:, -1:] + 1 + torch.arange(len(c) - 1)[None, :]
+                    rest = jmodel(input_ids=feed, attention_mask=mask, position_ids=at, past_key_values=o.past_key_values)
+                    lp = torch.log_softmax(rest.logits.float(), -1).gather(-1, torch.tensor([c[1:]] * len(contexts))[..., None])
+                    lps[:, k] += lp[..., 0].sum(-1)
+                    o.past_key_values.crop(-(len(c) - 1))  # the candidate's tokens out again
+        stats["judge_prompt_tokens"].append(float(attn.sum()) / len(contexts))  # the reading's prefill
+        out: list[float | None] = []
+        for row in lps.tolist():
+            if not all(math.isfinite(x) for x in row):
+                out.append(None)
+                continue
+            m = max(row)
+            w = [math.exp(x - m) for x in row]
+            out.append(sum(wi * v for wi, v in zip(w, values, strict=True)) / sum(w))
+        return out
+
     stats: dict[str, list] = {"judge_seconds": [], "parsed": [], "judge_prompt_tokens": [], "judge_new_tokens": []}
 
     def judge_reward(prompts, completions, **_):
         t0 = time.perf_counter()
-        texts = []
+        chats = []  # the judge's messages, the prefill open as the last assistant message
         for p, c in zip(prompts, completions, strict=False):
             s = Sample(prompt=p[-1]["content"], response=c[0]["content"] if isinstance(c, list) else c)
             (stage,) = [st for st in render(judge, s) if st["stage"] == "judge"]
-            texts.append(jtok.apply_chat_template(stage["request"].messages, tokenize=False, continue_final_message=True))
+            chats.append(stage["request"].messages)
+        texts = [jtok.apply_chat_template(m, tokenize=False, continue_final_message=True) for m in chats]
         enc = jtok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
             # grm's judge sampling: temperature 0.7 with neither top-k nor top-p (transformers' default is top-k 50)
@@ -103,12 +155,18 @@ def run_trl(steps: int) -> dict:
         new = out[:, enc["input_ids"].shape[1] :]
         stats["judge_prompt_tokens"].append(float(enc["attention_mask"].sum()) / len(texts))
         stats["judge_new_tokens"].append(float((new != jtok.pad_token_id).sum()) / len(texts))
-        scores = []
-        for row in jtok.batch_decode(new, skip_special_tokens=True):
-            # grm's parse rule: the last "Score: N" on prefill + generated text
-            found = list(pattern.finditer(prefill + row))
-            v = float(found[-1].group(1)) if found else None
-            scores.append((v - 1) / 9 if v is not None and 1 <= v <= 10 else None)
+        critiques = jtok.batch_decode(new, skip_special_tokens=True)
+        if score == "text":  # grm's parse rule: the last "Score: N" on prefill + generated text
+            found = [list(pattern.finditer(prefill + row)) for row in critiques]
+            read = [float(f[-1].group(1)) if f else None for f in found]
+        else:  # grm's reading: after the critique, "\nScore: " and the candidates' probabilities
+            # the critique and the prefix appended to the open message, rendered as grm renders it
+            opened = [
+                [*m[:-1], {**m[-1], "content": m[-1]["content"] + row + prefix}] for m, row in zip(chats, critiques, strict=True)
+            ]
+            read = read_scores([jtok.apply_chat_template(m, tokenize=False, continue_final_message=True) for m in opened])
+            stats["judge_prompt_tokens"][-2:] = [sum(stats["judge_prompt_tokens"][-2:])]  # both prefills, per completion
+        scores = [(v - 1) / 9 if v is not None and 1 <= v <= 10 else None for v in read]
         stats["parsed"].append(sum(x is not None for x in scores) / len(scores))
         # grm masks an unparsed sample (advantage 0, out of its group's statistics); TRL's nansum would
         # make it reward 0 instead. Its group's mean parsed reward gives it advantage 0 here too.
@@ -175,6 +233,7 @@ def run_trl(steps: int) -> dict:
     med = statistics.median(measured)
     return {
         "system": "trl",
+        "score": score,
         "threads": {"trainer+judge": torch.get_num_threads()},
         "steps": len(measured),
         "step_seconds": [round(s, 1) for s in measured],
@@ -194,7 +253,7 @@ def run_trl(steps: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- grm child
-def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, checkout: str | None = None) -> dict:
+def run_grm(steps: int, mode: str, score: str, overrides: list[str], keep: bool = False, checkout: str | None = None) -> dict:
     """``checkout``: run the grm package of another checkout (a git worktree of an older commit)
     on the same pipeline file, so before/after compare in one invocation."""
     out = Path(tempfile.mkdtemp(prefix=f"grm-peer-{mode}-")) / "run"
@@ -207,6 +266,7 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
         f"train.steps={steps + 2}",
         f"schedule.mode={mode}",
         f"out_dir={out}",
+        *([] if score == "text" else [f"judges.0.spec={JUDGES[score]}"]),
         *([] if checkout else ["checkpoint.export=false"]),  # the model export after the run; an older grm lacks it
         *overrides,
     ]
@@ -220,9 +280,8 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
     ms = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()][1:-1]
     steps_kept = {m["step"] for m in ms}
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines() if x.strip()]
-    scores = [
-        ((s.get("judges") or {}).get("helpfulness-pointwise") or {}).get("score") for s in samples if s["step"] in steps_kept
-    ]
+    name = JUDGES[score].removeprefix("builtin:")
+    scores = [((s.get("judges") or {}).get(name) or {}).get("score") for s in samples if s["step"] in steps_kept]
     placement = json.loads((out / "placement.json").read_text())
     med = statistics.median(m["seconds_step"] for m in ms)
     phases = {
@@ -231,11 +290,12 @@ def run_grm(steps: int, mode: str, overrides: list[str], keep: bool = False, che
         if k.startswith("seconds_") and k != "seconds_step"
     }
     n = PROMPTS * GROUP
-    cost = "judge_cost/helpfulness-pointwise/"
+    cost = f"judge_cost/{name}/"
     if not keep:  # checkpoints are ~1.6 GB per run
         shutil.rmtree(out.parent, ignore_errors=True)
     return {
         "system": f"grm-{mode}" + (f"@{checkout}" if checkout else ""),
+        "score": score,
         "threads": {role: p.get("threads") for role, p in placement.items()},
         "steps": len(ms),
         "step_seconds": [round(m["seconds_step"], 1) for m in ms],
@@ -303,8 +363,10 @@ def worktree(rev: str) -> str:
     return path
 
 
-def measure(system: str, steps: int, overrides: list[str], keep: bool = False, checkouts: dict[str, str] | None = None) -> dict:
-    extra = [a for o in overrides for a in ("--set", o)] if system != "trl" else []
+def measure(
+    system: str, steps: int, score: str, overrides: list[str], keep: bool = False, checkouts: dict[str, str] | None = None
+) -> dict:
+    extra = ["--score", score] + ([a for o in overrides for a in ("--set", o)] if system != "trl" else [])
     if "@" in system:
         extra += ["--checkout", (checkouts or {})[system.split("@", 1)[1]]]
     extra += ["--keep-runs"] if keep else []
@@ -469,6 +531,13 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="override for grm's pipeline (repeatable), e.g. --set schedule.stream_prompts=8",
     )
+    ap.add_argument(
+        "--score",
+        choices=sorted(JUDGES),
+        default="text",
+        help="the judge's score in both systems: text, the last 'Score: N' of the critique (SmolLM2 seldom writes one); "
+        "logprob, the expected score off the candidates' probabilities after the critique and '\\nScore: '",
+    )
     ap.add_argument("--keep-runs", action="store_true", help="keep grm's run directories (checkpoints, samples)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each system, interleaved (a, b, c, a, b, c, ...)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -476,7 +545,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         mode = args.child.split("@", 1)[0].removeprefix("grm-")
-        res = run_trl(args.steps) if args.child == "trl" else run_grm(args.steps, mode, args.set, args.keep_runs, args.checkout)
+        if args.child == "trl":
+            res = run_trl(args.steps, args.score)
+        else:
+            res = run_grm(args.steps, mode, args.score, args.set, args.keep_runs, args.checkout)
         print(json.dumps(res), flush=True)
         return 0
     print(json.dumps(machine()), flush=True)
@@ -488,7 +560,7 @@ def main() -> int:
     runs: dict[str, list[dict]] = {s: [] for s in systems}
     for _ in range(args.repeats):
         for system in systems:
-            res = measure(system, args.steps, args.set, args.keep_runs, checkouts)
+            res = measure(system, args.steps, args.score, args.set, args.keep_runs, checkouts)
             runs[system].append(res)
             print(json.dumps(res), flush=True)
     results = {s: summary(s, rs, rate["gemm_gflops_all_cores"]) for s, rs in runs.items()}
