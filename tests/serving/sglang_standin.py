@@ -128,40 +128,17 @@ class StandIn:
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1].float()
         version = self.weight_version
-        gens = [
-            torch.Generator().manual_seed(int(p["sampling_seed"])) if p.get("sampling_seed") is not None else None for p in params
-        ]
-        max_new = [int(p.get("max_new_tokens", 128)) for p in params]
-        stops = [[p["stop"]] if isinstance(p.get("stop"), str) else list(p.get("stop") or []) for p in params]
-        stop_ids = [set(p.get("stop_token_ids") or []) | (set() if p.get("ignore_eos") else self.eos_ids) for p in params]
-        tokens: list[list[int]] = [[] for _ in rows]
-        logps: list[list[float]] = [[] for _ in rows]
-        texts = [""] * B
-        finish: list[dict[str, Any] | None] = [None] * B
-        for _ in range(max(max_new)):
+        decoding = [_Decoding(p, self.eos_ids) for p in params]
+        while any(d.finish is None for d in decoding):
             if self._abort_epoch != epoch:
-                for b in range(B):
-                    if finish[b] is None:
-                        finish[b] = {"type": "abort", "message": "Abort in waiting queue (generation paused)"}
+                for d in decoding:
+                    d.abort()
                 break
-            lsm = torch.log_softmax(logits, -1)
             nxt = torch.full((B,), pad, dtype=torch.long)
-            for b in range(B):
-                if finish[b] is not None:
-                    continue
-                tok = self._sample(logits[b], float(params[b].get("temperature", 1.0)), params[b], gens[b])
-                nxt[b] = tok
-                tokens[b].append(tok)
-                logps[b].append(float(lsm[b, tok]))
-                texts[b] = self.tokenizer.decode(tokens[b], skip_special_tokens=True)
-                hit = min(((texts[b].find(s), s) for s in stops[b] if s and s in texts[b]), default=None)
-                if tok in stop_ids[b]:
-                    finish[b] = {"type": "stop", "matched": tok}
-                elif hit is not None:
-                    texts[b], finish[b] = texts[b][: hit[0]], {"type": "stop", "matched": hit[1]}
-                elif len(tokens[b]) >= max_new[b]:
-                    finish[b] = {"type": "length", "length": max_new[b]}
-            if all(f is not None for f in finish):
+            for b, d in enumerate(decoding):
+                if d.finish is None:
+                    nxt[b] = d.step(logits[b], self.tokenizer)
+            if all(d.finish is not None for d in decoding):
                 break
             attn = torch.cat([attn, attn.new_ones((B, 1))], dim=1)
             step_out = self.model(
@@ -173,33 +150,12 @@ class StandIn:
             )
             cache, logits = step_out.past_key_values, step_out.logits[:, -1].float()
         latency = time.perf_counter() - t0
-        out_rows = []
-        for b, r in enumerate(rows):
-            meta: dict[str, Any] = {
-                "id": uuid.uuid4().hex,
-                "prompt_tokens": len(r),
-                "weight_version": version,
-                "finish_reason": finish[b] or {"type": "length", "length": max_new[b]},
-                "completion_tokens": len(tokens[b]),
-                "cached_tokens": 0,
-                "e2e_latency": latency,
-            }
-            if want_lp:
-                meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logps[b], tokens[b], strict=True)]
-            out_rows.append({"text": texts[b], "output_ids": tokens[b], "meta_info": meta})
-        return out_rows
+        meta = [{"id": uuid.uuid4().hex, "prompt_tokens": len(r), "weight_version": version} for r in rows]
+        return [d.reply(m, want_lp, latency) for d, m in zip(decoding, meta, strict=True)]
 
-    @torch.inference_mode()
     def _row(self, ids: list[int], sp: dict[str, Any], want_lp: bool, start: int, epoch: int) -> dict[str, Any]:
         t0 = time.perf_counter()
-        max_new = int(sp.get("max_new_tokens", 128))
-        temperature = float(sp.get("temperature", 1.0))
-        stops = sp.get("stop") or []
-        stops = [stops] if isinstance(stops, str) else list(stops)
-        stop_ids = set(sp.get("stop_token_ids") or []) | (set() if sp.get("ignore_eos") else self.eos_ids)
-        gen = None
-        if sp.get("sampling_seed") is not None:
-            gen = torch.Generator().manual_seed(int(sp["sampling_seed"]))
+        d = _Decoding(sp, self.eos_ids)
         out = self.model(input_ids=torch.tensor([ids]), use_cache=True)
         meta: dict[str, Any] = {"id": uuid.uuid4().hex, "prompt_tokens": len(ids), "weight_version": self.weight_version}
         if want_lp:
@@ -210,47 +166,16 @@ class StandIn:
             rows += [[float(logp[k, t]), t, None] for k, t in enumerate(targets)]
             meta["input_token_logprobs"] = rows
         cache, logits = out.past_key_values, out.logits[0, -1].float()
-        tokens: list[int] = []
-        logps: list[float] = []
-        text, finish = "", {"type": "length", "length": max_new}
-        for _ in range(max_new):
+        while d.finish is None:
             if self._abort_epoch != epoch:
-                finish = {"type": "abort", "message": "Abort in waiting queue (generation paused)"}
+                d.abort()
                 break
-            tok = self._sample(logits, temperature, sp, gen)
-            tokens.append(tok)
-            logps.append(float(torch.log_softmax(logits, -1)[tok]))
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            if tok in stop_ids:
-                finish = {"type": "stop", "matched": tok}
-                break
-            hit = min(((text.find(s), s) for s in stops if s and s in text), default=None)
-            if hit is not None:
-                text, finish = text[: hit[0]], {"type": "stop", "matched": hit[1]}
+            tok = d.step(logits, self.tokenizer)
+            if d.finish is not None:
                 break
             step = self.model(input_ids=torch.tensor([[tok]]), past_key_values=cache, use_cache=True)
             cache, logits = step.past_key_values, step.logits[0, -1].float()
-        meta.update(finish_reason=finish, completion_tokens=len(tokens), cached_tokens=0)
-        if want_lp:
-            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logps, tokens, strict=True)]
-        meta["e2e_latency"] = time.perf_counter() - t0
-        return {"text": text, "output_ids": tokens, "meta_info": meta}
-
-    @staticmethod
-    def _sample(logits: torch.Tensor, temperature: float, sp: dict[str, Any], gen: torch.Generator | None) -> int:
-        if temperature <= 1e-5:  # SGLang samples greedily below this
-            return int(logits.argmax())
-        scores = logits / temperature
-        top_k = int(sp.get("top_k", -1))
-        if 0 < top_k < scores.numel():
-            scores = scores.masked_fill(scores < torch.topk(scores, top_k).values[-1], float("-inf"))
-        top_p = float(sp.get("top_p", 1.0))
-        if top_p < 1.0:
-            sorted_scores, idx = torch.sort(scores, descending=True)
-            probs = torch.softmax(sorted_scores, -1)
-            drop = probs.cumsum(-1) - probs > top_p  # keep the token that crosses top_p
-            scores = torch.full_like(scores, float("-inf")).scatter(0, idx, sorted_scores.masked_fill(drop, float("-inf")))
-        return int(torch.multinomial(torch.softmax(scores, -1), 1, generator=gen))
+        return d.reply(meta, want_lp, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ weights
     def update_weights_from_disk(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -385,6 +310,70 @@ class StandIn:
             "preferred_sampling_params": None,
             "weight_version": self.weight_version,
         }
+
+
+class _Decoding:
+    """One generation row under SGLang's rules: its sampling parameters (temperature, top-k, top-p,
+    its own seeded generator), what it has generated, and why it finished (an end token, a stop
+    string, which is cut from the text, or ``max_new_tokens``); ``StandIn._row`` and ``_batch``
+    decode every row through one."""
+
+    def __init__(self, sp: dict[str, Any], eos_ids: set[int]) -> None:
+        self.sp = sp
+        self.max_new = int(sp.get("max_new_tokens", 128))
+        self.temperature = float(sp.get("temperature", 1.0))
+        stops = sp.get("stop") or []
+        self.stops = [stops] if isinstance(stops, str) else list(stops)
+        self.stop_ids = set(sp.get("stop_token_ids") or []) | (set() if sp.get("ignore_eos") else eos_ids)
+        seed = sp.get("sampling_seed")
+        self.gen = torch.Generator().manual_seed(int(seed)) if seed is not None else None
+        self.tokens: list[int] = []
+        self.logps: list[float] = []
+        self.text = ""
+        self.finish: dict[str, Any] | None = None if self.max_new > 0 else {"type": "length", "length": 0}
+
+    def step(self, logits: torch.Tensor, tokenizer: Any) -> int:
+        """Samples the next token from ``logits`` [V], records it, and finishes the row if it ends it."""
+        tok = self.sample(logits)
+        self.tokens.append(tok)
+        self.logps.append(float(torch.log_softmax(logits, -1)[tok]))
+        self.text = tokenizer.decode(self.tokens, skip_special_tokens=True)
+        hit = min(((self.text.find(s), s) for s in self.stops if s and s in self.text), default=None)
+        if tok in self.stop_ids:
+            self.finish = {"type": "stop", "matched": tok}
+        elif hit is not None:
+            self.text, self.finish = self.text[: hit[0]], {"type": "stop", "matched": hit[1]}
+        elif len(self.tokens) >= self.max_new:
+            self.finish = {"type": "length", "length": self.max_new}
+        return tok
+
+    def abort(self) -> None:
+        """A pause ended the row (SGLang's abort of the requests in flight)."""
+        if self.finish is None:
+            self.finish = {"type": "abort", "message": "Abort in waiting queue (generation paused)"}
+
+    def reply(self, meta: dict[str, Any], want_lp: bool, latency: float) -> dict[str, Any]:
+        """The row as ``/generate`` answers it, ``meta`` completed."""
+        meta.update(finish_reason=self.finish, completion_tokens=len(self.tokens), cached_tokens=0, e2e_latency=latency)
+        if want_lp:
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(self.logps, self.tokens, strict=True)]
+        return {"text": self.text, "output_ids": self.tokens, "meta_info": meta}
+
+    def sample(self, logits: torch.Tensor) -> int:
+        sp, gen = self.sp, self.gen
+        if self.temperature <= 1e-5:  # SGLang samples greedily below this
+            return int(logits.argmax())
+        scores = logits / self.temperature
+        top_k = int(sp.get("top_k", -1))
+        if 0 < top_k < scores.numel():
+            scores = scores.masked_fill(scores < torch.topk(scores, top_k).values[-1], float("-inf"))
+        top_p = float(sp.get("top_p", 1.0))
+        if top_p < 1.0:
+            sorted_scores, idx = torch.sort(scores, descending=True)
+            probs = torch.softmax(sorted_scores, -1)
+            drop = probs.cumsum(-1) - probs > top_p  # keep the token that crosses top_p
+            scores = torch.full_like(scores, float("-inf")).scatter(0, idx, sorted_scores.masked_fill(drop, float("-inf")))
+        return int(torch.multinomial(torch.softmax(scores, -1), 1, generator=gen))
 
 
 def handler(served: StandIn) -> type[BaseHTTPRequestHandler]:
