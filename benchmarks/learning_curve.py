@@ -251,6 +251,7 @@ def main() -> int:
         }
 
     result = {"cpu": describe(facts), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
+    result["training"] = {system: training_facts(out / folder(system) / "run") for system in systems}
     result["minutes_total"] = (time.time() - t0) / 60
     (out / "learning_curve.json").write_text(json.dumps(result, indent=1))
     print_table(result)
@@ -264,6 +265,32 @@ def _pct(x: float | None) -> str:
 
 def _ci(ci: list | tuple | None) -> str:
     return "" if not ci or ci[0] is None else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def training_facts(run: Path) -> dict:
+    """What a run's metrics.jsonl says of its training: step seconds (median), the mean reward of
+    its first and last quarter of steps, the share of sampled tokens by how many versions behind
+    the trained weights they were (the off-policy share an async or interruptible schedule
+    adds), the share of responses spanning versions, and the TIS weights (mean, share capped)."""
+    import statistics
+
+    ms = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    quarter = max(1, len(ms) // 4)
+    lags: dict[str, float] = {}
+    for m in ms:
+        for k, v in m.items():
+            if k.startswith("rollout/tokens_lag_"):
+                lags[k.rsplit("_", 1)[1]] = lags.get(k.rsplit("_", 1)[1], 0.0) + v / len(ms)
+    return {
+        "steps": len(ms),
+        "median_step_s": statistics.median(m["seconds_step"] for m in ms),
+        "reward_first_quarter": statistics.mean(m["reward_mean"] for m in ms[:quarter]),
+        "reward_last_quarter": statistics.mean(m["reward_mean"] for m in ms[-quarter:]),
+        "tokens_by_lag": {k: round(v, 3) for k, v in sorted(lags.items())},
+        "spanning_versions": statistics.mean(m.get("rollout/spanning_versions", 0.0) for m in ms),
+        "tis_weight_mean": statistics.mean(m.get("tis_weight_mean", 1.0) for m in ms),
+        "tis_capped_frac": statistics.mean(m.get("tis_capped_frac", 0.0) for m in ms),
+    }
 
 
 def print_table(result: dict) -> None:
@@ -283,6 +310,20 @@ def print_table(result: dict) -> None:
             f"| {system} | {_pct(f['accuracy_gain'])}{_ci(f['accuracy_gain_ci95'])} | {wr_s} | "
             f"{f['tokens_change']:+.1f} | {f['train_minutes']:.1f} |"
         )
+    if result.get("training"):
+        print("\n## training (each run's metrics.jsonl)\n")
+        print(
+            "| system | steps | median step s | reward, first / last quarter | tokens by lag | spanning versions "
+            "| TIS weight mean | TIS capped |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for system, t in result["training"].items():
+            lags = ", ".join(f"{k}: {v:.2f}" for k, v in t["tokens_by_lag"].items())
+            print(
+                f"| {system} | {t['steps']} | {t['median_step_s']:.1f} | {t['reward_first_quarter']:.3f} / "
+                f"{t['reward_last_quarter']:.3f} | {lags} | {t['spanning_versions']:.2f} | {t['tis_weight_mean']:.3f} | "
+                f"{t['tis_capped_frac']:.3f} |"
+            )
     f = result["finals"]
     if "grm" in f and "verifier" in f and f["verifier"]["accuracy_gain"] > 0:
         print(f"\nrecovered: GRM gain / verifier gain = {f['grm']['accuracy_gain'] / f['verifier']['accuracy_gain']:.2f}")
