@@ -231,7 +231,8 @@ def main() -> int:
 
     t0 = time.time()
     initial = strict(evaluate(INITIAL, out / "initial", args))
-    with served(any(s.partition(":")[2] in SERVED for s in systems), out) as url:
+    unfinished = [s for s in systems if latest_step(out / folder(s) / "run") < args.steps]
+    with served(any(s.partition(":")[2] in SERVED for s in unfinished), out) as url:  # a finished run needs no server
         curves, minutes = train_and_evaluate(systems, initial, args, out, url)
     finals: dict[str, dict] = {}
     for system in systems:
@@ -252,6 +253,7 @@ def main() -> int:
 
     result = {"cpu": describe(facts), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
     result["training"] = {system: training_facts(out / folder(system) / "run") for system in systems}
+    result["versus_first"] = versus_first(systems, out, args)
     result["minutes_total"] = (time.time() - t0) / 60
     (out / "learning_curve.json").write_text(json.dumps(result, indent=1))
     print_table(result)
@@ -265,6 +267,29 @@ def _pct(x: float | None) -> str:
 
 def _ci(ci: list | tuple | None) -> str:
     return "" if not ci or ci[0] is None else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def per_prompt(eval_dir: Path) -> dict[str, float | None]:
+    """The rule checkers' score of each held-out prompt in an eval directory."""
+    rows = [json.loads(x) for x in (eval_dir / "results.jsonl").read_text().splitlines() if x.strip()]
+    return {r["prompt_id"]: r["score"] for r in rows if r["judge"] == "constraints" and r["side"] == "policy"}
+
+
+def versus_first(systems: list[str], out: Path, args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Each later system against the first at every evaluated step, paired on the same held-out
+    prompts (greedy answers, rule-checked): the accuracy difference with its 95% bootstrap interval."""
+    from grm.stats import paired_difference
+
+    first, pairs = systems[0], {}
+    for system in systems[1:]:
+        pairs[system] = []
+        for steps in range(args.eval_every, args.steps + 1, args.eval_every):
+            a = per_prompt(out / folder(system) / f"eval-step{steps}")
+            b = per_prompt(out / folder(first) / f"eval-step{steps}")
+            ids = sorted(set(a) & set(b))
+            diff = paired_difference([a[i] for i in ids], [b[i] for i in ids])
+            pairs[system].append({"step": steps, "minus": first, **diff})
+    return pairs
 
 
 def training_facts(run: Path) -> dict:
@@ -310,6 +335,13 @@ def print_table(result: dict) -> None:
             f"| {system} | {_pct(f['accuracy_gain'])}{_ci(f['accuracy_gain_ci95'])} | {wr_s} | "
             f"{f['tokens_change']:+.1f} | {f['train_minutes']:.1f} |"
         )
+    if result.get("versus_first"):
+        print("\n## against the first system (paired, same held-out prompts)\n")
+        print("| system | minus | step | accuracy difference (points) [95% CI] | prompts |")
+        print("|---|---|---|---|---|")
+        for system, rows in result["versus_first"].items():
+            for r in rows:
+                print(f"| {system} | {r['minus']} | {r['step']} | {_pct(r['mean'])}{_ci(r['ci95'])} | {r['n']} |")
     if result.get("training"):
         print("\n## training (each run's metrics.jsonl)\n")
         print(
