@@ -137,16 +137,22 @@ def run_system(name: str, schedule: dict, url: str, tmp: Path, data: Path, steps
     return ms
 
 
+def tokens_by_lag(metrics: list[dict]) -> dict[str, float]:
+    """The share of sampled tokens by version lag (``rollout/tokens_lag_K``), averaged over the
+    steps' metrics lines, by K (rounded to 3 places)."""
+    lags: dict[str, float] = {}
+    for m in metrics:
+        for k, v in m.items():
+            if k.startswith("rollout/tokens_lag_"):
+                lags[k.rsplit("_", 1)[1]] = lags.get(k.rsplit("_", 1)[1], 0.0) + v / len(metrics)
+    return {k: round(v, 3) for k, v in sorted(lags.items())}
+
+
 def summary(name: str, runs: list[list[dict]], warmup: int) -> dict:
     """One system's row over its runs (repeats): the step seconds after ``warmup`` of every run
     pooled (median, min, max) and each run's median; means over every step of every run."""
     steady = [m["seconds_step"] for ms in runs for m in ms[warmup:]]
     every = [m for ms in runs for m in ms]
-    lags: dict[str, float] = {}
-    for m in every:
-        for k, v in m.items():
-            if k.startswith("rollout/tokens_lag_"):
-                lags[k.rsplit("_", 1)[1]] = lags.get(k.rsplit("_", 1)[1], 0.0) + v / len(every)
     return {
         "system": name,
         "median_step_s": statistics.median(steady),
@@ -155,7 +161,7 @@ def summary(name: str, runs: list[list[dict]], warmup: int) -> dict:
         "run_medians": [round(statistics.median(m["seconds_step"] for m in ms[warmup:]), 1) for ms in runs],
         "reward_mean": statistics.mean(m["reward_mean"] for m in every),
         "response_len_mean": statistics.mean(m["response_len_mean"] for m in every),
-        "tokens_by_lag": {k: round(v, 3) for k, v in sorted(lags.items())},
+        "tokens_by_lag": tokens_by_lag(every),
         "spanning_versions": statistics.mean(m.get("rollout/spanning_versions", 0.0) for m in every),
         "wall_s": statistics.median(ms[0]["_wall"] for ms in runs),
         "steps": len(every),

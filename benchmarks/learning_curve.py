@@ -299,19 +299,16 @@ def training_facts(run: Path) -> dict:
     adds), the share of responses spanning versions, and the TIS weights (mean, share capped)."""
     import statistics
 
+    from interruptible_rollouts import tokens_by_lag  # beside this file
+
     ms = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     quarter = max(1, len(ms) // 4)
-    lags: dict[str, float] = {}
-    for m in ms:
-        for k, v in m.items():
-            if k.startswith("rollout/tokens_lag_"):
-                lags[k.rsplit("_", 1)[1]] = lags.get(k.rsplit("_", 1)[1], 0.0) + v / len(ms)
     return {
         "steps": len(ms),
         "median_step_s": statistics.median(m["seconds_step"] for m in ms),
         "reward_first_quarter": statistics.mean(m["reward_mean"] for m in ms[:quarter]),
         "reward_last_quarter": statistics.mean(m["reward_mean"] for m in ms[-quarter:]),
-        "tokens_by_lag": {k: round(v, 3) for k, v in sorted(lags.items())},
+        "tokens_by_lag": tokens_by_lag(ms),
         "spanning_versions": statistics.mean(m.get("rollout/spanning_versions", 0.0) for m in ms),
         "tis_weight_mean": statistics.mean(m.get("tis_weight_mean", 1.0) for m in ms),
         "tis_capped_frac": statistics.mean(m.get("tis_capped_frac", 0.0) for m in ms),

@@ -92,7 +92,7 @@ def run_trl(steps: int, score: str) -> dict:
     from grm.models import resolve_model
 
     path = resolve_model("smollm2-135m-instruct")
-    from grm.judges.parsers import logprob_candidates
+    from grm.judges.parsers import expected_value, logprob_candidates
 
     judge = load(JUDGES[score], overrides=JUDGE_OVERRIDES)
     prefill = judge.spec.prefill or ""
@@ -126,15 +126,8 @@ def run_trl(steps: int, score: str) -> dict:
                     lps[:, k] += lp[..., 0].sum(-1)
                     o.past_key_values.crop(-(len(c) - 1))  # the candidate's tokens out again
         stats["judge_prompt_tokens"].append(float(attn.sum()) / len(contexts))  # the reading's prefill
-        out: list[float | None] = []
-        for row in lps.tolist():
-            if not all(math.isfinite(x) for x in row):
-                out.append(None)
-                continue
-            m = max(row)
-            w = [math.exp(x - m) for x in row]
-            out.append(sum(wi * v for wi, v in zip(w, values, strict=True)) / sum(w))
-        return out
+        # grm's reading: the probability-weighted mean of the values; an unread candidate reads nothing
+        return [expected_value(row, values) if all(map(math.isfinite, row)) else None for row in lps.tolist()]
 
     stats: dict[str, list] = {"judge_seconds": [], "parsed": [], "judge_prompt_tokens": [], "judge_new_tokens": []}
 
