@@ -21,7 +21,11 @@ A system may name a schedule after a colon (``verifier:sync``, ``verifier:interr
 same pipeline under that schedule (``SCHEDULES``), so a schedule's learning curve is compared with
 sync's in one invocation. ``interruptible-2`` (#44 item 3) serves the policy from the SGLang stand-in
 (``tests/serving/sglang_standin.py``, one thread, started here) with ``max_staleness: 2`` and
-interruptible rollouts; its trainer gets the other core.
+interruptible rollouts; its trainer gets the other core. A seed may follow after ``@``
+(``verifier:sync@1``: the pipeline's ``seed=1``, in its own directory ``verifier-sync-seed1``); the
+systems that differ only in their seed are then pooled: each group's final accuracy over seeds and
+prompts, and each group against the first group, with a two-level bootstrap (seeds, then prompts),
+so the interval holds training variance too.
 
 Prints a markdown table and the 'recovered' share (GRM gain / verifier gain), writes
 ``learning_curve.png`` and ``learning_curve.json`` under --out. Every number comes from the eval
@@ -30,6 +34,8 @@ directories' ``summary.json``; a stopped invocation resumes (runs and evals are 
     python benchmarks/learning_curve.py --steps 40 --eval-every 10 --heldout 100
     python benchmarks/learning_curve.py --systems grm,verifier --steps 20 --eval-every 10 train.lr=2e-5
     python benchmarks/learning_curve.py --systems verifier:sync,verifier:interruptible-2 --eval-every 20
+    python benchmarks/learning_curve.py --eval-every 20 \
+        --systems verifier:sync,verifier:sync@1,verifier:interruptible-2,verifier:interruptible-2@1
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -148,17 +155,17 @@ def train_and_evaluate(
     curves: dict[str, list[dict]] = {}
     minutes: dict[str, float] = {}
     for system in systems:
-        pipeline, _, schedule = system.partition(":")
+        pipeline, schedule, seed = parts(system)
         at = out / folder(system)
         run = at / "run"
-        scheduled = [o.format(url=url) for o in SCHEDULES.get(schedule, [])]
+        scheduled = [o.format(url=url) for o in SCHEDULES.get(schedule, [])] + ([f"seed={seed}"] if seed is not None else [])
         curves[system] = [{"step": 0, **initial}]
         timing = at / "train_seconds.json"  # per segment, kept across invocations
         seconds: dict[str, float] = json.loads(timing.read_text()) if timing.exists() else {}
         for steps in range(args.eval_every, args.steps + 1, args.eval_every):
             resume = ["--resume", str(run)] if (run / "config.resolved.yaml").exists() else []
             t = time.time()
-            if latest_step(run) < steps:
+            if not evaluated(at, steps) and latest_step(run) < steps:
                 grm(
                     "run",
                     str(PIPELINES[pipeline]),
@@ -179,9 +186,24 @@ def train_and_evaluate(
     return curves, minutes
 
 
+def parts(system: str) -> tuple[str, str, int | None]:
+    """``PIPELINE[:SCHEDULE][@SEED]`` -> (pipeline, schedule or "", seed or None)."""
+    name, _, seed = system.partition("@")
+    pipeline, _, schedule = name.partition(":")
+    return pipeline, schedule, int(seed) if seed else None
+
+
 def folder(system: str) -> str:
-    """A system's directory under --out (``verifier:sync`` -> ``verifier-sync``)."""
-    return system.replace(":", "-")
+    """A system's directory under --out (``verifier:sync`` -> ``verifier-sync``, ``verifier:sync@1`` ->
+    ``verifier-sync-seed1``)."""
+    name, _, seed = system.partition("@")
+    return name.replace(":", "-") + (f"-seed{seed}" if seed else "")
+
+
+def evaluated(at: Path, steps: int) -> bool:
+    """Whether a system's checkpoint at ``steps`` was evaluated in an earlier invocation: its segment
+    needs no training then, even where its checkpoints have since been deleted."""
+    return (at / f"eval-step{steps}" / "summary.json").exists()
 
 
 @contextlib.contextmanager
@@ -221,8 +243,11 @@ def main() -> int:
     args.judge_overrides = [f"model={args.judge_model}", f"engine.dtype={args.judge_dtype}"]
     out = Path(args.out).resolve()
     systems = args.systems.split(",")
-    if bad := [s for s in systems if s.partition(":")[0] not in PIPELINES or s.partition(":")[2] not in ("", *SCHEDULES)]:
-        ap.error(f"unknown system(s) {bad}; choose from {list(PIPELINES)}, each optionally :{'|'.join(SCHEDULES)}")
+    if bad := [s for s in systems if not known(s)]:
+        ap.error(
+            f"unknown system(s) {bad}; choose from {list(PIPELINES)}, each optionally :{'|'.join(SCHEDULES)} "
+            "and @SEED (an integer >= 0)"
+        )
     if args.steps % args.eval_every:
         ap.error("--steps must be a multiple of --eval-every")
     facts = machine()
@@ -231,15 +256,15 @@ def main() -> int:
 
     t0 = time.time()
     initial = strict(evaluate(INITIAL, out / "initial", args))
-    unfinished = [s for s in systems if latest_step(out / folder(s) / "run") < args.steps]
-    with served(any(s.partition(":")[2] in SERVED for s in unfinished), out) as url:  # a finished run needs no server
+    unfinished = [s for s in systems if not evaluated(out / folder(s), args.steps)]
+    with served(any(parts(s)[1] in SERVED for s in unfinished), out) as url:  # a finished run needs no server
         curves, minutes = train_and_evaluate(systems, initial, args, out, url)
     finals: dict[str, dict] = {}
     for system in systems:
         cmp_dir = out / folder(system) / f"final-vs-initial-step{args.steps}"  # a longer invocation compares its own final
         # the GRM judge's win rate is read for the GRM run (for the controls too with --judge-controls):
         # a 1.5B judge over 200 more responses per system is minutes of CPU on a 2-core machine
-        judged = system.partition(":")[0] == "grm" or args.judge_controls
+        judged = parts(system)[0] == "grm" or args.judge_controls
         judges = f"{CHECKERS},{args.judge}" if judged else CHECKERS
         summary = evaluate(str(out / folder(system) / "run"), cmp_dir, args, judges=judges, against=INITIAL)
         diff = summary["comparison"]["judges"]["constraints"]
@@ -254,6 +279,7 @@ def main() -> int:
     result = {"cpu": describe(facts), "args": {k: v for k, v in vars(args).items()}, "curves": curves, "finals": finals}
     result["training"] = {system: training_facts(out / folder(system) / "run") for system in systems}
     result["versus_first"] = versus_first(systems, out, args)
+    result["pooled"] = pooled(systems, out, args)
     result["minutes_total"] = (time.time() - t0) / 60
     (out / "learning_curve.json").write_text(json.dumps(result, indent=1))
     print_table(result)
@@ -290,6 +316,69 @@ def versus_first(systems: list[str], out: Path, args: argparse.Namespace) -> dic
             diff = paired_difference([a[i] for i in ids], [b[i] for i in ids])
             pairs[system].append({"step": steps, "minus": first, **diff})
     return pairs
+
+
+def known(system: str) -> bool:
+    try:
+        pipeline, schedule, seed = parts(system)
+    except ValueError:  # a seed that is not an integer
+        return False
+    return pipeline in PIPELINES and schedule in ("", *SCHEDULES) and (seed is None or seed >= 0) and not system.endswith("@")
+
+
+def seeds_bootstrap(
+    a: list[dict[str, float | None]], b: list[dict[str, float | None]] | None = None, rounds: int = 2000, seed: int = 0
+) -> dict:
+    """Group ``a``'s mean score over its seeds (runs) and prompts, minus group ``b``'s (None: a's mean
+    alone), with a 95% interval from a two-level bootstrap: each round draws each group's seeds with
+    replacement, then the prompts (one draw for both groups: the prompts are the same, so what a
+    prompt's difficulty adds cancels). Prompts some run left unscored are dropped from all."""
+    runs = a + (b or [])
+    ids = sorted(set.intersection(*(set(k for k, v in d.items() if v is not None) for d in runs)))
+    if not ids:
+        return {"mean": None, "ci95": None, "seeds": [len(a), len(b or [])], "prompts": 0}
+    A = [[float(d[i]) for i in ids] for d in a]  # type: ignore[arg-type]
+    B = [[float(d[i]) for i in ids] for d in b or []]
+
+    def mean(group: list[list[float]], draw: list[int]) -> float:
+        return sum(sum(s[i] for i in draw) / len(draw) for s in group) / len(group)
+
+    def diff(ga: list[list[float]], gb: list[list[float]], draw: list[int]) -> float:
+        return mean(ga, draw) - (mean(gb, draw) if gb else 0.0)
+
+    rng = random.Random(seed)
+    every = list(range(len(ids)))
+    means = sorted(
+        diff([rng.choice(A) for _ in A], [rng.choice(B) for _ in B], [rng.randrange(len(ids)) for _ in ids])
+        for _ in range(rounds)
+    )
+    return {
+        "mean": diff(A, B, every),
+        "ci95": [means[int(0.025 * rounds)], means[int(0.975 * rounds) - 1]],
+        "seeds": [len(A), len(B)],
+        "prompts": len(ids),
+    }
+
+
+def pooled(systems: list[str], out: Path, args: argparse.Namespace) -> list[dict]:
+    """Systems that differ only in their seed, pooled: each group's held-out accuracy at the last step
+    over its seeds and prompts, and (after the first) its difference from the first group. Empty
+    when no system has a second seed."""
+    groups: dict[str, list[str]] = {}
+    for s in systems:
+        groups.setdefault(s.partition("@")[0], []).append(s)
+    if all(len(g) == 1 for g in groups.values()):
+        return []
+    last = {s: per_prompt(out / folder(s) / f"eval-step{args.steps}") for s in systems}
+    first = next(iter(groups))
+    rows = []
+    for name, members in groups.items():
+        row = {"group": name, "members": members, "accuracy": seeds_bootstrap([last[s] for s in members])}
+        if name != first:
+            row["minus"] = first
+            row["difference"] = seeds_bootstrap([last[s] for s in members], [last[s] for s in groups[first]])
+        rows.append(row)
+    return rows
 
 
 def training_facts(run: Path) -> dict:
@@ -353,6 +442,15 @@ def print_table(result: dict) -> None:
                 f"{t['reward_last_quarter']:.3f} | {lags} | {t['spanning_versions']:.2f} | {t['tis_weight_mean']:.3f} | "
                 f"{t['tis_capped_frac']:.3f} |"
             )
+    if result.get("pooled"):
+        print(f"\n## pooled over seeds at step {result['args']['steps']} (two-level bootstrap: seeds, then prompts)\n")
+        print("| group | seeds | accuracy [95% CI] | minus | difference (points) [95% CI] |")
+        print("|---|---|---|---|---|")
+        for r in result["pooled"]:
+            acc, d = r["accuracy"], r.get("difference")
+            diff_s = f"{_pct(d['mean'])}{_ci(d['ci95'])}" if d else "-"
+            acc_s = f"{_pct(acc['mean'])}{_ci(acc['ci95'])}"
+            print(f"| {r['group']} | {len(r['members'])} | {acc_s} | {r.get('minus', '-')} | {diff_s} |")
     f = result["finals"]
     if "grm" in f and "verifier" in f and f["verifier"]["accuracy_gain"] > 0:
         print(f"\nrecovered: GRM gain / verifier gain = {f['grm']['accuracy_gain'] / f['verifier']['accuracy_gain']:.2f}")

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
-from learning_curve import _ci, _pct, grm, latest_step  # beside this file
+from learning_curve import _ci, _pct, grm, latest_step, seeds_bootstrap  # beside this file
 from machine import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,19 +144,10 @@ def strict_by_prompt(eval_dir: Path) -> dict[str, float]:
 
 
 def hierarchical_gain(per_seed: list[dict[str, float]]) -> dict:
-    """Mean gain over seeds and prompts, with a bootstrap resampling seeds, then prompts within each."""
+    """Mean gain over seeds and prompts, with a bootstrap resampling seeds, then prompts."""
     b = PROTOCOL["bootstrap"]
-    rng = random.Random(b["seed"])
-    seeds = [list(d.values()) for d in per_seed if d]
-    if not seeds:
-        return {"gain": None, "ci95": None}
-    means = []
-    for _ in range(b["rounds"]):
-        picked = [rng.choice(seeds) for _ in seeds]
-        means.append(sum(sum(rng.choice(s) for _ in s) / len(s) for s in picked) / len(picked))
-    means.sort()
-    point = sum(sum(s) / len(s) for s in seeds) / len(seeds)
-    return {"gain": point, "ci95": [means[int(0.025 * len(means))], means[int(0.975 * len(means)) - 1]]}
+    pooled = seeds_bootstrap([d for d in per_seed if d], rounds=b["rounds"], seed=b["seed"]) if any(per_seed) else {}
+    return {"gain": pooled.get("mean"), "ci95": pooled.get("ci95")}
 
 
 def main() -> int:
