@@ -21,7 +21,7 @@ from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import prompt_stream
 from grm.orchestrator.anchors import remember, store_for
 from grm.orchestrator.canary import Canaries
-from grm.orchestrator.filtering import refill, same_groups
+from grm.orchestrator.filtering import filter_step
 from grm.orchestrator.health import NodeWatch
 from grm.orchestrator.heldout import HeldoutCheck
 from grm.orchestrator.judge_cache import open_caches
@@ -33,7 +33,7 @@ from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import place_roles
 from grm.orchestrator.scheduler import Interrupted, Scheduler
 from grm.orchestrator.step_rows import check_masked_fraction, sample_rows, step_metrics
-from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, StepWork, rollouts_of
+from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, rollouts_of
 from grm.process import peak_rss_mb
 
 
@@ -101,8 +101,8 @@ class Driver:
                     self.scheduler.fill_ahead(step)  # async: the next steps' rollouts, behind this step's work
                     s.groups = self.scheduler.collect(s.work)  # judges
                     s.reward_stats = self.rewards(s.groups)  # rewards
-                    if cfg.algorithm.dynamic_filtering:
-                        self.filter(s)  # uninformative groups out, judged groups of fresh prompts in
+                    if cfg.algorithm.dynamic_filtering:  # uninformative groups out, judged groups of fresh prompts in
+                        filter_step(s, cfg.algorithm.prompts_per_step, partial(self.scheduler.more, s.work), self.rewards)
                     if s.work.prepared is None:
                         self.scheduler.prepare(s.work, rollouts_of(s.groups))  # batch pass over the final groups
                     show.set_phase("reference")
@@ -149,17 +149,3 @@ class Driver:
 
     def rewards(self, groups: list[Group]) -> dict[str, Any]:
         return reward_groups(groups, self.weights, self.required, self.cfg.algorithm)  # overlong penalty, length control
-
-    def filter(self, s: StepOutcome) -> None:
-        """Dynamic filtering: keep ``prompts_per_step`` groups, informative ones first, refilled with
-        judged groups of fresh prompts (``grm.orchestrator.filtering.refill``); the rewards are
-        recomputed over the kept groups when they changed."""
-        kept, s.filtering = refill(s.groups, self.cfg.algorithm.prompts_per_step, partial(self.more, s.work))
-        if not same_groups(kept, s.groups):
-            s.groups, s.reward_stats = kept, self.rewards(kept)
-
-    def more(self, work: StepWork, salt: int) -> list[Group]:
-        """Judged and rewarded groups of fresh prompts for a refill round."""
-        groups = self.scheduler.more(work, salt)
-        self.rewards(groups)
-        return groups

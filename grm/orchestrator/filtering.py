@@ -4,8 +4,9 @@ group-relative advantage and teach nothing; replace them with groups of fresh pr
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from grm.orchestrator.types import Group
+from grm.orchestrator.types import Group, StepOutcome
 
 
 def refill(
@@ -30,3 +31,23 @@ def refill(
 def same_groups(a: list[Group], b: list[Group]) -> bool:
     """Whether two batches hold the same groups in the same order (by key, not by object)."""
     return [g.key for g in a] == [g.key for g in b]
+
+
+def filter_step(
+    s: StepOutcome,
+    want: int,
+    fresh: Callable[[int], list[Group]],
+    rewards: Callable[[list[Group]], dict[str, Any]],
+) -> None:
+    """A step's dynamic filtering: keep ``want`` groups, informative ones first, refilled with judged
+    groups of fresh prompts (``fresh(round)``, rewarded here); the step's reward statistics are
+    recomputed over the kept groups when they changed."""
+
+    def more(salt: int) -> list[Group]:
+        groups = fresh(salt)
+        rewards(groups)
+        return groups
+
+    kept, s.filtering = refill(s.groups, want, more)
+    if not same_groups(kept, s.groups):
+        s.groups, s.reward_stats = kept, rewards(kept)

@@ -3,7 +3,7 @@
 import math
 
 from grm.judges.types import JudgeResult
-from grm.orchestrator.filtering import refill, same_groups
+from grm.orchestrator.filtering import filter_step, refill, same_groups
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.types import Group, Rollout
 from tests.unit.orchestrator.fakes import prompts
@@ -61,6 +61,29 @@ def test_refill_tops_up_with_flat_groups_after_the_last_round():
     )
     assert len(kept) == 2 and stats["refill_rounds"] == 2 and stats["groups_kept_informative"] == 0
     assert [g.key for g in kept] == ["a", "b"]
+
+
+def test_filter_step_rewards_fresh_groups_and_recomputes_the_steps_statistics():
+    from tests.unit.orchestrator.fakes import outcome
+
+    flat, good = group("flat", [1.0, 1.0]), group("good", [0.0, 1.0])
+    s = outcome([flat, good], {"stale": True})
+    fresh = group("new1", [0.0, 1.0])
+    fresh.rewards = []  # judged, not yet rewarded: filter_step rewards what it fetches
+    rewarded: list[list[str]] = []
+
+    def rewards(groups):
+        rewarded.append([g.key for g in groups])
+        return reward_groups(groups, {"j": 1.0}, {"j": True})
+
+    filter_step(s, 2, lambda salt: [fresh] if salt == 1 else [], rewards)
+    assert rewarded == [["new1"], ["good", "new1"]] and fresh.rewards == [0.0, 1.0]
+    assert [g.key for g in s.groups] == ["good", "new1"] and "stale" not in s.reward_stats
+    assert s.filtering == {"groups_kept_informative": 2, "refill_rounds": 1}
+
+    kept = outcome([good, group("other", [1.0, 0.0])], {"same": True})  # enough informative groups: nothing changes
+    filter_step(kept, 2, lambda salt: [], rewards)
+    assert kept.reward_stats == {"same": True} and kept.filtering["refill_rounds"] == 0
 
 
 def test_step_metrics_count_responses_cut_to_fit_each_judge():
