@@ -146,13 +146,63 @@ def is_flip(mode: str, res: Any, correct: Any = None) -> bool:
     return res.score is not None and correct is not None and correct.score is not None and res.score > correct.score
 
 
-def score_all(judge: Any, samples: list[Any], batch: int, progress: Any, label: str) -> list[Any]:
-    task = progress.add_task(label, total=len(samples))
-    out: list[Any] = []
-    for i in range(0, len(samples), batch):
-        out += judge.score_batch(samples[i : i + batch])
-        progress.update(task, advance=len(samples[i : i + batch]))
-    return out
+class Judgments:
+    """Every judgment made so far, keyed by what the judge model is sent (its spec and each rendered
+    request: ``grm.judges.render``), in ``PATH`` (a JSONL file beside ``--out``, appended after each
+    batch). Items whose requests are the same are judged once: with the guard on, most attacks are
+    taken out whole and their requests equal the ``none`` row's, and the hf engine seeds a critique
+    from the spec's seed and the prompt's tokens, so a second call would write the same judgment.
+    ``--resume`` reads the file back, so a judge stopped mid-half loses at most a batch."""
+
+    def __init__(self, path: Path | None, keep: bool) -> None:
+        from grm.orchestrator.judge_cache import result_from_dict
+
+        self.path, self.known = path, {}
+        if path is not None and keep and path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                    self.known[row["key"]] = result_from_dict(row["result"])
+                except (ValueError, KeyError, TypeError):  # a line a kill cut short
+                    continue
+        elif path is not None and path.exists():
+            path.unlink()  # a fresh run: earlier judgments of other items or settings are not reused
+
+    @staticmethod
+    def key(judge: Any, sample: Any) -> str:
+        import dataclasses
+        import hashlib
+
+        from grm.judges.base import hash_spec
+        from grm.judges.render import render
+
+        stages = [
+            {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in st.items() if k != "tokens"}
+            for st in render(judge, sample)
+        ]
+        # a rule verifier sends nothing: its judgment is the sample's own
+        content = stages or [sample.prompt, sample.response, sample.responses, sample.reference]
+        blob = json.dumps([hash_spec(judge.spec), content], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def score(self, judge: Any, samples: list[Any], batch: int, progress: Any, label: str) -> list[Any]:
+        """``judge``'s result for each of ``samples``: the known ones kept, each other distinct request
+        judged once, ``batch`` samples a ``score_batch`` call."""
+        from grm.base import append_jsonl
+
+        keys = [self.key(judge, s) for s in samples]
+        todo = list({k: s for k, s in zip(keys, samples, strict=True) if k not in self.known}.items())
+        task = progress.add_task(f"{label} ({len(todo)} distinct of {len(samples)})", total=len(todo))
+        for i in range(0, len(todo), batch):
+            part = todo[i : i + batch]
+            results = judge.score_batch([s for _, s in part])
+            for (k, _), r in zip(part, results, strict=True):
+                self.known[k] = r
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                append_jsonl(self.path, [{"key": k, "result": r.to_dict()} for (k, _), r in zip(part, results, strict=True)])
+            progress.update(task, advance=len(part))
+        return [self.known[k] for k in keys]
 
 
 def episode(sample_id: str, prompt: str, answer: str) -> Any:
@@ -179,7 +229,9 @@ def as_episodes(samples: list[Any]) -> list[Any]:
     return samples
 
 
-def run_judge(judge: Any, items: list[Item], attacks: list[str], batch: int, progress: Any, label: str) -> dict[str, Any]:
+def run_judge(
+    judge: Any, items: list[Item], attacks: list[str], batch: int, progress: Any, label: str, store: Judgments
+) -> dict[str, Any]:
     """Per attack: n, flips, masked, and each item's preference for the wrong answer."""
     from grm.judges import Sample
 
@@ -190,7 +242,7 @@ def run_judge(judge: Any, items: list[Item], attacks: list[str], batch: int, pro
             for a in attacks
             for k, it in enumerate(items)
         ]
-        res = score_all(judge, as_episodes(samples) if episodic(judge) else samples, batch, progress, label)
+        res = store.score(judge, as_episodes(samples) if episodic(judge) else samples, batch, progress, label)
         correct = [None] * len(items)
     else:
         # a checklist judge reading the data's checklist asks for the answer (the others ignore it)
@@ -204,7 +256,7 @@ def run_judge(judge: Any, items: list[Item], attacks: list[str], batch: int, pro
             for a in attacks
             for k, it in enumerate(items)
         ]
-        res = score_all(judge, as_episodes(samples) if episodic(judge) else samples, batch, progress, label)
+        res = store.score(judge, as_episodes(samples) if episodic(judge) else samples, batch, progress, label)
         correct, res = res[: len(items)], res[len(items) :]
     out: dict[str, Any] = {}
     n = len(items)
@@ -334,6 +386,7 @@ def main() -> int:
     done = {r.get("ref", r["judge"]) for r in results}
     if redo - done:
         ap.error(f"--redo-on: {sorted(redo - done)} not in {args.out} (run them without --redo-on)")
+    store = Judgments(Path(args.out + ".judgments.jsonl") if args.out else None, keep=args.resume)
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
@@ -346,7 +399,9 @@ def main() -> int:
                 t0 = time.perf_counter()
                 picked = [a for a in args.redo_attacks.split(",") if a and a != "none"]
                 again = ["none", *picked] if picked else attacks
-                row["on"].update(run_judge(on, items, again, args.batch_size, progress, f"{row['judge']} guard on (again)"))
+                row["on"].update(
+                    run_judge(on, items, again, args.batch_size, progress, f"{row['judge']} guard on (again)", store)
+                )
                 row["seconds_on_again"] = round(time.perf_counter() - t0, 1)
                 _write(Path(args.out), facts, args, results)
         for name in args.judges.split(","):
@@ -362,7 +417,7 @@ def main() -> int:
                 row: dict[str, Any] = {"judge": off.spec.name, "ref": name, "model": off.spec.model or "-"}
                 row.update(mode=off.spec.mode, on=None, half=off.spec.mode != "rule")
                 t0 = time.perf_counter()
-                row["off"] = run_judge(off, items, attacks, args.batch_size, progress, f"{off.spec.name} guard off")
+                row["off"] = run_judge(off, items, attacks, args.batch_size, progress, f"{off.spec.name} guard off", store)
                 row["seconds"] = round(time.perf_counter() - t0, 1)
                 results.append(row)
                 if args.out:
@@ -373,7 +428,7 @@ def main() -> int:
             if row.pop("half", False):
                 on = load(ref, overrides=[*model, *args.on.split(",")])
                 t0 = time.perf_counter()
-                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{row['judge']} guard on")
+                row["on"] = run_judge(on, items, attacks, args.batch_size, progress, f"{row['judge']} guard on", store)
                 row["seconds"] = round(row["seconds"] + time.perf_counter() - t0, 1)
                 if args.out:
                     _write(Path(args.out), facts, args, results)
