@@ -4,25 +4,18 @@ table row is computed from metrics and samples lines as documented."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from grm.config.resolve import load_pipeline
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.unit.beside import script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("episode_throughput")
-    finally:
-        sys.path.remove(str(BENCH))
+    with script("benchmarks", "episode_throughput") as module:
+        yield module
 
 
 def args(**kw):

@@ -3,25 +3,17 @@ key, equal requests are judged once, and a resumed run reads back every finished
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
 from grm.judges import Sample, load
 from grm.judges.types import JudgeResult
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.unit.beside import script
 
 
 @pytest.fixture(scope="module")
 def ja():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("judge_attacks")
-    finally:
-        sys.path.remove(str(BENCH))
+    with script("benchmarks", "judge_attacks") as module:
+        yield module
 
 
 class Quiet:

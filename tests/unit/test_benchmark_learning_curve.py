@@ -3,22 +3,15 @@ two-level bootstrap that pools seeds."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.unit.beside import script
 
 
 @pytest.fixture(scope="module")
 def lc():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("learning_curve")
-    finally:
-        sys.path.remove(str(BENCH))
+    with script("benchmarks", "learning_curve") as module:
+        yield module
 
 
 def test_system_names_with_schedule_and_seed(lc):

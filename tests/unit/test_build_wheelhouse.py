@@ -4,24 +4,21 @@ files are split and packed into bins of at most the upload size, and install.sh 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.unit.beside import script
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 @pytest.fixture(scope="module")
 def wh():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        yield importlib.import_module("build_wheelhouse")
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    with script("scripts", "build_wheelhouse") as module:
+        yield module
 
 
 def item(name, version, requires=(), extras=None):
