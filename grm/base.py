@@ -12,8 +12,10 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import stat
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -45,12 +47,41 @@ def json_safe(x: Any) -> Any:
 
 
 def append_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Append ``rows`` as JSON lines and fsync: once this returns, a SIGKILL cannot lose them."""
-    with open(path, "a", encoding="utf-8") as fh:
+    """Append ``rows`` as JSON lines and fsync: once this returns, a SIGKILL cannot lose them.
+    ``path`` is a file of grm's own: never written through a link (``open_own``)."""
+    with os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8") as fh:
         for r in rows:
             fh.write(json.dumps(json_safe(r), ensure_ascii=False, default=str) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (the standard decoder would keep the last silently)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: the object, or DuplicateKey naming the repeated key."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise DuplicateKey(f"duplicate key {key[:100]!r}")
+    return out
+
+
+def parse_failure(e: BaseException) -> str:
+    """A short reason for the ValueError or RecursionError a parser (json, PyYAML, int()) raised
+    past its syntax errors: a number of more than 4,300 digits (Python's limit, whose own message
+    quotes the literal and advises changing the interpreter), nesting too deep, else the message."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    text = str(e)
+    if isinstance(e, DuplicateKey):
+        return text
+    if "integer string conversion" in text:
+        return f"a number of more than {sys.get_int_max_str_digits()} digits"
+    return f"{type(e).__name__}: {text[:200]}"
 
 
 class JsonlError(GrmError):
@@ -79,14 +110,65 @@ def regular_file(path: Path, error: type[GrmError] = GrmError) -> bool:
     return True
 
 
-def regular_file_bytes(path: Path, error: type[GrmError] = GrmError) -> bytes | None:
-    """The bytes of ``path`` (None when it does not exist); ``error`` when it is not a regular file."""
-    if not regular_file(path, error):
-        return None
+def regular_file_bytes(path: Path, error: type[GrmError] = GrmError, limit: int | None = None) -> bytes | None:
+    """The bytes of ``path`` (None when it does not exist); ``error`` when it is not a regular file
+    or, with ``limit``, holds more than ``limit`` bytes.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO or device
+    that takes a file's place between a check and the read is still refused, never read.
+    """
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a file") from None
     except OSError as e:
         raise error(f"{path}: cannot read ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{path}: is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path}: not a regular file (a FIFO, socket or device); give a file")
+        if limit is not None and st.st_size > limit:
+            raise error(f"{path}: {st.st_size} bytes, more than the {limit} this file may hold")
+        try:
+            raw = fh.read() if limit is None else fh.read(limit + 1)
+        except OSError as e:
+            raise error(f"{path}: cannot read ({e.strerror or e})") from None
+        if limit is not None and len(raw) > limit:  # grew since the check
+            raise error(f"{path}: more than the {limit} bytes this file may hold")
+        return raw
+
+
+def open_own(path: str | Path, flags: int, error: type[GrmError] = GrmError) -> int:
+    """A descriptor of ``path``, a file in a directory grm writes (a run, an eval, a checkpoint),
+    opened with ``flags`` (``os.O_WRONLY | os.O_APPEND | os.O_CREAT``, ``os.O_RDWR``, ...); ``error``
+    naming it when it is a symbolic link, a directory, a FIFO or a device.
+
+    grm never writes, appends to, cuts or locks a file through a link: a link planted in a
+    directory (``report.md -> ~/.bashrc``) would have grm overwrite whatever it points at. Opened
+    without blocking (a FIFO would wait for a reader) and checked on the descriptor, not the name.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise error(
+                f"{path}: is a symbolic link; grm never writes through a link in its own directories: remove it"
+            ) from None
+        if e.errno == errno.EISDIR:
+            raise error(f"{path}: is a directory, where grm keeps a file: remove or rename it") from None
+        if e.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+            raise error(f"{path}: not a regular file (a FIFO, socket or device): remove it") from None
+        raise error(f"{path}: cannot open ({e.strerror or e})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise error(f"{path}: not a regular file (a FIFO, socket or device): remove it")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def parse_jsonl(raw: bytes, path: str | Path, error: type[GrmError] = JsonlError) -> list[tuple[int, dict[str, Any]]]:
@@ -107,15 +189,37 @@ def parse_jsonl(raw: bytes, path: str | Path, error: type[GrmError] = JsonlError
         except UnicodeDecodeError as e:
             raise error(f"{path}:{n}: not valid UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1})") from None
         try:
-            value = json.loads(text)
+            value = json.loads(text, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as e:
             raise error(f"{path}:{n}: invalid JSON: {e.msg} (column {e.colno})") from None
         except (ValueError, RecursionError) as e:  # an int past 4300 digits; nested too deeply
-            raise error(f"{path}:{n}: invalid JSON: {type(e).__name__}: {str(e)[:200]}") from None
+            raise error(f"{path}:{n}: invalid JSON: {parse_failure(e)}") from None
         if not isinstance(value, dict):
             raise error(f"{path}:{n}: expected a JSON object ({{...}}), found {type(value).__name__}")
+        if _ESCAPED_SURROGATE.search(line) and lone_surrogate(value):
+            raise error(f"{path}:{n}: {SURROGATE_WHY}")
         out.append((n, value))
     return out
+
+
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # raw UTF-8 cannot hold a surrogate: only a JSON escape can
+_LONE = re.compile(r"(?<![\ud800-\udbff])[\udc00-\udfff]|[\ud800-\udbff](?![\udc00-\udfff])")
+SURROGATE_WHY = "a string holds a lone UTF-16 surrogate (an escape such as \\ud800 with no pair): not text; mend the row"
+
+
+def lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` (JSON: dicts, lists, strings) holds a lone surrogate.
+
+    JSON lets ``"\\ud800"`` through as a one-character string that no UTF-8 writer, hash or
+    tokenizer accepts: refused where the text is read, by its line, not where it is first encoded.
+    """
+    if isinstance(value, str):
+        return _LONE.search(value) is not None
+    if isinstance(value, dict):
+        return any(lone_surrogate(k) or lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(lone_surrogate(v) for v in value)
+    return False
 
 
 def read_jsonl_numbered(
@@ -145,8 +249,11 @@ def read_jsonl_numbered(
             except (ValueError, TypeError) as e:
                 raise JsonlError(f"{path}:{n}: {e}") from None
     if repair and good_end < len(raw):  # only once the rest is known good: a damaged file is left as found
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
+        fd = open_own(path, os.O_RDWR, JsonlError)
+        try:
+            os.ftruncate(fd, good_end)
+        finally:
+            os.close(fd)
     return rows
 
 
@@ -161,6 +268,19 @@ def rewrite_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     """Replace the whole file with ``rows`` atomically (readers see the old or the new file)."""
     text = "".join(json.dumps(json_safe(r), ensure_ascii=False, default=str) + "\n" for r in rows)
     atomic_write_text(path, text)
+
+
+def make_dir(path: str | Path, error: type[GrmError] = GrmError, what: str = "the output directory") -> Path:
+    """``mkdir -p path``, or ``error`` naming ``path`` and why (a file there, a read-only or virtual
+    filesystem such as /proc, no permission) instead of an OSError traceback."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise error(f"{path}: exists and is not a directory; cannot create {what} there") from None
+    except OSError as e:
+        raise error(f"{path}: cannot create {what} ({e.strerror or e})") from None
+    return path
 
 
 # --------------------------------------------------------------------------- one writer a directory
@@ -180,10 +300,7 @@ def writer_lock(directory: str | Path, command: str, error: type[GrmError] = Grm
     import fcntl  # POSIX only, like the rest of a run; imported here so ``import grm`` needs none
 
     directory = Path(directory)
-    try:
-        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise error(f"{directory}: cannot create its lock file {LOCK_FILE} ({e.strerror or e})") from None
+    fd = open_own(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, error)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -222,7 +339,9 @@ def _new_file_mode(path: Path) -> int:
     """The permissions ``open(path, "w")`` would give: the old file's, else 0o666 less the umask
     (``mkstemp`` makes its file 0o600, which would hide a run's files from the rest of a team)."""
     try:
-        return stat.S_IMODE(path.stat().st_mode)
+        st = path.lstat()  # a link's target is not the file being replaced
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
     except OSError:
         pass
     try:  # Linux reports the umask; elsewhere reading it means setting it, briefly
@@ -242,14 +361,22 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
     Each call writes a temp file of its own beside ``path`` (two writers never share one; the last
     rename wins), fsyncs it, renames it over ``path`` and fsyncs the directory. A failure (a full
-    disk) removes the temp file and leaves ``path`` as it was.
+    disk) removes the temp file and leaves ``path`` as it was. A symbolic link at ``path`` is
+    replaced, never written through; a directory there is a ``GrmError`` naming it.
     """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """``atomic_write_text`` for bytes (a PNG, a safetensors header)."""
     path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        raise GrmError(f"{path}: is a directory, where grm keeps a file: remove or rename it")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), _new_file_mode(path))
-            fh.write(text)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

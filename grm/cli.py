@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
 from grm.base import GrmError
 from grm.terminal import escape_controls
@@ -21,14 +23,29 @@ def _err(msg: str) -> None:
 # ----------------------------------------------------------------------------- validate
 
 
+def _build_judges(specs: Iterable[tuple[Path, Any]]) -> None:
+    """Build every judge among ``specs`` ((YAML path, spec) pairs) without loading a model: its
+    templates are read and compiled, its parser and meta judge set up; JudgeError names the file.
+    What ``grm eval`` and a run's judge actors would find, found before any data, model or Ray."""
+    from grm.config import JudgeSpec
+    from grm.judges.runtime import build_judge
+
+    for path, spec in specs:
+        if isinstance(spec, JudgeSpec):
+            build_judge(spec, Path(path).parent)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from grm.config import ConfigError, validate_tree
 
+    if args.overrides and len(args.files) > 1:
+        raise ConfigError(f"--set applies to one file; {len(args.files)} were given (validate them one at a time)")
     failed = 0
     for f in args.files:
         try:
-            checked = validate_tree(f, args.overrides if len(args.files) == 1 else ())
-        except ConfigError as e:
+            checked = validate_tree(f, args.overrides)
+            _build_judges(checked)
+        except GrmError as e:
             _err(str(e))
             failed += 1
             continue
@@ -82,6 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # A broken pipeline fails here in a blink: the driver imports Ray (seconds) and validates the
     # same way again (milliseconds).
     loaded = load_pipeline(args.pipeline, args.overrides)
+    _build_judges((j.path, j.spec) for j in loaded.judges)  # a broken template fails now, not after Ray starts
     if args.dry_run:
         from grm.orchestrator.dry_run import dry_run
 
@@ -121,7 +139,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise EvalError(
             "grm eval needs JUDGES --data SOURCE (judge a labelled data set) or [JUDGES] --policy POLICY --prompts SET "
             "(evaluate a policy) or --env ENV (its episodes)"
-            + (f"; {', '.join(policy_only)} only apply with --policy" if policy_only else "")
+            + (
+                f"; {', '.join(policy_only)} apply only to evaluating a policy (--policy, with --env for episodes)"
+                if policy_only
+                else ""
+            )
         )
     cfg = EvalConfig(
         judges=[j for j in args.judges.split(",") if j],

@@ -21,6 +21,7 @@ import argparse
 import errno
 import math
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -190,12 +191,18 @@ def out_dir(value: str) -> str:
 # --------------------------------------------------------------------------- numbers
 
 
+_ASCII_INT = re.compile(r"\s*[-+]?\d+\s*", re.ASCII)
+_ASCII_FLOAT = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*", re.ASCII)
+
+
 def integer(low: int, high: int | None = None, note: str = "") -> Callable[[str], int]:
     """An integer in ``[low, high]`` (``high`` None: no upper bound)."""
     bounds = f"from {low} to {high}" if high is not None else f">= {low}"
 
     def parse(value: str) -> int:
         try:
+            if not _ASCII_INT.fullmatch(value):  # int() also takes "1_000" and other scripts' digits
+                raise ValueError(value)
             n = int(value)
         except ValueError:
             raise _refuse(value, f"not an integer (expected an integer {bounds}{note})") from None
@@ -212,6 +219,8 @@ def number(low: float, high: float | None = None, note: str = "") -> Callable[[s
 
     def parse(value: str) -> float:
         try:
+            if not _ASCII_FLOAT.fullmatch(value):  # float() also takes "1_0", other scripts' digits, "infinity"
+                raise ValueError(value)
             x = float(value)
         except ValueError:
             raise _refuse(value, f"not a number (expected a number {bounds}{note})") from None

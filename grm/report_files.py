@@ -9,7 +9,6 @@ that draw nothing never load it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 
@@ -31,13 +30,18 @@ def new_figure(**subplots: Any) -> tuple[Any, Any]:
     return plt.subplots(**subplots)
 
 
-def save_figure(fig: Any, path: Path) -> None:
-    """``fig`` laid out tight and written as a PNG at ``path`` (100 dpi), then closed, even when
-    the write fails (an ``OSError`` the caller words)."""
+def figure_png(fig: Any) -> bytes:
+    """``fig`` laid out tight as PNG bytes (100 dpi), then closed, even when drawing fails. The
+    caller writes them with ``grm.base.atomic_write_bytes``, which replaces a link planted at the
+    name instead of writing through it (``savefig(path)`` would follow it)."""
+    import io
+
     import matplotlib.pyplot as plt
 
     try:
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
     finally:
         plt.close(fig)
+    return png.getvalue()

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, ValidationInfo, field_validator
 
 from grm.config.base import Strict, check_file
-from grm.config.paths import BUILTIN_DATA_SETS
+from grm.config.paths import BUILTIN_DATA_SETS, resolve_path
 
 
 def check_source(v: str, info: ValidationInfo) -> str:
@@ -16,7 +18,21 @@ def check_source(v: str, info: ValidationInfo) -> str:
             raise ValueError(f"unknown builtin data set '{v}'; known: {', '.join(BUILTIN_DATA_SETS)}")
         return v
     check_file(v, info, "pipelines")
+    base = (info.context or {}).get("base_dir")
+    if base is not None:
+        path = resolve_path(v, Path(base), "pipelines")
+        if not path.is_dir():
+            if not path.is_file():
+                raise ValueError(f"{path}: not a regular file (a FIFO or device); give a data file or a saved dataset")
+            if path.suffix not in DATA_SUFFIXES:
+                raise ValueError(
+                    f"{path}: unsupported data file type '{path.suffix}'; use {', '.join(DATA_SUFFIXES)} or a saved datasets dir"
+                )
     return v
+
+
+DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+"""The data files grm reads (``grm.data.sources``); a directory is a saved ``datasets`` set."""
 
 
 class GateSpec(Strict):

@@ -13,7 +13,9 @@ alias is a shared node, so the count is linear in what was written). Every limit
 
 from __future__ import annotations
 
+import bisect
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from grm.base import GrmError, regular_file
+from grm.base import GrmError, parse_failure, regular_file
 
 Key = tuple[Any, ...]
 
@@ -78,17 +80,13 @@ class _LimitError(ConfigError):
     """``_TooBig`` as the user sees it: refused for an override too, where bad YAML is plain text."""
 
 
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
 def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
         return [n for pair in node.value for n in pair]
     return list(node.value) if isinstance(node, yaml.SequenceNode) else []
 
 
-def _check_expansion(root: yaml.Node) -> None:
+def _check_expansion(root: yaml.Node, loader: _UniqueKeyLoader) -> None:
     """Refuse a node graph whose tree (aliases expanded) is recursive, larger than ``MAX_NODES`` or
     deeper than ``MAX_DEPTH``. Sizes and depths are summed once per node (an alias is a shared
     node), iteratively: linear in the written nodes, whatever the aliases expand to."""
@@ -121,7 +119,8 @@ def _check_expansion(root: yaml.Node) -> None:
         for k in kids:
             if id(k) in open_:
                 raise _TooBig(
-                    problem=f"recursive alias: the value of line {_line(k)} contains itself", problem_mark=node.start_mark
+                    problem=f"recursive alias: the value of line {loader.file_line(k.start_mark)} contains itself",
+                    problem_mark=node.start_mark,
                 )
             if id(k) not in size:
                 stack.append((k, False))
@@ -134,15 +133,15 @@ def _line_map(root: yaml.Node, loader: yaml.SafeLoader) -> dict[Key, int]:
     stack: list[tuple[yaml.Node, Key]] = [(root, ())]
     while stack:
         node, key = stack.pop()
-        lines.setdefault(key, node.start_mark.line + 1)
+        lines.setdefault(key, loader.file_line(node.start_mark))
         if isinstance(node, yaml.MappingNode):
             for k_node, v_node in node.value:
                 k = _key_of(k_node, loader)
-                lines[key + (k,)] = k_node.start_mark.line + 1
+                lines[key + (k,)] = loader.file_line(k_node.start_mark)
                 stack.append((v_node, key + (k,)))
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
-                lines[key + (i,)] = item.start_mark.line + 1
+                lines[key + (i,)] = loader.file_line(item.start_mark)
                 stack.append((item, key + (i,)))
     return lines
 
@@ -158,12 +157,33 @@ def _key_of(k_node: yaml.Node, loader: yaml.SafeLoader) -> Any:
         return k_node.value
 
 
+_REFUSED_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("binary", "set", "omap", "pairs"))
+_NUMBER_TAGS = frozenset(("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"))
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one) and stops
     composing past ``MAX_NODES`` written values or ``MAX_DEPTH`` levels."""
 
     _nodes = 0
     _depth = 0
+    _breaks: list[int] | None = None
+    _exotic = False
+
+    def file_line(self, mark: yaml.Mark | None) -> int:
+        """The 1-based line of ``mark`` as an editor counts it. PyYAML (YAML 1.1) also breaks
+        lines at U+0085, U+2028 and U+2029, so after one of them in a string or comment its own
+        line numbers run ahead of the file's; then the line is counted from the mark's offset."""
+        if mark is None:
+            return 1
+        if self._breaks is None:
+            text = self.buffer
+            exotic = "\x85" in text or "\u2028" in text or "\u2029" in text
+            self._breaks = [m.start() for m in re.finditer(r"\r\n?|\n", text)] if exotic else []
+            self._exotic = exotic
+        if not self._exotic:
+            return mark.line + 1
+        return bisect.bisect_left(self._breaks, mark.index) + 1
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self._nodes += 1
@@ -178,14 +198,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        if node.tag in _REFUSED_TAGS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"YAML tag !!{node.tag.rsplit(':', 1)[-1]} is not used in grm files (plain values)", node.start_mark
+            )
+        if isinstance(node, yaml.ScalarNode) and node.style is None and ":" in node.value and node.tag in _NUMBER_TAGS:
+            return node.value  # YAML 1.1's base 60 (`1:30` is 90): read as the text written, as YAML 1.2 does
         try:
             return super().construct_object(node, deep=deep)
         except (yaml.YAMLError, RecursionError):
             raise
         except Exception as e:  # `!!int x`, `!!bool maybe`, `2001-13-45`: PyYAML's constructors raise these unmarked
-            what = f"{node.value!r} " if isinstance(node, yaml.ScalarNode) else ""
+            shown = node.value if len(node.value) <= 60 else f"{node.value[:40]}... ({len(node.value)} characters)"
+            what = f"{shown!r} " if isinstance(node, yaml.ScalarNode) else ""
             kind = node.tag.rsplit(":", 1)[-1]
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read {what}as {kind} ({e})", node.start_mark) from None
+            why = parse_failure(e).removeprefix("ValueError: ")
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read {what}as {kind} ({why})", node.start_mark) from None
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -202,7 +230,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
             raise yaml.MarkedYAMLError(
                 problem=f"duplicate key {k!r} (first defined on line {seen[k]})", problem_mark=k_node.start_mark
             )
-        seen[k] = k_node.start_mark.line + 1
+        seen[k] = loader.file_line(k_node.start_mark)
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -247,13 +275,12 @@ def _compose(text: str, where: str) -> tuple[yaml.Node | None, Any, _UniqueKeyLo
         node = loader.get_single_node()
         if node is None:
             return None, None, loader
-        _check_expansion(node)
+        _check_expansion(node, loader)
         data = loader.construct_document(node)
     except _TooBig as e:
-        raise _LimitError(f"{where}:{e.problem_mark.line + 1}: {e.problem}") from None
+        raise _LimitError(f"{where}:{loader.file_line(e.problem_mark)}: {e.problem}") from None
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else 1
+        line = loader.file_line(e.problem_mark or e.context_mark)
         what = e.problem or "invalid YAML"
         ctx = f" ({e.context})" if e.context and e.context != what else ""
         raise ConfigError(f"{where}:{line}: invalid YAML: {what}{ctx}") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -135,10 +136,7 @@ def _item(row: dict[str, Any], mapping: dict[str, str], pair: bool, where: str, 
         label = None
         score = col("human_score", required="human_score" in mapping)
         if score is not None:
-            try:
-                score = float(score)
-            except (TypeError, ValueError, OverflowError):
-                score = None
+            score = _number(score)
             if score is None or not math.isfinite(score):  # a NaN would poison every correlation
                 raise DataError(f"{where}: human_score must be a finite number, found {_short(col('human_score'))}")
         kind = "scored" if score is not None else "unlabelled"
@@ -176,3 +174,22 @@ def labelled_pairs(source: str, limit: int | None, what: str) -> list[EvalItem]:
             "(or LLMBar's input/output_1/output_2/label), label 1 or 2 naming the preferred response"
         )
     return pairs[:limit]
+
+
+_DECIMAL = re.compile(r"[ \t]*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[ \t]*", re.ASCII)
+
+
+def _number(value: Any) -> float | None:
+    """A score cell as a float: a JSON number, or text that is a plain decimal number (a CSV cell);
+    None for anything else: a boolean (Python's True is 1), text such as ``1_000``, ``٣`` or
+    ``infinity`` that ``float()`` would take."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return float(value)
+    return None

@@ -5,7 +5,8 @@ JSON, JSON lines and CSV are read with the standard library, row by row: each ro
 line it starts on, so every error about it says ``FILE:LINE`` (a CSV row whose quoted cell spans
 lines is named by its first line); values keep their types (a CSV cell is the text it holds; an
 empty cell is missing), and a column of mixed types is not refused for want of one Arrow type.
-Parquet files and saved ``datasets`` directories go through ``datasets``; having no lines, their
+Parquet files are read by ``pyarrow`` and saved ``datasets`` directories by ``datasets`` (only
+once every file their ``state.json`` names is a regular file inside them); having no lines, their
 rows are named ``SOURCE row N``, counted from 0 as ``datasets`` and the default item ids count.
 """
 
@@ -16,12 +17,13 @@ import csv
 import io
 import json
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grm.base import parse_jsonl, regular_file, regular_file_bytes
+from grm.base import SURROGATE_WHY, lone_surrogate, parse_failure, parse_jsonl, regular_file, regular_file_bytes, unique_keys
 from grm.data.builtin import SETS
 from grm.data.errors import DataError
 
@@ -123,20 +125,26 @@ def _json_rows(path: Path, raw: bytes) -> list[dict[str, Any]]:
     if path.suffix == ".json":
         text = _text(path, raw)
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as e:
             if text.lstrip().startswith("[") or not _first_line_is_json(text):
                 raise DataError(f"{path}:{e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
             data = None  # JSON lines in a .json file
         except (ValueError, RecursionError) as e:  # an int past 4300 digits; nested too deeply
-            raise DataError(f"{path}: invalid JSON: {type(e).__name__}: {str(e)[:200]}") from None
+            raise DataError(f"{path}: invalid JSON: {parse_failure(e)}") from None
         else:
             start = _first_line(text)
             if isinstance(data, dict):
+                if lone_surrogate(data):
+                    raise DataError(f"{path}:{start}: {SURROGATE_WHY}")
                 return [Row(data, start)]
             if not isinstance(data, list):
                 raise DataError(f"{path}:{start}: expected a list of JSON objects, found {type(data).__name__}")
-            return [_object(r, path, line) for r, line in zip(data, _element_lines(text), strict=True)]
+            rows = [_object(r, path, line) for r, line in zip(data, _element_lines(text), strict=True)]
+            for row in rows:
+                if lone_surrogate(row):
+                    raise DataError(f"{path}:{row.line}: {SURROGATE_WHY}")
+            return rows
     return [Row(value, line) for line, value in parse_jsonl(raw, path, DataError)]
 
 
@@ -213,19 +221,64 @@ def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _saved_dataset_files(path: Path) -> None:
+    """Refuse a saved ``datasets`` directory that reads anything but regular files inside it.
+
+    ``state.json`` names the Arrow files ``load_from_disk`` opens, and a crafted one can name
+    ``../x`` or ``/etc/...``: a FIFO there blocks the reader for good (past Ctrl-C), any other file
+    is read as data. Each split's files must be plain names of regular files in its directory.
+    """
+    splits = [path]
+    dict_raw = regular_file_bytes(path / "dataset_dict.json", DataError, limit=1 << 20)
+    if dict_raw is not None:
+        try:
+            names = json.loads(dict_raw)["splits"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            raise DataError(f'{path / "dataset_dict.json"}: not a datasets split list ({{"splits": [...]}})') from None
+        if not isinstance(names, list) or not names or not all(_plain_name(n) for n in names):
+            raise DataError(f"{path / 'dataset_dict.json'}: 'splits' must list split directories by plain name")
+        splits = [path / n for n in names]
+    for split in splits:
+        state_path = split / "state.json"
+        raw = regular_file_bytes(state_path, DataError, limit=16 << 20)
+        if raw is None:
+            raise DataError(f"{split}: not a saved datasets directory (no state.json); give a data file or a saved dataset")
+        try:
+            files = json.loads(raw)["_data_files"]
+            names = [f["filename"] for f in files]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            raise DataError(f"{state_path}: not a datasets state file (no '_data_files' list of filenames)") from None
+        for name in names:
+            if not _plain_name(name):
+                raise DataError(f"{state_path}: data file {str(name)[:100]!r} is not a file name inside {split}")
+            try:
+                mode = (split / name).lstat().st_mode
+            except OSError as e:
+                raise DataError(f"{split / name}: cannot read ({e.strerror or e})") from None
+            if not stat.S_ISREG(mode):  # a link may lead out of the directory; a FIFO or device never ends
+                raise DataError(f"{split / name}: not a regular file inside the dataset directory (a link, FIFO or device)")
+
+
+def _plain_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+
+
 def _datasets_rows(path: Path) -> list[dict[str, Any]]:
+    if path.is_dir():
+        _saved_dataset_files(path)
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     try:
         if path.is_dir():
-            ds = datasets.load_from_disk(str(path))
+            ds = datasets.load_from_disk(str(path), keep_in_memory=True)
             if isinstance(ds, datasets.DatasetDict):
                 ds = ds[next(iter(ds))]
-        else:
-            ds = datasets.load_dataset("parquet", data_files=str(path), split="train")
-        return ds.to_list()
+            return ds.to_list()
+        import pyarrow.parquet as pq  # read directly: datasets' parquet builder would copy it into ~/.cache
+
+        return pq.read_table(str(path)).to_pylist()
     except Exception as e:  # datasets and pyarrow raise many types for unreadable files
         first = (str(e).splitlines() or [""])[0][:300]
         raise DataError(f"{path}: cannot read data: {type(e).__name__}: {first}") from None

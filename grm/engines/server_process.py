@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from grm.base import open_own
 from grm.engines.base import EngineError
 from grm.engines.credentials import Credentials
 from grm.engines.http import HttpClient
@@ -50,7 +51,8 @@ class ServerProcess:
         self.base_url = credentials.bind(base_url).rstrip("/")
         # each probe bounded like any request; its reply is small ("/models", "/health")
         self._probe = HttpClient(timeout_s=2.0, max_reply_bytes=1 << 20, credentials=credentials)
-        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        append = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        self._log = os.fdopen(open_own(log_path, append), "ab") if log_path else subprocess.DEVNULL
         self.timeout_s, self.env = timeout_s, env
         self.restarts = 0
         """Times the server was found dead and started again."""

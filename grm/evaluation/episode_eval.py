@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, read_jsonl, read_jsonl_numbered, writer_lock
+from grm.base import append_jsonl, make_dir, read_jsonl, read_jsonl_numbered, writer_lock
 from grm.config.base import Strict
 from grm.config.env import EnvSpec
 from grm.config.yaml_reader import Located, load_yaml, yaml_value
@@ -299,7 +299,7 @@ def _run(cfg: EpisodeEvalConfig, console: Any, held: ExitStack) -> dict[str, Any
         sources["other"] = resolve_policy(cfg.against)
     sides = list(sources)
 
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    make_dir(cfg.out, EvalError)
     held.enter_context(writer_lock(cfg.out, "grm eval", EvalError))
     env_ident = {**spec.model_dump(mode="json", exclude={"workers"}), "target": resolved_target(name, base_dir)}
     ident = {

@@ -210,7 +210,7 @@ def write_episode_outputs(
     errors = [f"- {SIDE_NAMES[side]} `{e['id']}`: {e['detail']}" for side, sm in m["sides"].items() for e in sm["env_errors"]]
     md += ["## environment errors (the first few)", "", *errors, ""] if errors else []
     md += ["Every episode: `responses.jsonl`; every judgment: `results.jsonl`; every number: `summary.json`.", ""]
-    (out / "report.md").write_text("\n".join(md))
+    atomic_write_text(out / "report.md", "\n".join(md))
     console = console or literal_console()
     for title, rows in tables:
         print_table(console, rows, title)  # fitted to the terminal, plain text in a pipe

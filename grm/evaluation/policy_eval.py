@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, atomic_write_text, read_jsonl, writer_lock
+from grm.base import append_jsonl, atomic_write_text, make_dir, read_jsonl, writer_lock
 from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.prompts import Prompt, load_prompts
 from grm.evaluation.policy_source import PolicySource, resolve_policy
@@ -320,7 +320,7 @@ def _run_policy_eval(cfg: PolicyEvalConfig, console: Any, held: ExitStack) -> di
         sources["other"] = resolve_policy(cfg.against)
     sides = list(sources)
 
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    make_dir(cfg.out, EvalError)
     held.enter_context(writer_lock(cfg.out, "grm eval", EvalError))
     ident = identity(cfg, sources)
     record = {

@@ -228,7 +228,7 @@ def write_policy_outputs(
         "Every response: `responses.jsonl`; every judgment with its raw outputs: `results.jsonl`; every number: `summary.json`.",
         "",
     ]
-    (out / "report.md").write_text("\n".join(md))
+    atomic_write_text(out / "report.md", "\n".join(md))
     console = console or literal_console()
     for title, rs in ((f"Policy evaluation ({out})", rows), ("POLICY vs OTHER", crows)):
         print_table(console, rs, title)  # fitted to the terminal, plain text in a pipe

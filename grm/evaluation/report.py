@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grm.base import atomic_write_text, json_safe
+from grm.base import atomic_write_bytes, atomic_write_text, json_safe
 from grm.evaluation.judge_metrics import compute, raw_scores
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.table import print_table
-from grm.report_files import markdown_table, new_figure, save_figure
+from grm.report_files import figure_png, markdown_table, new_figure
 
 
 def _fmt(x: Any) -> str:
@@ -109,7 +109,7 @@ def cost_rows(m: dict[str, Any]) -> list[dict[str, str]]:
 
 def _save(fig: Any, out: Path, filename: str, caption: str) -> tuple[str, str]:
     """``fig`` written as ``out/filename``; the (caption, file) report.md links it by."""
-    save_figure(fig, out / filename)
+    atomic_write_bytes(out / filename, figure_png(fig))
     return caption, filename
 
 
@@ -206,7 +206,7 @@ def write_outputs(
         md += [f"- {k}: {_fmt(v)}" for k, v in m["ensemble"]["kappa"].items()] + [""]
     for caption, fn in plots:
         md += [f"### {caption}", "", f"![{caption}]({fn})", ""]
-    (out / "report.md").write_text("\n".join(md))
+    atomic_write_text(out / "report.md", "\n".join(md))
     console = console or literal_console()
     print_table(console, short, f"{title} ({out})")
     print_table(console, costs, "Judge cost")

@@ -102,6 +102,9 @@ def _rescore(
     lines = read_jsonl_numbered(results_path, repair=False, check=check_result_line)
     if not lines:
         raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
+    if not judge_ref:
+        for name, judge in judges.items():
+            _same_templates(rec_path, name, judge, lines)
     new_lines = []
     for n, line in lines:
         judge = judges.get(line["judge"])
@@ -136,4 +139,32 @@ def _rescore(
         console=console,
         title="Evaluation report (rescored)",
         length_control=length_control,
+    )
+
+
+def _same_templates(rec_path: Path, name: str, judge: Judge, lines: list[tuple[int, dict[str, Any]]]) -> None:
+    """Refuse a recorded judge whose template files are not the ones its stored results name by hash.
+
+    The record's paths come from the directory, which is data: a crafted record may name any file
+    (``/etc/shadow``), and rescoring would print that file's hash as the template's. A template
+    edited since the eval fails the same check: its results were not judged with it.
+    """
+    mine = {k: v for k, v in judge.provenance().items() if k.endswith("template_sha256") and v is not None}
+    ours = [line for _, line in lines if line.get("judge") == name]
+    if not mine or not ours:
+        return
+    stored = next(
+        (
+            r["provenance"]
+            for line in ours
+            for r in (line.get("results") or [])
+            if isinstance(r, dict) and isinstance(r.get("provenance"), dict)
+        ),
+        None,
+    )
+    if stored is not None and all(stored.get(k) == v for k, v in mine.items()):
+        return  # one stored result vouches for the files: every line came from the one eval's judge
+    raise EvalError(
+        f"{rec_path}: judge '{name}': its template files are not the ones its stored results were judged "
+        "with (edited since, or the record names other files); rescore with --judge SPEC, a spec you trust"
     )

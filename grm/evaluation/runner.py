@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from grm.base import GrmError, append_jsonl, atomic_write_text, read_jsonl, writer_lock
+from grm.base import GrmError, append_jsonl, atomic_write_text, make_dir, read_jsonl, writer_lock
 from grm.config.judge import JudgeSpec
 from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.items import EvalItem, default_map, parse_map, to_items
@@ -237,7 +237,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
         raise EvalError(f"{cfg.data}: no usable rows")
     judges = load_judges(cfg.judges, cfg.overrides)
 
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    make_dir(cfg.out, EvalError)
     held.enter_context(writer_lock(cfg.out, "grm eval", EvalError))
     record = config_record(cfg, judges, mapping)
     rec_path = cfg.out / "config.resolved.yaml"

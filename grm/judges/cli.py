@@ -11,7 +11,7 @@ from grm.judges.errors import JudgeError
 
 
 def read_samples(path: str) -> list[Any]:
-    from grm.base import regular_file_bytes
+    from grm.base import parse_failure, regular_file_bytes, unique_keys
     from grm.judges.types import Sample
 
     p = Path(path)
@@ -19,18 +19,20 @@ def read_samples(path: str) -> list[Any]:
     if raw is None:
         raise JudgeError(f"{p}: no such file")
     try:
-        data = json.loads(raw.decode("utf-8-sig"))  # a byte order mark is not JSON, but harmless
+        data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=unique_keys)  # a byte order mark is harmless
     except UnicodeDecodeError:
         raise JudgeError(f"{p}: not valid UTF-8") from None
     except json.JSONDecodeError as e:
         raise JudgeError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
-    except (ValueError, RecursionError) as e:  # an integer past 4300 digits; nesting too deep
-        raise JudgeError(f"{p}: invalid JSON: {type(e).__name__}") from None
+    except (ValueError, RecursionError) as e:  # an integer past 4300 digits; nesting too deep; a key twice
+        raise JudgeError(f"{p}: invalid JSON: {parse_failure(e)}") from None
     try:  # JSON may escape a lone surrogate ("\\ud800"); no prompt can carry one to a model
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as e:
         raise JudgeError(f"{p}: a string holds a lone surrogate ({e.object[e.start]!a}), not valid Unicode") from None
     items = data if isinstance(data, list) else [data]
+    if not items:
+        raise JudgeError(f"{p}: an empty list; give a sample object or a list of them")
     return [Sample.from_dict(d, where=f"{p}" + (f" item {i}" if isinstance(data, list) else "")) for i, d in enumerate(items)]
 
 

@@ -25,6 +25,7 @@ from grm.judges.templates import (
     Template,
     TemplateLimitError,
     TemplateSandboxError,
+    TemplateUndefinedError,
     lint_template,
     load_template,
     render_limits,
@@ -108,18 +109,21 @@ LINT_SAMPLE = {
 
 
 def render_problems(t: Template, limits: RenderLimits | None = None, mode: str | None = None) -> list[str]:
-    """Problems rendering ``t`` shows whatever the data: it passes its limits (a loop of 10^10
-    steps, a 100 MB output) or the sandbox refuses it. Other render errors depend on the data (a
-    ``metadata`` field the made-up sample lacks); ``grm judge render --sample`` shows those."""
+    """Problems rendering ``t`` over a made-up sample shows: it passes its limits (a loop of 10^10
+    steps, a 100 MB output), the sandbox refuses it, or an expression fails (``1/0``, a macro that
+    calls itself for ever). Only a variable or field the made-up sample lacks (``metadata.topic``)
+    is left to ``grm judge render --sample``, which renders real data."""
     variables = dict(LINT_SAMPLE)
     if mode == "pairwise":
         variables.update(responses=LINT_SAMPLE["responses"][:2], trajectories=LINT_SAMPLE["trajectories"][:2])
     try:
         t.render(limits=limits or DEFAULT_LIMITS, **variables)
+    except TemplateUndefinedError:
+        pass
     except (TemplateLimitError, TemplateSandboxError) as e:
         return [str(e)]
-    except JudgeError:
-        pass
+    except JudgeError as e:
+        return [f"{e} (rendering lint's made-up sample; `grm judge render --sample` renders your data)"]
     return []
 
 

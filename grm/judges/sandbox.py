@@ -184,6 +184,12 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def compile_bounded(self, source: str) -> jinja2.Template:
         """``source`` compiled with every loop, output and literal routed through the budget."""
         ast = self.parse(source)
+        other = next(ast.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)), None)
+        if other is not None:  # no loader: it would fail at every render, and a path would be data-chosen
+            raise jinja2.TemplateSyntaxError(
+                "include, import and extends are not supported: a judge template is one file (copy the part in, or use a macro)",
+                other.lineno,
+            )
         ast = _Bounded().visit(ast)
         ast.set_environment(self)
         return self.from_string(ast)

@@ -19,6 +19,7 @@ import jinja2
 from jinja2 import meta
 from jinja2.sandbox import SecurityError
 
+from grm.base import regular_file_bytes
 from grm.config.judge import JudgeLimits
 from grm.judges.errors import JudgeError
 from grm.judges.sandbox import BoundedSandbox, RenderLimitError, RenderLimits, budget
@@ -75,6 +76,10 @@ class TemplateSandboxError(JudgeError):
     """The sandbox refused what a template asked for (``__class__``, ``metadata.update(...)``)."""
 
 
+class TemplateUndefinedError(JudgeError):
+    """A render used a variable or field the data did not give (``metadata.topic`` on a row without one)."""
+
+
 def render_limits(limits: JudgeLimits) -> RenderLimits:
     """A judge spec's ``limits`` as the bounds of one render of its templates."""
     return RenderLimits(
@@ -104,7 +109,7 @@ class Template:
             raise TemplateSandboxError(f"{self._where(e)}: template refused by the sandbox: {e}") from None
         except jinja2.UndefinedError as e:
             given = ", ".join(sorted(k for k, v in variables.items() if v is not None))
-            raise JudgeError(f"{self._where(e)}: {e.message}; variables given: {given}") from None
+            raise TemplateUndefinedError(f"{self._where(e)}: {e.message}; variables given: {given}") from None
         except jinja2.TemplateError as e:
             raise JudgeError(f"{self._where(e)}: template error: {e}") from None
         except Exception as e:  # the template's own expressions may raise anything: 1/0, range(10**6), |letter on a word
@@ -146,11 +151,16 @@ def parse_template(source: str, path: str = "<template>") -> Template:
 
 
 @lru_cache(maxsize=256)
-def _load_cached(path: str, mtime: float) -> Template:
+def _load_cached(path: str, mtime: float, size: int) -> Template:
+    # UTF-8 is at most 4 bytes a character: a larger file is refused unread (not read whole, then measured)
+    raw = regular_file_bytes(Path(path), JudgeError, limit=4 * MAX_TEMPLATE_CHARS)
+    if raw is None:
+        raise JudgeError(f"{path}: template not found")
     try:
-        source = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise JudgeError(f"{path}: template is not valid UTF-8") from None
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise JudgeError(f"{path}:{line}: template is not valid UTF-8") from None
     return parse_template(source, path)
 
 
@@ -158,7 +168,8 @@ def load_template(path: str | Path) -> Template:
     p = Path(path)
     if not p.is_file():
         raise JudgeError(f"{p}: template not found")
-    return _load_cached(str(p), p.stat().st_mtime)
+    st = p.stat()
+    return _load_cached(str(p), st.st_mtime, st.st_size)
 
 
 def lint_template(t: Template) -> list[str]:

@@ -10,9 +10,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from grm.base import is_complete, settle_dir
+from grm.base import is_complete, regular_file_bytes, settle_dir
 from grm.orchestrator.errors import RunError
 from grm.run_format import read_row
+
+JSON_LIMIT = 64 << 20
+"""The most bytes a checkpoint's JSON file (``driver.json``, ``anchors.json``) may hold."""
 
 CHECKPOINT = re.compile(r"\.?(step-\d+)(\..+)?")
 """A checkpoint (``step-N``), or what ``atomic_dir`` keeps beside it while writing or deleting it."""
@@ -36,11 +39,13 @@ def complete_checkpoints(root: Path) -> list[Path]:
 
 
 def _read_json(path: Path) -> Any:
+    raw = regular_file_bytes(path, RunError, limit=JSON_LIMIT)  # a FIFO would block, /dev/zero never end
+    if raw is None:
+        raise RunError(f"{path}: cannot read the checkpoint (missing)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise RunError(f"{path}: cannot read the checkpoint ({why})") from None
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RunError(f"{path}: cannot read the checkpoint ({str(e)[:200]})") from None
 
 
 def driver_state(ckpt: Path) -> dict[str, Any]:

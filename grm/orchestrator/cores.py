@@ -68,7 +68,7 @@ class CoreLedger:
             raise ValueError(f"core ledger slot {share.slot} outside 0..{SLOTS - 1}")
         self.share = share
         self.path = ledger_path(share.key, directory)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # /dev/shm is shared: never through a planted link
         try:
             if os.fstat(fd).st_size < 2 * SLOTS:
                 os.ftruncate(fd, 2 * SLOTS)  # zeros; never shrinks a file another process filled

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, atomic_dir, atomic_write_text, discard_dir, read_jsonl
+from grm.base import append_jsonl, atomic_dir, atomic_write_bytes, atomic_write_text, discard_dir, read_jsonl
 from grm.config.names import run_dir
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
@@ -24,7 +24,7 @@ from grm.orchestrator.heldout_file import report_lines as heldout_lines
 from grm.orchestrator.resume import CONFIG, check_resumable, cut_after, record_start
 from grm.orchestrator.step_rows import cost_table, step_line
 from grm.orchestrator.wandb_log import WandbLog
-from grm.report_files import markdown_table, new_figure, save_figure
+from grm.report_files import figure_png, markdown_table, new_figure
 from grm.run_format import stamp
 
 
@@ -140,7 +140,7 @@ class Recorder:
         ax2.set_title("seconds per phase (judging overlaps in async)")
         ax2.legend(fontsize=7)
         try:
-            save_figure(fig, self.path / "curves.png")
+            atomic_write_bytes(self.path / "curves.png", figure_png(fig))
         except OSError as e:
             raise RunError(f"{self.path / 'curves.png'}: cannot write ({e.strerror or e})") from None
         cols = ["step", "reward_mean", "kl", "entropy", "masked", "response_len_mean", "seconds_step", "judge_share"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from grm.base import atomic_write_text, regular_file
+from grm.base import atomic_write_text, open_own
 from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.orchestrator.errors import RunError
 from grm.run_format import FORMAT_KEY, check_format, line_format, read_row
@@ -154,10 +154,11 @@ def cut_after(path: Path, step: int, kind: str | None = None) -> None:
     RunError naming the file (and line) when it cannot be read or cut, when a line of an earlier
     step follows one of a later step, or when a line has a format this grm cannot read."""
     kind = kind or path.stem
-    if not regular_file(path, RunError):  # a FIFO would block the read, a device never end it
+    if not os.path.lexists(path):
         return
+    fd = open_own(path, os.O_RDWR, RunError)  # a link is refused (cutting it would cut its target), a FIFO or device too
     try:
-        with open(path, "r+b") as fh:
+        with os.fdopen(fd, "r+b") as fh:
             offset, cut = 0, None
             for n, line in enumerate(fh, 1):
                 if not line.endswith(b"\n"):  # torn: its writer was killed mid-line

@@ -78,7 +78,11 @@ class Folder:
         self.fd = os.open(path, _OPEN_DIR)
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Close the directory's descriptor; again is a no-op (closing a number twice could close
+        another file that reused it)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def where(self, name: str) -> str:
         return str(self.path / name)

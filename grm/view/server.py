@@ -350,7 +350,7 @@ def serve(
     try:
         httpd = ViewServer(host, port, dirs)
     except (OSError, OverflowError) as e:
-        for d in dirs:
+        for d in dirs:  # a failed bind already closed them (server_close); closing is idempotent
             d.folder.close()
         raise ViewError(f"cannot listen on {host}:{port} ({getattr(e, 'strerror', None) or e})") from None
     try:

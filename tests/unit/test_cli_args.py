@@ -106,7 +106,7 @@ def test_an_output_directory_under_a_read_only_one_is_refused(tree, monkeypatch)
 @pytest.mark.parametrize(
     "check,good,bad",
     [
-        (A.positive, ["1", " 7 ", "1_000"], ["0", "-1", "1.5", "1e3", "", "nan", "ten"]),
+        (A.positive, ["1", " 7 "], ["0", "-1", "1.5", "1e3", "", "nan", "ten", "1_000", "\u0661", "\u00b2"]),
         (A.seed, ["0", str(2**31 - 1)], ["-1", str(2**31), "0.0"]),
         (A.port, ["0", "1", "65535"], ["-1", "65536", "99999", "http"]),
         (A.non_negative, ["0", "0.7", "1e-9", "2"], ["-0.1", "nan", "inf", "-inf", "1e400", "hot"]),

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from grm.report_files import markdown_table, new_figure, save_figure
+from grm.report_files import figure_png, markdown_table, new_figure
 
 
 def test_a_markdown_table_is_a_header_a_rule_and_one_line_per_row():
@@ -28,16 +28,20 @@ def test_report_modules_do_not_import_matplotlib_until_a_figure_is_drawn():
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
 
 
-def test_a_figure_is_saved_as_png_and_closed_even_when_the_write_fails(tmp_path):
+def test_a_figure_becomes_png_bytes_and_is_closed_even_when_drawing_fails(tmp_path):
     import matplotlib.pyplot as plt
 
     fig, ax = new_figure(figsize=(2, 2))
     ax.plot([0, 1], [1, 0])
-    save_figure(fig, tmp_path / "a.png")
-    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert figure_png(fig)[:8] == b"\x89PNG\r\n\x1a\n"
     assert not plt.fignum_exists(fig.number)
 
     fig, _ = new_figure()
-    with pytest.raises(OSError):
-        save_figure(fig, tmp_path / "missing" / "b.png")
+
+    def fails(*args, **kwargs):
+        raise ValueError("cannot draw")
+
+    fig.savefig = fails
+    with pytest.raises(ValueError):
+        figure_png(fig)
     assert not plt.fignum_exists(fig.number)

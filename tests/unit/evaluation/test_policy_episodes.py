@@ -263,6 +263,6 @@ def test_a_bad_env_file_is_named_with_its_line(tmp_path, engines, capsys, text, 
 
 def test_env_flags_need_policy_and_episode_flags_need_env(tmp_path, capsys):
     assert main(["eval", "--env", "calc", "--out", str(tmp_path / "a")]) == 2
-    assert "--env only apply with --policy" in capsys.readouterr().err
+    assert "--env apply only to evaluating a policy (--policy" in capsys.readouterr().err
     assert main(["eval", "--policy", POLICY, "--prompts", "builtin:arith-prompts", "--split", "x", "--out", str(tmp_path)]) == 2
     assert "--split only apply with --env" in capsys.readouterr().err
