@@ -117,20 +117,19 @@ def regular_file_bytes(path: Path, error: type[GrmError] = GrmError, limit: int 
     The file is opened without blocking and checked on the open descriptor, so a FIFO or device
     that takes a file's place between a check and the read is still refused, never read.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
+    if not regular_file(Path(path), error):  # a device is never opened (a tape rewinds, a tty is taken)
         return None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, not a file") from None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
     except OSError as e:
         raise error(f"{path}: cannot read ({e.strerror or e})") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise error(f"{path}: is a directory, not a file")
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO since the check
             raise error(f"{path}: not a regular file (a FIFO, socket or device); give a file")
+        os.set_blocking(fd, True)
         if limit is not None and st.st_size > limit:
             raise error(f"{path}: {st.st_size} bytes, more than the {limit} this file may hold")
         try:
@@ -155,9 +154,7 @@ def open_own(path: str | Path, flags: int, error: type[GrmError] = GrmError) -> 
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise error(
-                f"{path}: is a symbolic link; grm never writes through a link in its own directories: remove it"
-            ) from None
+            raise error(f"{path}: is a symbolic link; grm follows no link in its own directories: remove it") from None
         if e.errno == errno.EISDIR:
             raise error(f"{path}: is a directory, where grm keeps a file: remove or rename it") from None
         if e.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
@@ -394,6 +391,18 @@ def _staged(path: Path, what: str) -> Path:
     return path.with_name(f".{path.name}.{what}")
 
 
+def own_dir(path: str | Path, error: type[GrmError] = GrmError) -> Path:
+    """``path``, a directory grm keeps inside a run or eval directory (``checkpoints``, ``gate/NAME``),
+    or ``error`` when it is a symbolic link or a file: grm would read, write or delete what a link
+    planted there points to. A missing ``path`` is fine (grm creates it)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise error(f"{path}: is a symbolic link; grm keeps its own directory here, never a link: remove it")
+    if path.exists() and not path.is_dir():
+        raise error(f"{path}: is a file where grm keeps a directory: remove or rename it")
+    return path
+
+
 def is_complete(path: str | Path) -> bool:
     """Whether ``path`` is a directory ``atomic_dir`` finished (its ``COMPLETE`` marker exists)."""
     return (Path(path) / "COMPLETE").is_file()
@@ -401,8 +410,12 @@ def is_complete(path: str | Path) -> bool:
 
 def discard_dir(path: str | Path) -> None:
     """Delete directory ``path`` (if it exists): one rename takes it out of sight, then it is removed;
-    a crash midway leaves a ``.NAME.trash-*`` directory that ``settle_dir`` removes."""
+    a crash midway leaves a ``.NAME.trash-*`` directory that ``settle_dir`` removes. A link or a
+    file at ``path`` is removed itself, never what a link points to."""
     path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+        return
     trash = path.with_name(f".{path.name.lstrip('.')}.trash-{uuid.uuid4().hex[:12]}")
     try:
         os.rename(path, trash)
@@ -423,8 +436,8 @@ def settle_dir(path: str | Path) -> None:
     path = Path(path)
     tmp, old = _staged(path, "tmp"), _staged(path, "old")
     if not path.exists():
-        for candidate in (tmp, old):  # the newer whole version first
-            if is_complete(candidate):
+        for candidate in (tmp, old):  # the newer whole version first; a link is not a version grm wrote
+            if not candidate.is_symlink() and is_complete(candidate):
                 os.rename(candidate, path)
                 fsync_dir(path.parent)
                 break

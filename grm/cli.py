@@ -99,7 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # A broken pipeline fails here in a blink: the driver imports Ray (seconds) and validates the
     # same way again (milliseconds).
     loaded = load_pipeline(args.pipeline, args.overrides)
-    _build_judges((j.path, j.spec) for j in loaded.judges)  # a broken template fails now, not after Ray starts
+    # a broken template or parser fails now, not after Ray starts
+    _build_judges([*((j.path, j.spec) for j in loaded.judges), *((path, spec) for spec, path in loaded.heldout)])
     if args.dry_run:
         from grm.orchestrator.dry_run import dry_run
 

@@ -71,7 +71,12 @@ def validate_tree(path: str | Path, overrides: Iterable[str] = ()) -> list[tuple
     if detect_kind(load_yaml(path).data) != "pipeline":
         return [(path, load(path, overrides))]
     p = load_pipeline(path, overrides)
-    return [(path, p.spec), (_ref(p.spec.policy.spec, path.parent, "policy"), p.policy), *((j.path, j.spec) for j in p.judges)]
+    return [
+        (path, p.spec),
+        (_ref(p.spec.policy.spec, path.parent, "policy"), p.policy),
+        *((j.path, j.spec) for j in p.judges),
+        *((f, spec) for spec, f in p.heldout),
+    ]
 
 
 __all__ = [

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from grm.base import GrmError, parse_failure, regular_file
+from grm.base import GrmError, parse_failure, regular_file_bytes
 
 Key = tuple[Any, ...]
 
@@ -126,7 +126,7 @@ def _check_expansion(root: yaml.Node, loader: _UniqueKeyLoader) -> None:
                 stack.append((k, False))
 
 
-def _line_map(root: yaml.Node, loader: yaml.SafeLoader) -> dict[Key, int]:
+def _line_map(root: yaml.Node, loader: _UniqueKeyLoader) -> dict[Key, int]:
     """The line (1-based) of every key path; iterative. ``_check_expansion`` bounds it: at most
     ``MAX_NODES`` key paths of at most ``MAX_DEPTH`` keys."""
     lines: dict[Key, int] = {}
@@ -157,6 +157,9 @@ def _key_of(k_node: yaml.Node, loader: yaml.SafeLoader) -> Any:
         return k_node.value
 
 
+_BREAK = re.compile(r"\r\n|\r|\n")
+"""A line end as editors count them (not YAML 1.1's U+0085, U+2028 and U+2029)."""
+
 _REFUSED_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("binary", "set", "omap", "pairs"))
 _NUMBER_TAGS = frozenset(("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"))
 
@@ -179,11 +182,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         if self._breaks is None:
             text = self.buffer
             exotic = "\x85" in text or "\u2028" in text or "\u2029" in text
-            self._breaks = [m.start() for m in re.finditer(r"\r\n?|\n", text)] if exotic else []
+            self._breaks = [m.end() for m in _BREAK.finditer(text)] if exotic else []
             self._exotic = exotic
         if not self._exotic:
             return mark.line + 1
-        return bisect.bisect_left(self._breaks, mark.index) + 1
+        return bisect.bisect_right(self._breaks, mark.index) + 1  # breaks that end at or before the mark
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         self._nodes += 1
@@ -262,14 +265,14 @@ def _compose(text: str, where: str) -> tuple[yaml.Node | None, Any, _UniqueKeyLo
     if len(text) > MAX_BYTES:
         raise _LimitError(f"{where}:1: {len(text)} characters; a config holds at most {MAX_BYTES}")
     if "\t" in text:
-        for i, line in enumerate(text.splitlines(), 1):
+        for i, line in enumerate(_BREAK.split(text), 1):
             indent = line[: len(line) - len(line.lstrip())]
             if "\t" in indent:
                 raise ConfigError(f"{where}:{i}: tab character in indentation; YAML needs spaces")
     try:
         loader = _UniqueKeyLoader(text)  # checks every character first
     except yaml.reader.ReaderError as e:
-        line = text[: e.position].count("\n") + 1
+        line = len(_BREAK.findall(text, 0, e.position)) + 1
         raise ConfigError(f"{where}:{line}: invalid YAML: control character U+{e.character:04X} is not allowed") from None
     try:  # one parse: the node tree gives the lines, then the data is constructed from it
         node = loader.get_single_node()
@@ -294,15 +297,14 @@ def _compose(text: str, where: str) -> tuple[yaml.Node | None, Any, _UniqueKeyLo
 def load_yaml(path: str | os.PathLike[str]) -> Located:
     """Load a YAML mapping from ``path`` with line information, or raise ConfigError."""
     path = Path(path)
-    try:
-        if not regular_file(path, ConfigError):  # a FIFO would block the read, /dev/zero never end it
-            raise ConfigError(f"{path}: no such file")
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{path}:1: file is over {MAX_BYTES} bytes; a config holds at most that")
+    try:  # a FIFO would block the read, /dev/zero never end it: refused on the open descriptor
+        raw = regular_file_bytes(path, ConfigError, limit=MAX_BYTES)
+    except ConfigError as e:
+        if "more than the" in str(e):
+            raise ConfigError(f"{path}:1: file is over {MAX_BYTES} bytes; a config holds at most that") from None
+        raise
+    if raw is None:
+        raise ConfigError(f"{path}: no such file")
     text = _decode(raw, path)
     if not text.strip():
         raise ConfigError(f"{path}:1: file is empty; expected a YAML mapping (key: value lines)")

@@ -3,6 +3,7 @@ judge inputs and check every row, saying which one is wrong."""
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import json
 import math
@@ -185,10 +186,10 @@ def _number(value: Any) -> float | None:
     ``infinity`` that ``float()`` would take."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, decimal.Decimal)):  # a parquet decimal column gives Decimal
         try:
             return float(value)
-        except OverflowError:
+        except (OverflowError, ValueError):  # Decimal("sNaN")
             return None
     if isinstance(value, str) and _DECIMAL.fullmatch(value):
         return float(value)

@@ -221,42 +221,49 @@ def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _saved_dataset_files(path: Path) -> None:
-    """Refuse a saved ``datasets`` directory that reads anything but regular files inside it.
+def _saved_dataset_files(path: Path) -> Path:
+    """The directory of the one split a saved ``datasets`` directory is read from (itself, or the
+    first split a ``DatasetDict`` lists), once every file it would open is checked.
 
     ``state.json`` names the Arrow files ``load_from_disk`` opens, and a crafted one can name
     ``../x`` or ``/etc/...``: a FIFO there blocks the reader for good (past Ctrl-C), any other file
-    is read as data. Each split's files must be plain names of regular files in its directory.
+    is read as data. Every ``state.json`` and ``dataset_info.json`` present is a bounded regular
+    file, and every data file it names a plain name in its directory of a regular file (a link is
+    followed, as a downloaded snapshot's are, but must end at a regular file).
     """
-    splits = [path]
-    dict_raw = regular_file_bytes(path / "dataset_dict.json", DataError, limit=1 << 20)
-    if dict_raw is not None:
+    for meta in ("dataset_info.json", "dataset_dict.json", "state.json"):
+        regular_file_bytes(path / meta, DataError, limit=16 << 20)  # refused when not a bounded regular file
+    split = path
+    if not (path / "state.json").exists():  # datasets reads a DatasetDict only without a top-level state.json
+        dict_raw = regular_file_bytes(path / "dataset_dict.json", DataError, limit=1 << 20)
+        if dict_raw is None:
+            raise DataError(f"{path}: not a saved datasets directory (no state.json); give a data file or a saved dataset")
         try:
             names = json.loads(dict_raw)["splits"]
         except (ValueError, KeyError, TypeError, RecursionError):
             raise DataError(f'{path / "dataset_dict.json"}: not a datasets split list ({{"splits": [...]}})') from None
         if not isinstance(names, list) or not names or not all(_plain_name(n) for n in names):
             raise DataError(f"{path / 'dataset_dict.json'}: 'splits' must list split directories by plain name")
-        splits = [path / n for n in names]
-    for split in splits:
-        state_path = split / "state.json"
-        raw = regular_file_bytes(state_path, DataError, limit=16 << 20)
-        if raw is None:
-            raise DataError(f"{split}: not a saved datasets directory (no state.json); give a data file or a saved dataset")
+        split = path / names[0]
+    state_path = split / "state.json"
+    raw = regular_file_bytes(state_path, DataError, limit=16 << 20)
+    regular_file_bytes(split / "dataset_info.json", DataError, limit=16 << 20)
+    if raw is None:
+        raise DataError(f"{split}: not a saved datasets directory (no state.json); give a data file or a saved dataset")
+    try:
+        names = [f["filename"] for f in json.loads(raw)["_data_files"]]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise DataError(f"{state_path}: not a datasets state file (no '_data_files' list of filenames)") from None
+    for name in names:
+        if not _plain_name(name):
+            raise DataError(f"{state_path}: data file {str(name)[:100]!r} is not a file name inside {split}")
         try:
-            files = json.loads(raw)["_data_files"]
-            names = [f["filename"] for f in files]
-        except (ValueError, KeyError, TypeError, RecursionError):
-            raise DataError(f"{state_path}: not a datasets state file (no '_data_files' list of filenames)") from None
-        for name in names:
-            if not _plain_name(name):
-                raise DataError(f"{state_path}: data file {str(name)[:100]!r} is not a file name inside {split}")
-            try:
-                mode = (split / name).lstat().st_mode
-            except OSError as e:
-                raise DataError(f"{split / name}: cannot read ({e.strerror or e})") from None
-            if not stat.S_ISREG(mode):  # a link may lead out of the directory; a FIFO or device never ends
-                raise DataError(f"{split / name}: not a regular file inside the dataset directory (a link, FIFO or device)")
+            mode = (split / name).stat().st_mode
+        except OSError as e:
+            raise DataError(f"{split / name}: cannot read ({e.strerror or e})") from None
+        if not stat.S_ISREG(mode):  # a FIFO never ends a read, a device never ends it either
+            raise DataError(f"{split / name}: not a regular file (a FIFO, socket or device)")
+    return split
 
 
 def _plain_name(name: Any) -> bool:
@@ -264,18 +271,14 @@ def _plain_name(name: Any) -> bool:
 
 
 def _datasets_rows(path: Path) -> list[dict[str, Any]]:
-    if path.is_dir():
-        _saved_dataset_files(path)
+    split = _saved_dataset_files(path) if path.is_dir() else None
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     try:
-        if path.is_dir():
-            ds = datasets.load_from_disk(str(path), keep_in_memory=True)
-            if isinstance(ds, datasets.DatasetDict):
-                ds = ds[next(iter(ds))]
-            return ds.to_list()
+        if split is not None:
+            return datasets.Dataset.load_from_disk(str(split)).to_list()
         import pyarrow.parquet as pq  # read directly: datasets' parquet builder would copy it into ~/.cache
 
         return pq.read_table(str(path)).to_pylist()

@@ -52,7 +52,7 @@ class ServerProcess:
         # each probe bounded like any request; its reply is small ("/models", "/health")
         self._probe = HttpClient(timeout_s=2.0, max_reply_bytes=1 << 20, credentials=credentials)
         append = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-        self._log = os.fdopen(open_own(log_path, append), "ab") if log_path else subprocess.DEVNULL
+        self._log = os.fdopen(open_own(log_path, append, EngineError), "ab") if log_path else subprocess.DEVNULL
         self.timeout_s, self.env = timeout_s, env
         self.restarts = 0
         """Times the server was found dead and started again."""

@@ -76,7 +76,7 @@ def check_out(out: Path, force: bool, run_dir: Path) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out}: exists and is not a directory; give a directory to create")
     target, run = out.resolve(), run_dir.resolve()
-    if run.is_relative_to(target) or target.is_relative_to(run / "checkpoints"):
+    if run.is_relative_to(target) or target.is_relative_to((run_dir / "checkpoints").resolve()):  # through a link too
         raise ExportError(f"--out {out}: would replace the run {run_dir} or write among its checkpoints; choose another")
     if out.is_dir() and not force and any(out.iterdir()):
         raise ExportError(f"--out {out}: exists and is not empty; use --force to replace it, or another --out")

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError, atomic_write_text, regular_file_bytes
+from grm.base import GrmError, atomic_write_text, discard_dir, own_dir, regular_file_bytes
 from grm.config.pipeline import GateSpec
 from grm.config.resolve import LoadedJudge, LoadedPipeline
 from grm.data.items import labelled_pairs
@@ -130,7 +129,8 @@ def run_gates(loaded: LoadedPipeline, run_dir: Path, console: Any = None) -> lis
         if gate is None:
             continue
         prev = decisions.get(j.name)
-        eval_dir = run_dir / "gate" / j.name
+        own_dir(run_dir / "gate")
+        eval_dir = own_dir(run_dir / "gate" / j.name)  # a link would have the gate delete and write elsewhere
         if prev is not None and _same_gate(prev, j, gate):
             if prev["passed"]:
                 console.print(
@@ -138,7 +138,7 @@ def run_gates(loaded: LoadedPipeline, run_dir: Path, console: Any = None) -> lis
                 )
                 continue
         elif prev is not None and eval_dir.exists():
-            shutil.rmtree(eval_dir)  # another spec or gate: its judgments are not this gate's
+            discard_dir(eval_dir)  # another spec or gate: its judgments are not this gate's
         labelled_pairs(gate.data, gate.limit, f"judge '{j.name}' gate")  # no labelled pairs: say so before judging
         console.print(
             f"gate: evaluating judge '{j.name}' on {gate.data} (bar: accuracy >= {gate.min_accuracy:g})",

@@ -75,6 +75,8 @@ def _from_run(run_dir: Path, checkpoint: Path, ref: str) -> PolicySource:
 
 def resolve_policy(ref: str) -> PolicySource:
     """POLICY -> what to load and how to prompt it; a clear error when it names nothing usable."""
+    if not ref.strip():  # Path("") is the current directory
+        raise PolicySourceError("--policy is empty; give a run directory, a checkpoint, a policy YAML or a model")
     path = Path(ref).expanduser()
     if path.is_dir():
         if is_run_dir(path):

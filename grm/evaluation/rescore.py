@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from grm.base import read_jsonl_numbered, rewrite_jsonl, writer_lock
+from grm.base import read_jsonl_numbered, regular_file_bytes, rewrite_jsonl, writer_lock
 from grm.config import JudgeSpec, load_judge
+from grm.config.paths import resolve_path
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.report import write_outputs
 from grm.evaluation.runner import EvalError, both_orders, check_result_line, outcome, read_record
@@ -16,6 +18,7 @@ from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.rescore import rescore as rescore_result
 from grm.judges.runtime import build_judge
+from grm.judges.templates import MAX_TEMPLATE_CHARS
 from grm.run_format import stamp
 
 
@@ -87,6 +90,11 @@ def _rescore(
         if new_spec.mode != specs[target][0].mode:
             raise EvalError(f"--judge is {new_spec.mode} but '{target}' was {specs[target][0].mode}; the raw outputs do not fit")
         judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
+    results_path = out / "results.jsonl"
+    # no repair: a torn last line is the killed eval's, cut by the `grm eval` that resumes it
+    lines = read_jsonl_numbered(results_path, repair=False, check=check_result_line)
+    if not lines:
+        raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
     for name, (spec, base_dir, recorded) in specs.items():
         if name in judges:
             continue
@@ -96,15 +104,8 @@ def _rescore(
                 f"{rec_path}: judge '{name}' names code to run ({code}); grm rescore runs no code an eval "
                 "directory names: rescore it with --judge SPEC, a spec you trust"
             )
+        _same_templates(rec_path, name, spec, base_dir, lines)
         judges[name] = build_judge(spec, base_dir)
-    results_path = out / "results.jsonl"
-    # no repair: a torn last line is the killed eval's, cut by the `grm eval` that resumes it
-    lines = read_jsonl_numbered(results_path, repair=False, check=check_result_line)
-    if not lines:
-        raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
-    if not judge_ref:
-        for name, judge in judges.items():
-            _same_templates(rec_path, name, judge, lines)
     new_lines = []
     for n, line in lines:
         judge = judges.get(line["judge"])
@@ -142,16 +143,48 @@ def _rescore(
     )
 
 
-def _same_templates(rec_path: Path, name: str, judge: Judge, lines: list[tuple[int, dict[str, Any]]]) -> None:
-    """Refuse a recorded judge whose template files are not the ones its stored results name by hash.
+def _template_files(spec: JudgeSpec, base_dir: Path) -> dict[str, Path]:
+    """The template files a recorded spec names, by the provenance key that records their hash."""
+    refs = {
+        "template_sha256": spec.template,
+        "principles_template_sha256": spec.principles.template if spec.principles else None,
+        "checklist_template_sha256": spec.checklist.template if spec.checklist and spec.checklist.source == "model" else None,
+    }
+    out = {}
+    for key, ref in refs.items():
+        if ref:
+            try:
+                out[key] = resolve_path(ref, base_dir, "prompts")
+            except FileNotFoundError:
+                out[key] = base_dir / ref  # hashes as missing: refused below like any other mismatch
+    return out
+
+
+def _file_sha256(path: Path) -> str | None:
+    """A template file's hash as ``grm.judges.templates`` computes it (UTF-8, newlines as \\n); None
+    when it cannot be read as one."""
+    try:
+        raw = regular_file_bytes(path, EvalError, limit=4 * MAX_TEMPLATE_CHARS)
+        if raw is None:
+            return None
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except (EvalError, UnicodeDecodeError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _same_templates(rec_path: Path, name: str, spec: JudgeSpec, base_dir: str, lines: list[tuple[int, dict[str, Any]]]) -> None:
+    """Refuse a recorded judge whose template files do not hash to what its stored results name,
+    before any is compiled.
 
     The record's paths come from the directory, which is data: a crafted record may name any file
-    (``/etc/shadow``), and rescoring would print that file's hash as the template's. A template
-    edited since the eval fails the same check: its results were not judged with it.
+    (``/etc/shadow``), and building the judge would quote it in a syntax error or report its hash.
+    Only whether the file is the one the results were judged with is learnt, and the message says
+    nothing of what the file holds. A template edited since the eval fails the same check.
     """
-    mine = {k: v for k, v in judge.provenance().items() if k.endswith("template_sha256") and v is not None}
+    files = _template_files(spec, Path(base_dir))
     ours = [line for _, line in lines if line.get("judge") == name]
-    if not mine or not ours:
+    if not files or not ours:
         return
     stored = next(
         (
@@ -162,7 +195,7 @@ def _same_templates(rec_path: Path, name: str, judge: Judge, lines: list[tuple[i
         ),
         None,
     )
-    if stored is not None and all(stored.get(k) == v for k, v in mine.items()):
+    if stored is not None and all(stored.get(k) == _file_sha256(f) for k, f in files.items()):
         return  # one stored result vouches for the files: every line came from the one eval's judge
     raise EvalError(
         f"{rec_path}: judge '{name}': its template files are not the ones its stored results were judged "

@@ -217,8 +217,8 @@ class TargetCall:
             fn: Any = importlib.import_module(mod)
             for a in attr.split("."):
                 fn = getattr(fn, a)
-        except (ImportError, AttributeError) as e:
-            raise JudgeError(f"parser target {spec.target!r} cannot be imported: {e}") from None
+        except Exception as e:  # the user's module may raise anything while it is imported
+            raise JudgeError(f"parser target {spec.target!r} cannot be imported: {type(e).__name__}: {e}") from None
         self.fn: Callable[..., Any] = fn
         self.options = spec.options
 

@@ -157,7 +157,7 @@ def _load_cached(path: str, mtime: float, size: int) -> Template:
     if raw is None:
         raise JudgeError(f"{path}: template not found")
     try:
-        source = raw.decode("utf-8")
+        source = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as text mode read it: hashes stay
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise JudgeError(f"{path}:{line}: template is not valid UTF-8") from None

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError
+from grm.base import GrmError, regular_file_bytes
 
 
 class CheckpointError(GrmError):
@@ -101,11 +101,27 @@ def lora_settings(checkpoint: Path) -> dict[str, Any] | None:
     f = checkpoint / "policy" / LORA_FILE
     if not f.is_file():
         return None
+    raw = regular_file_bytes(f, CheckpointError, limit=1 << 20)
     try:
-        cfg = json.loads(f.read_text(encoding="utf-8"))
-        float(cfg["alpha"]) / int(cfg["r"])
-    except (ValueError, KeyError, TypeError, ZeroDivisionError) as e:
-        raise CheckpointError(f"{f}: not a LoRA settings file ({e})") from None
+        cfg = json.loads(raw or b"")
+        number = (int, float)
+        targets = cfg["target_modules"]
+        ok = (
+            type(cfg["r"]) is int
+            and cfg["r"] >= 1
+            and isinstance(cfg["alpha"], number)
+            and cfg["alpha"] > 0
+            and isinstance(cfg["dropout"], number)
+            and 0 <= cfg["dropout"] < 1
+            and isinstance(cfg["scaling"], number)
+            and (targets == "all-linear" or (isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets)))
+        )
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        raise CheckpointError(f"{f}: not a LoRA settings file grm wrote ({type(e).__name__}: {str(e)[:100]})") from None
+    if not ok:
+        raise CheckpointError(
+            f"{f}: not a LoRA settings file grm wrote (r >= 1, alpha > 0, 0 <= dropout < 1, scaling, target_modules)"
+        )
     return cfg
 
 
@@ -116,24 +132,83 @@ def raw_checkpoint_state(checkpoint: Path) -> dict[str, Any]:
     return {k: v for k, v in state.items() if ".lora_" in k} if lora_settings(checkpoint) else state
 
 
+SAVED_GLOBALS = frozenset(
+    {
+        "numpy.ndarray",
+        "numpy.dtype",
+        "numpy._core.multiarray._reconstruct",
+        "numpy.core.multiarray._reconstruct",
+        "deepspeed.runtime.zero.config.ZeroStageEnum",
+        "deepspeed.utils.tensor_fragment.fragment_address",
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+    }
+)
+"""The Python objects grm's trainers pickle besides tensors and plain values (DeepSpeed's state and
+loss scaler, numpy's RNG state); ``numpy.dtypes.*`` too."""
+
+
+def refuse_foreign_pickles(directory: str | Path) -> None:
+    """CheckpointError naming the first ``*.pt`` file under ``directory`` whose pickle names any
+    Python object but those grm's trainers save (``SAVED_GLOBALS``), read without unpickling it.
+
+    ``torch.load`` (and DeepSpeed's loaders, which pass ``weights_only=False``) run whatever a
+    pickle names: a crafted checkpoint in a run directory given to ``grm export``, ``grm eval
+    --policy``, ``model:`` or ``--resume`` would run its code. Checked before any of them loads it.
+    """
+    import torch
+
+    for f in sorted(Path(directory).rglob("*.pt")):
+        if not f.is_file():
+            raise CheckpointError(f"{f}: not a regular file (a FIFO, socket or device)")
+        try:
+            names = torch.serialization.get_unsafe_globals_in_checkpoint(str(f))
+        except Exception as e:  # torch raises many types for a file that is not a torch zip archive
+            raise CheckpointError(f"{f}: not a checkpoint file grm can read ({type(e).__name__})") from None
+        foreign = [n for n in names if n not in SAVED_GLOBALS and not n.startswith("numpy.dtypes.")]
+        if foreign:
+            raise CheckpointError(
+                f"{f}: its pickle names {foreign[0][:120]!r}, which grm's trainers never save; grm does not "
+                "unpickle it (that could run any code): use a checkpoint grm wrote"
+            )
+
+
 def _saved_tensors(checkpoint: Path) -> dict[str, Any]:
     pdir = checkpoint / "policy"
     if (pdir / "model.safetensors").is_file():
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(pdir / "model.safetensors"))
+        try:
+            return load_file(str(pdir / "model.safetensors"))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"{pdir / 'model.safetensors'}: not a safetensors file grm can read ({str(e)[:200]})") from None
     state_dir = pdir / "state"
     if state_dir.is_dir():
+        refuse_foreign_pickles(state_dir)
         if any(state_dir.glob("*zero_pp_rank_*optim_states.pt")):
             from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
             kw = {"exclude_frozen_parameters": True} if lora_settings(checkpoint) else {}
-            return dict(get_fp32_state_dict_from_zero_checkpoint(str(pdir), tag="state", **kw))
+            try:
+                return dict(get_fp32_state_dict_from_zero_checkpoint(str(pdir), tag="state", **kw))
+            except Exception as e:  # DeepSpeed raises many types for files that do not fit together
+                raise CheckpointError(
+                    f"{state_dir}: DeepSpeed cannot read its ZeRO states ({type(e).__name__}: {str(e)[:200]})"
+                ) from None
         files = sorted(state_dir.glob("mp_rank_*_model_states.pt"))
         if files:
             import torch
 
-            return torch.load(files[0], map_location="cpu", weights_only=False)["module"]
+            try:  # only the globals refuse_foreign_pickles allowed are in it
+                module = torch.load(files[0], map_location="cpu", weights_only=False)["module"]
+            except (KeyError, TypeError, ValueError, RuntimeError, EOFError) as e:
+                raise CheckpointError(
+                    f"{files[0]}: not a DeepSpeed model states file ({type(e).__name__}: {str(e)[:200]})"
+                ) from None
+            if not isinstance(module, dict):
+                raise CheckpointError(f"{files[0]}: its 'module' is not a dict of tensors")
+            return module
     raise CheckpointError(f"{pdir}: no policy weights (model.safetensors or a DeepSpeed state/ directory)")
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grm.base import GrmError
+from grm.base import GrmError, open_own
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ def _say(msg: str) -> None:
 def store_lock(name: str) -> Iterator[None]:
     path = grm_home() / "locks" / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
+    # never truncated, and never opened through a link planted in the store (it would take its target)
+    with os.fdopen(open_own(path, os.O_RDWR | os.O_CREAT, ModelStoreError), "r+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -108,8 +109,10 @@ def store_lock(name: str) -> Iterator[None]:
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """The file's sha256; ModelStoreError when ``path`` is a link or not a regular file (a hash of
+    a link's target would say what another file holds; a FIFO would never end)."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with os.fdopen(open_own(path, os.O_RDONLY, ModelStoreError), "rb") as fh:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from grm.base import is_complete, regular_file_bytes, settle_dir
+from grm.base import is_complete, own_dir, regular_file_bytes, settle_dir
 from grm.orchestrator.errors import RunError
 from grm.run_format import read_row
 
@@ -25,6 +25,7 @@ def complete_checkpoints(root: Path) -> list[Path]:
     """The complete checkpoints under ``root``, oldest first, once the writes and deletions a crash
     cut short are finished or undone (``grm.base.settle_dir``): after a crash at any point of a
     checkpoint's write, overwrite or pruning, a complete checkpoint is here. The run's writer only."""
+    own_dir(root, RunError)
     where = root
     try:
         if root.is_dir():
@@ -32,7 +33,7 @@ def complete_checkpoints(root: Path) -> list[Path]:
                 where = root / name
                 settle_dir(where)
             where = root
-        done = [p for p in root.glob("step-*") if p.name[5:].isdigit() and is_complete(p)]
+        done = [p for p in root.glob("step-*") if p.name[5:].isdigit() and is_complete(own_dir(p, RunError))]
     except OSError as e:
         raise RunError(f"{where}: cannot list or settle the checkpoints ({e.strerror or e})") from None
     return sorted(done, key=lambda p: int(p.name[5:]))

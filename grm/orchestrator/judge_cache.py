@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl
+from grm.base import append_jsonl, regular_file_bytes
 from grm.config.judge import JudgeSpec
 from grm.judges.base import hash_spec
 from grm.judges.types import JudgeResult, Sample, SampleRecord
+from grm.orchestrator.errors import RunError
 from grm.orchestrator.types import GroupResults
 
 CACHEABLE = ("pointwise", "checklist")
@@ -111,12 +112,13 @@ class JudgeCache:
         path = run_dir / DIR / f"{spec.name}.jsonl" if run_dir is not None else None
         cache = cls(spec.name, hash_spec(spec), path)
         if path is not None and path.is_file():
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            raw = regular_file_bytes(path, RunError) or b""
+            for line in raw.split(b"\n"):
                 try:
                     row = json.loads(line)
-                    if row.get("spec") == cache.spec_hash:
+                    if isinstance(row, dict) and row.get("spec") == cache.spec_hash:
                         cache._keep(row["key"], result_from_dict(row["result"]))
-                except (ValueError, KeyError, TypeError):  # a line a kill cut short, or another grm's
+                except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # cut short by a kill, or not grm's
                     continue
         return cache
 

@@ -16,7 +16,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from grm.base import atomic_write_text
+from grm.base import atomic_write_text, regular_file_bytes
 from grm.config.run_options import WandbSpec
 from grm.orchestrator.errors import RunError
 
@@ -39,9 +39,10 @@ class WandbLog:
         wandb = require_wandb()
         os.environ.setdefault("WANDB_SILENT", "true")  # grm prints its own line; W&B's banner is noise on a panel
         record = run_dir / RUN_FILE
+        raw = regular_file_bytes(record, RunError, limit=1 << 16)  # a FIFO would block the resume
         try:
-            run_id = json.loads(record.read_text())["id"] if record.exists() else secrets.token_hex(8)
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            run_id = json.loads(raw)["id"] if raw is not None else secrets.token_hex(8)
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             raise RunError(f"{record}: not the W&B record grm writes ({e}); delete it to start a new W&B run") from None
         if not isinstance(run_id, str) or not run_id.isalnum():
             raise RunError(f"{record}: 'id' must be letters and digits; delete the file to start a new W&B run")

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from grm.base import atomic_dir, check_complete
 from grm.models import lora
-from grm.models.checkpoints import LORA_FILE
+from grm.models.checkpoints import LORA_FILE, refuse_foreign_pickles
 from grm.models.weights import unique_tensors
 from grm.training.batch import TrainBatch
 from grm.training.core import Forward, LossFn, accumulate, lr_lambda, policy_forward, rng_state, set_rng_state, step_metrics
@@ -203,6 +203,7 @@ class DeepSpeedTrainer:
     def load(self, path: str | Path) -> None:
         with self._together("load"):
             path = check_complete(path)
+            refuse_foreign_pickles(path)  # DeepSpeed unpickles with weights_only=False
             if self.lora:  # DeepSpeed loads a module non-strictly: check the adapters' names first
                 files = sorted((Path(path) / "state").glob("mp_rank_*_model_states.pt"))
                 if not files:

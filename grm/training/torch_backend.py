@@ -15,7 +15,7 @@ from torch import Tensor
 
 from grm.base import atomic_dir, check_complete
 from grm.models import lora
-from grm.models.checkpoints import LORA_FILE
+from grm.models.checkpoints import LORA_FILE, refuse_foreign_pickles
 from grm.models.device import scalar, to_cpu
 from grm.models.weights import tied_aliases, unique_tensors
 from grm.training.batch import TrainBatch
@@ -116,6 +116,7 @@ class TorchTrainer:
         self._load_trainer_state(path)
 
     def _load_trainer_state(self, path: Path) -> None:
+        refuse_foreign_pickles(path)
         state = torch.load(path / "trainer_state.pt", weights_only=False, map_location="cpu")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

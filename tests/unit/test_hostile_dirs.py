@@ -185,11 +185,30 @@ def test_a_saved_dataset_naming_a_file_outside_itself_is_refused(tmp_path, name)
         load_rows(str(ds))
 
 
-def test_a_saved_dataset_whose_file_is_a_link_or_fifo_is_refused(tmp_path, canary):
+def test_a_saved_dataset_whose_file_is_a_fifo_or_leads_to_one_is_refused(tmp_path):
     ds = saved_dataset(tmp_path, ["data-00000-of-00001.arrow", "b.arrow"])
-    (ds / "data-00000-of-00001.arrow").symlink_to(canary)
+    os.mkfifo(tmp_path / "fifo")
+    (ds / "data-00000-of-00001.arrow").symlink_to(tmp_path / "fifo")
+    with pytest.raises(DataError, match="data-00000-of-00001.arrow: not a regular file"):
+        load_rows(str(ds))
+    (ds / "data-00000-of-00001.arrow").unlink()
+    (ds / "data-00000-of-00001.arrow").write_bytes(b"")
     os.mkfifo(ds / "b.arrow")
-    with pytest.raises(DataError, match="data-00000-of-00001.arrow: not a regular file inside the dataset"):
+    with pytest.raises(DataError, match="b.arrow: not a regular file"):
+        load_rows(str(ds))
+
+
+def test_a_split_list_beside_a_top_level_state_cannot_hide_it(tmp_path):
+    os.mkfifo(tmp_path / "fifo.arrow")
+    ds = saved_dataset(tmp_path, ["../fifo.arrow"])  # what datasets reads when state.json is at the top
+    (ds / "dataset_dict.json").write_text('{"splits": ["train"]}')
+    (ds / "train").mkdir()
+    with pytest.raises(DataError, match="is not a file name inside"):
+        load_rows(str(ds))
+    os.mkfifo(ds / "dataset_info.json.fifo")
+    (ds / "dataset_info.json").unlink()
+    (ds / "dataset_info.json").symlink_to(ds / "dataset_info.json.fifo")
+    with pytest.raises(DataError, match="dataset_info.json: not a regular file"):
         load_rows(str(ds))
 
 
@@ -262,9 +281,11 @@ def test_a_human_score_that_is_not_a_plain_number_is_refused(tmp_path, value):
     assert "human_score must be a finite number" in res.err
 
 
-def test_yaml_errors_after_a_unicode_line_separator_name_the_file_line(tmp_path):
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_yaml_errors_after_a_unicode_line_separator_name_the_file_line(tmp_path, end):
     f = tmp_path / "p.yaml"
-    f.write_text('name: x\nsystem: "a\u2028b\u2029c\x85d"\nmodel: m\nbogus: 1\n', encoding="utf-8")
+    text = 'name: x\nsystem: "a\u2028b\u2029c\x85d"\nmodel: m\nbogus: 1\n'.replace("\n", end)
+    f.write_bytes(text.encode("utf-8"))
     res = run_cli("validate", str(f))
     assert_clean_failure(res, f)
     assert f"{f}:4:" in res.err and "bogus" in res.err, res.err
@@ -355,7 +376,6 @@ def test_validate_refuses_prompts_that_are_no_data_file(source):
     "sample,needle",
     [
         ([], "an empty list"),
-        ({"prompt": "p", "response": "r", "messages": [{"role": "evil", "content": "x"}]}, "role 'evil'"),
         ({"prompt": "p", "prompt ": 1}, None),
     ],
 )
@@ -368,3 +388,116 @@ def test_judge_render_refuses_samples_it_would_misread(tmp_path, sample, needle)
         return
     assert_clean_failure(res, f)
     assert needle in res.err
+
+
+# --------------------------------------------------------------------------- checkpoints and stores
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (open, (str(_RunsCode.witness), "w"))
+
+
+def test_a_checkpoint_whose_pickle_names_code_is_refused_unloaded(tmp_path):
+    import torch
+
+    from grm.models.checkpoints import CheckpointError, raw_checkpoint_state, refuse_foreign_pickles
+
+    _RunsCode.witness = tmp_path / "ran"
+    state = tmp_path / "step-1" / "policy" / "state"
+    state.mkdir(parents=True)
+    torch.save({"module": _RunsCode()}, state / "mp_rank_00_model_states.pt")
+    with pytest.raises(CheckpointError, match="mp_rank_00_model_states.pt: its pickle names '.*open'"):
+        raw_checkpoint_state(tmp_path / "step-1")
+    assert not _RunsCode.witness.exists()
+    (state / "mp_rank_00_model_states.pt").write_text("garbage")
+    with pytest.raises(CheckpointError, match="not a checkpoint file grm can read"):
+        raw_checkpoint_state(tmp_path / "step-1")
+    import numpy as np
+
+    torch.save({"module": {"w": torch.ones(2)}, "rng": np.random.get_state()}, state / "mp_rank_00_model_states.pt")
+    refuse_foreign_pickles(state)  # tensors, plain values and numpy's RNG state are what trainers save
+    assert torch.equal(raw_checkpoint_state(tmp_path / "step-1")["w"], torch.ones(2))
+
+
+def test_a_link_planted_among_checkpoints_is_never_taken_for_one(tmp_path, canary):
+    from grm.orchestrator.checkpoints import complete_checkpoints
+
+    elsewhere = canary.parent / "ck2"
+    elsewhere.mkdir()
+    (elsewhere / "COMPLETE").write_text("ok\n")
+    root = tmp_path / "run" / "checkpoints"
+    planted(root, ".step-2.tmp", elsewhere)  # what a crash between a checkpoint's renames leaves, as a link
+    assert complete_checkpoints(root) == []
+    assert not (root / "step-2").exists() and (elsewhere / "COMPLETE").exists()
+    planted(root, "step-3", elsewhere)
+    with pytest.raises(RunError, match="step-3: is a symbolic link"):
+        complete_checkpoints(root)
+    (root / "step-3").unlink()
+    root.rmdir()
+    root.symlink_to(elsewhere)
+    with pytest.raises(RunError, match="checkpoints: is a symbolic link"):
+        complete_checkpoints(root)
+
+
+def test_discard_dir_removes_a_link_not_its_target(tmp_path, canary):
+    from grm.base import discard_dir, own_dir
+
+    link = planted(tmp_path / "gate", "judge", canary.parent)
+    with pytest.raises(GrmError, match="is a symbolic link"):
+        own_dir(link)
+    discard_dir(link)
+    assert not link.exists() and canary.exists()
+
+
+def test_the_model_store_lock_and_hash_follow_no_link(tmp_path, canary, monkeypatch):
+    from grm.models.store import ModelStoreError, sha256_file, store_lock
+
+    monkeypatch.setenv("GRM_HOME", str(tmp_path / "home"))
+    planted(tmp_path / "home" / "locks", "m.lock", canary)
+    with pytest.raises(ModelStoreError, match="m.lock: is a symbolic link"):
+        with store_lock("m"):
+            pass
+    with pytest.raises(ModelStoreError, match="is a symbolic link"):
+        sha256_file(planted(tmp_path / "home" / "gguf", "m.gguf", canary))
+
+
+def test_a_rescore_record_naming_a_file_outside_does_not_quote_it(evaluated, canary):  # noqa: F811
+    import yaml
+
+    secret = canary.with_name("secret.j2")
+    secret.write_text("hello\n{% CANARYWORD_s3cr3t %}\n")
+    rec = evaluated / "config.resolved.yaml"
+    record = yaml.safe_load(rec.read_text())
+    record["judges"][0]["spec"]["template"] = str(secret)
+    rec.write_text(yaml.safe_dump(record))
+    res = run_cli("rescore", str(evaluated))
+    assert_clean_failure(res, rec)
+    assert "CANARYWORD" not in res.err + res.out
+
+
+def test_export_refuses_an_out_among_checkpoints_reached_through_a_link(tmp_path):
+    from grm.evaluation.export import ExportError, check_out
+
+    real = tmp_path / "real" / "checkpoints"
+    real.mkdir(parents=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoints").symlink_to(real)
+    with pytest.raises(ExportError, match="among its checkpoints"):
+        check_out(real, True, run)
+
+
+def test_a_judge_cache_of_rows_grm_never_wrote_is_skipped_line_by_line(tmp_path):
+    from grm.config import load_judge
+    from grm.orchestrator.judge_cache import DIR, JudgeCache
+
+    spec = load_judge("judges/pointwise-logprob.yaml")
+    (tmp_path / DIR).mkdir()
+    (tmp_path / DIR / f"{spec.name}.jsonl").write_bytes(b'[1]\n"x"\n' + b"[" * 100_000 + b"\n{\"spec\": 1}\n")
+    assert len(JudgeCache.open(spec, tmp_path).entries) == 0
+
+
+def test_an_empty_policy_is_named_not_read_as_the_current_directory(tmp_path):
+    res = run_cli("eval", "--policy", "", "--prompts", "builtin:arith-prompts", "--out", str(tmp_path / "o"))
+    assert res.code != 0 and "--policy is empty" in res.err, res.err
