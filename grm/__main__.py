@@ -1,5 +1,3 @@
-import sys
+from grm.cli import entry
 
-from grm.cli import main
-
-sys.exit(main())
+entry()

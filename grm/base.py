@@ -36,9 +36,12 @@ class GrmError(Exception):
 
 
 def json_safe(x: Any) -> Any:
-    """``x`` with non-finite floats as None (JSON has no NaN), recursively through dicts and lists."""
+    """``x`` with non-finite floats as None (JSON has no NaN) and lone surrogates as U+FFFD (UTF-8
+    has none), recursively through dicts and lists."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
+    if isinstance(x, str):
+        return without_lone_surrogates(x)
     if isinstance(x, dict):
         return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -202,6 +205,11 @@ def parse_jsonl(raw: bytes, path: str | Path, error: type[GrmError] = JsonlError
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # raw UTF-8 cannot hold a surrogate: only a JSON escape can
 _LONE = re.compile(r"(?<![\ud800-\udbff])[\udc00-\udfff]|[\ud800-\udbff](?![\udc00-\udfff])")
 SURROGATE_WHY = "a string holds a lone UTF-16 surrogate (an escape such as \\ud800 with no pair): not text; mend the row"
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD: what a model or server wrote is kept, as text."""
+    return _LONE.sub("\ufffd", text) if _LONE.search(text) else text
 
 
 def lone_surrogate(value: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -228,6 +229,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a writer the pipe ended
 
 
+def entry() -> None:
+    """The ``grm`` command: ``main``, then exit. After an interrupt, exit without waiting for worker
+    threads still blocked in a request (a served judge's HTTP call may wait minutes for its
+    timeout): the interpreter would join them first, and a second Ctrl-C there is a traceback.
+    Exit handlers (a launched server's stop) run first; ``main`` itself never exits, for tests."""
+    code = main()
+    if code == 130:
+        import atexit
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     parser = build_parser()
@@ -253,4 +271,4 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

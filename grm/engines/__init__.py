@@ -31,15 +31,24 @@ def _openai(spec: Any, model: str) -> Any:
     key = None
     if spec.api_key_env:
         key = os.environ.get(spec.api_key_env)
-        if not key:
+        if key is None:
             raise EngineError(f"engine.api_key_env names {spec.api_key_env}, which is not set in the environment")
+        if not key.strip():
+            raise EngineError(f"engine.api_key_env names {spec.api_key_env}, which is set but empty")
     tokenizer = None
     if spec.endpoint == "completions":
         from transformers import AutoTokenizer
 
         from grm.models import resolve_model
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+        where = resolve_model(model)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(where)
+        except Exception as e:  # transformers raises many types for a directory it cannot read
+            first = (str(e).splitlines() or [""])[0][:200]
+            raise EngineError(
+                f"{where}: cannot load the tokenizer the completions endpoint needs ({type(e).__name__}: {first})"
+            ) from None
     server = None
     base_url = spec.base_url or (spec.urls[0] if spec.urls else "http://127.0.0.1:{port}/v1")
     if spec.launch:

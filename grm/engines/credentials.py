@@ -145,5 +145,18 @@ class Credentials:
             text = self._pattern.sub(REDACTED, text)
         return public_url(text)
 
+    def redact_cut(self, text: str) -> str:
+        """``redact`` for text cut from a longer whole (a reply body's first bytes): a secret the
+        cut split is gone from ``redact``'s view, so an end of ``text`` that begins any spelling
+        of one is redacted too. A server that pads its echo of the key to the cut (with whitespace
+        a one-line message then collapses) would otherwise choose how much of the key is shown."""
+        text = self.redact(text)
+        lowered = text.lower()
+        cut = max(
+            (k for f in (form.lower() for form in self._forms) for k in range(len(f) - 1, 0, -1) if lowered.endswith(f[:k])),
+            default=0,
+        )  # the longest end that begins any spelling
+        return text[:-cut] + REDACTED if cut else text
+
     def __repr__(self) -> str:
         return f"Credentials({sorted(f'{s}://{h}:{p}' for s, h, p in self._by_origin)})"

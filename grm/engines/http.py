@@ -200,8 +200,10 @@ class HttpClient:
         return kind(self.redact(message))
 
     def shown(self, body: bytes) -> str:
-        """A reply body for a message: redacted whole, then one bounded line of plain text."""
-        return plain(self.redact(body[:ERROR_BODY_BYTES].decode("utf-8", errors="replace"))) or "(empty body)"
+        """A reply body for a message: its first ``ERROR_BODY_BYTES`` redacted (a key the cut split
+        included), then one bounded line of plain text."""
+        head = body[:ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+        return plain(self.credentials.redact_cut(head) if len(body) >= ERROR_BODY_BYTES else self.redact(head)) or "(empty body)"
 
     # ------------------------------------------------------------------ JSON with retries
     def post_json(self, url: str, body: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Discriminator, Field, NonNegativeInt, Tag, ValidationError
 
+from grm.base import without_lone_surrogates
 from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.credentials import Credentials, shape_error
 from grm.engines.http import HttpClient
@@ -234,6 +235,9 @@ class OpenAIEngine:
     def _generation(self, res: _Reply, i: int, j: int) -> Generation:
         choice = res.choices[0]
         text = choice.text if choice.text is not None else (choice.message.content if choice.message else None) or ""
+        # a server that echoes the request puts the key in the text, which results files keep; a
+        # lone surrogate ("\\ud800" in the JSON) is no text any file or hash can hold
+        text = without_lone_surrogates(self._http.redact(text))
         lps = _token_logprobs(choice.logprobs)
         if not all(math.isfinite(x) for x in lps):
             raise EngineError(

@@ -192,6 +192,13 @@ def lint_judge(path: Path) -> list[str]:
                     f"{path}: examples[{k}]: parser gives {json.dumps(value)} ({got.error or 'ok'}), "
                     f"the example expects {json.dumps(ex.expect)}"
                 )
+    if spec.aggregate.type == "meta":  # what only building finds: the meta judge, and its own
+        from grm.judges.runtime import build_judge
+
+        try:
+            build_judge(spec, path.parent)
+        except (JudgeError, ConfigError) as e:
+            problems.append(f"{path}: aggregate.meta_judge: {e}")
     return problems
 
 

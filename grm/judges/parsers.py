@@ -217,8 +217,10 @@ class TargetCall:
             fn: Any = importlib.import_module(mod)
             for a in attr.split("."):
                 fn = getattr(fn, a)
-        except Exception as e:  # the user's module may raise anything while it is imported
+        except (Exception, SystemExit) as e:  # the user's module may raise anything while it is imported
             raise JudgeError(f"parser target {spec.target!r} cannot be imported: {type(e).__name__}: {e}") from None
+        if not callable(fn):
+            raise JudgeError(f"parser target {spec.target!r} is a {type(fn).__name__}, not a function")
         self.fn: Callable[..., Any] = fn
         self.options = spec.options
 
@@ -226,7 +228,7 @@ class TargetCall:
         name = getattr(self.fn, "__name__", "parser target")
         try:
             out = self.fn(text, **self.options)
-        except Exception as e:  # an output the user's function did not expect is a failed parse, kept with its reason
+        except (Exception, SystemExit) as e:  # an output the user's function did not expect: a failed parse, with its reason
             return fail(f"{name} raised {type(e).__name__}: {_short(str(e))}")
         parsed = out if isinstance(out, ParsedScore) else ParsedScore(out)
         if parsed.value is None:

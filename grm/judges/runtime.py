@@ -40,20 +40,34 @@ JUDGES: dict[str, JudgeConstructor] = {
 def build_judge(spec: JudgeSpec, base_dir: Path | str | None = None, engine: GenerationEngine | None = None) -> Judge:
     """The judge for ``spec``; relative paths resolve against ``base_dir`` (default: the working
     directory). ``engine`` defaults to a shared hf engine for ``spec.model``, loaded on first use."""
-    return _build(spec, Path(base_dir) if base_dir else Path.cwd(), EngineSlot(spec, engine))
+    return _build(spec, Path(base_dir) if base_dir else Path.cwd(), EngineSlot(spec, engine), ())
 
 
-def _build(spec: JudgeSpec, base_dir: Path, slot: EngineSlot) -> Judge:
+MAX_META_DEPTH = 4
+"""Meta judges above a judge: a meta judge of a meta judge is already rare."""
+
+
+def _build(spec: JudgeSpec, base_dir: Path, slot: EngineSlot, above: tuple[str, ...]) -> Judge:
     make = JUDGES.get(spec.mode)
     if make is None:
         raise JudgeError(f"unknown judge mode '{spec.mode}'; known: {', '.join(JUDGES)}")
     meta = None
     if spec.aggregate.type == "meta":
         from grm.config import load_judge
+        from grm.config.paths import resolve_judge
 
-        meta_spec = load_judge(spec.aggregate.meta_judge or "", base_dir)
+        ref = spec.aggregate.meta_judge or ""
+        try:
+            where = str(resolve_judge(ref, base_dir).resolve())
+        except FileNotFoundError as e:
+            raise JudgeError(f"judge '{spec.name}': meta_judge {ref!r}: {e}") from None
+        if where in above:
+            raise JudgeError(f"judge '{spec.name}': meta_judge {ref!r} leads back to a judge above it (a cycle: {where})")
+        if len(above) >= MAX_META_DEPTH:
+            raise JudgeError(f"judge '{spec.name}': meta judges nested more than {MAX_META_DEPTH} deep")
+        meta_spec = load_judge(ref, base_dir)
         # a meta-judge on the same weights sends to its parent's engine (one copy loaded)
-        meta = _build(meta_spec, base_dir, slot if slot.serves(meta_spec) else EngineSlot(meta_spec))
+        meta = _build(meta_spec, base_dir, slot if slot.serves(meta_spec) else EngineSlot(meta_spec), (*above, where))
     return make(spec, base_dir, slot, meta)
 
 

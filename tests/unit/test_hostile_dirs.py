@@ -494,10 +494,73 @@ def test_a_judge_cache_of_rows_grm_never_wrote_is_skipped_line_by_line(tmp_path)
 
     spec = load_judge("judges/pointwise-logprob.yaml")
     (tmp_path / DIR).mkdir()
-    (tmp_path / DIR / f"{spec.name}.jsonl").write_bytes(b'[1]\n"x"\n' + b"[" * 100_000 + b"\n{\"spec\": 1}\n")
+    (tmp_path / DIR / f"{spec.name}.jsonl").write_bytes(b'[1]\n"x"\n' + b"[" * 100_000 + b'\n{"spec": 1}\n')
     assert len(JudgeCache.open(spec, tmp_path).entries) == 0
 
 
 def test_an_empty_policy_is_named_not_read_as_the_current_directory(tmp_path):
     res = run_cli("eval", "--policy", "", "--prompts", "builtin:arith-prompts", "--out", str(tmp_path / "o"))
     assert res.code != 0 and "--policy is empty" in res.err, res.err
+
+
+META = (
+    "name: {name}\nmode: pointwise\nmodel: smollm2-135m-instruct\ntemplate: builtin:pointwise-score\n"
+    "sampling: {{n: 2, temperature: 0.7, max_new_tokens: 8}}\nparser: {{type: regex, range: [1, 10]}}\n"
+    "aggregate: {{type: meta, meta_judge: {other}.yaml, top_k: 1}}\n"
+)
+
+
+@pytest.mark.parametrize("cycle", ["self", "two"])
+def test_a_meta_judge_cycle_is_a_message_in_validate_lint_and_render(tmp_path, cycle):
+    for name, other in (("a", "a" if cycle == "self" else "b"), ("b", "a")):
+        (tmp_path / f"{name}.yaml").write_text(META.format(name=name, other=other))
+    f, sample = tmp_path / "a.yaml", tmp_path / "s.json"
+    sample.write_text('{"prompt": "p", "response": "r"}')
+    for argv in (["validate", str(f)], ["judge", "lint", str(f)], ["judge", "render", str(f), "--sample", str(sample)]):
+        res = run_cli(*argv)
+        text = res.err + res.out
+        assert res.code != 0 and "Traceback" not in text and "a cycle" in text, (argv, text)
+
+
+def test_a_parser_target_that_is_not_a_function_is_refused_when_built(tmp_path):
+    (tmp_path / "t.j2").write_text("{# expects: response #}{{ response }}")
+    (tmp_path / "pw.yaml").write_text(
+        "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: target, target: 'math:inf'}\n"
+    )
+    res = run_cli("validate", str(tmp_path / "pw.yaml"))
+    assert res.code != 0 and "not a function" in res.err, res.err
+
+
+def test_ctrl_c_while_a_served_judge_waits_exits_at_once(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()  # accepts (the kernel's backlog) and never answers
+    port = listener.getsockname()[1]
+    (tmp_path / "served.yaml").write_text(
+        "name: served\nmode: pointwise\nmodel: m\n"
+        f"engine: {{type: openai, base_url: 'http://127.0.0.1:{port}/v1', endpoint: chat, timeout_s: 100, max_retries: 1}}\n"
+        "template: builtin:helpfulness-pointwise\nparser: {type: regex, pattern: 'Score: (\\d+)', range: [1, 10]}\n"
+    )
+    (tmp_path / "s.json").write_text('{"prompt": "What is 2+2?", "response": "4"}')
+    p = subprocess.Popen(
+        [sys.executable, "-m", "grm", "judge", "try", str(tmp_path / "served.yaml"), "--sample", str(tmp_path / "s.json")],
+        cwd=Path(__file__).parents[2],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(4)  # the request is in flight
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        err = p.communicate(timeout=20)[1]
+        assert time.monotonic() - t0 < 5 and p.returncode == 130, err
+        assert "interrupted" in err and "Traceback" not in err
+    finally:
+        p.kill()
+        listener.close()

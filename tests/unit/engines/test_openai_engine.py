@@ -382,6 +382,35 @@ def test_a_key_straddling_the_cut_of_a_shown_body_leaves_no_prefix(two):
         assert_clean(_fails(_remote(a)), a.url)
 
 
+@pytest.mark.parametrize("fill", [" ", "\n", "\t "])
+def test_a_key_padded_to_the_cut_of_a_long_body_leaves_no_prefix(two, fill):
+    # whitespace a one-line message collapses would bring the cut's last bytes into view
+    from grm.engines.http import ERROR_BODY_BYTES
+
+    a, _ = two
+    for status in (400, 503):
+        for keep in (1, 5, 12, len(KEY) - 1):
+            pad = (fill * ERROR_BODY_BYTES)[: ERROR_BODY_BYTES - keep]
+            a.answer = lambda arrival, pad=pad, status=status: Answer(status, (pad + KEY).encode())
+            assert_clean(_fails(_remote(a)), a.url)
+
+
+def test_a_reply_that_echoes_the_key_in_its_text_keeps_it_out_of_the_generation(two):
+    a, _ = two
+    a.answer = lambda arrival: completion(f"Score: 7 (you sent Authorization: {arrival.headers['Authorization']})")
+    out = _remote(a).generate([Req(text="x")], SamplingParams(max_new_tokens=2))[0].text
+    assert KEY not in out and out.startswith("Score: 7") and "[redacted]" in out
+
+
+def test_a_lone_surrogate_in_a_reply_is_kept_as_the_replacement_character(two):
+    a, _ = two
+    body = b'{"choices": [{"text": "Score: 7 \\ud800 end", "finish_reason": "stop"}]}'
+    a.answer = lambda arrival: Answer(200, body, {"Content-Type": "application/json"})
+    out = _remote(a).generate([Req(text="x")], SamplingParams(max_new_tokens=2))[0].text
+    assert out == "Score: 7 \ufffd end"
+    out.encode("utf-8")
+
+
 def test_user_and_password_in_the_url_are_http_basic_for_that_server_and_shown_nowhere(two):
     import base64
 
