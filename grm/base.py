@@ -43,7 +43,7 @@ def json_safe(x: Any) -> Any:
     if isinstance(x, str):
         return without_lone_surrogates(x)
     if isinstance(x, dict):
-        return {k: json_safe(v) for k, v in x.items()}
+        return {without_lone_surrogates(k) if isinstance(k, str) else k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [json_safe(v) for v in x]
     return x
@@ -204,12 +204,17 @@ def parse_jsonl(raw: bytes, path: str | Path, error: type[GrmError] = JsonlError
 
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # raw UTF-8 cannot hold a surrogate: only a JSON escape can
 _LONE = re.compile(r"(?<![\ud800-\udbff])[\udc00-\udfff]|[\ud800-\udbff](?![\udc00-\udfff])")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 SURROGATE_WHY = "a string holds a lone UTF-16 surrogate (an escape such as \\ud800 with no pair): not text; mend the row"
 
 
 def without_lone_surrogates(text: str) -> str:
     """``text`` with each lone surrogate as U+FFFD: what a model or server wrote is kept, as text."""
-    return _LONE.sub("\ufffd", text) if _LONE.search(text) else text
+    try:
+        text.encode("utf-8")  # the fast path: text without any surrogate
+        return text
+    except UnicodeEncodeError:  # json.loads joins an escaped pair; any surrogate left cannot be UTF-8
+        return _SURROGATE.sub("\ufffd", text)
 
 
 def lone_surrogate(value: Any) -> bool:
@@ -422,7 +427,7 @@ def discard_dir(path: str | Path) -> None:
     file at ``path`` is removed itself, never what a link points to."""
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
-        path.unlink()
+        path.unlink(missing_ok=True)
         return
     trash = path.with_name(f".{path.name.lstrip('.')}.trash-{uuid.uuid4().hex[:12]}")
     try:

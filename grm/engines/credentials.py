@@ -145,6 +145,11 @@ class Credentials:
             text = self._pattern.sub(REDACTED, text)
         return public_url(text)
 
+    def redact_secrets(self, text: str) -> str:
+        """``text`` with every spelling of a bound secret as ``[redacted]`` and nothing else changed
+        (``redact`` also strips ``user@`` from URLs: right for a message, wrong for a model's text)."""
+        return self._pattern.sub(REDACTED, text) if self._pattern is not None else text
+
     def redact_cut(self, text: str) -> str:
         """``redact`` for text cut from a longer whole (a reply body's first bytes): a secret the
         cut split is gone from ``redact``'s view, so an end of ``text`` that begins any spelling
@@ -153,9 +158,9 @@ class Credentials:
         text = self.redact(text)
         lowered = text.lower()
         cut = max(
-            (k for f in (form.lower() for form in self._forms) for k in range(len(f) - 1, 0, -1) if lowered.endswith(f[:k])),
+            (k for f in (form.lower() for form in self._forms) for k in range(len(f) - 1, 3, -1) if lowered.endswith(f[:k])),
             default=0,
-        )  # the longest end that begins any spelling
+        )  # the longest end (4 characters or more) that begins any spelling
         return text[:-cut] + REDACTED if cut else text
 
     def __repr__(self) -> str:

@@ -237,7 +237,7 @@ class OpenAIEngine:
         text = choice.text if choice.text is not None else (choice.message.content if choice.message else None) or ""
         # a server that echoes the request puts the key in the text, which results files keep; a
         # lone surrogate ("\\ud800" in the JSON) is no text any file or hash can hold
-        text = without_lone_surrogates(self._http.redact(text))
+        text = without_lone_surrogates(self._http.credentials.redact_secrets(text))
         lps = _token_logprobs(choice.logprobs)
         if not all(math.isfinite(x) for x in lps):
             raise EngineError(

@@ -18,7 +18,7 @@ from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.rescore import rescore as rescore_result
 from grm.judges.runtime import build_judge
-from grm.judges.templates import MAX_TEMPLATE_CHARS
+from grm.judges.templates import MAX_TEMPLATE_CHARS, template_source
 from grm.run_format import stamp
 
 
@@ -96,8 +96,8 @@ def _rescore(
     if not lines:
         raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
     for name, (spec, base_dir, recorded) in specs.items():
-        if name in judges:
-            continue
+        if name in judges or not any(line.get("judge") == name for _, line in lines):
+            continue  # the --judge given; or a judge with no stored results: nothing to rescore, nothing built
         code = names_code(recorded)  # a directory is data: it may not make grm import or load anything
         if code:
             raise EvalError(
@@ -167,7 +167,7 @@ def _file_sha256(path: Path) -> str | None:
         raw = regular_file_bytes(path, EvalError, limit=4 * MAX_TEMPLATE_CHARS)
         if raw is None:
             return None
-        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        text = template_source(raw)
     except (EvalError, UnicodeDecodeError):
         return None
     return hashlib.sha256(text.encode()).hexdigest()

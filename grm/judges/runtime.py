@@ -67,7 +67,8 @@ def _build(spec: JudgeSpec, base_dir: Path, slot: EngineSlot, above: tuple[str, 
             raise JudgeError(f"judge '{spec.name}': meta judges nested more than {MAX_META_DEPTH} deep")
         meta_spec = load_judge(ref, base_dir)
         # a meta-judge on the same weights sends to its parent's engine (one copy loaded)
-        meta = _build(meta_spec, base_dir, slot if slot.serves(meta_spec) else EngineSlot(meta_spec), (*above, where))
+        # its paths are relative to its own file, as they were checked when it loaded
+        meta = _build(meta_spec, Path(where).parent, slot if slot.serves(meta_spec) else EngineSlot(meta_spec), (*above, where))
     return make(spec, base_dir, slot, meta)
 
 

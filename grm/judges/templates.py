@@ -157,11 +157,17 @@ def _load_cached(path: str, mtime: float, size: int) -> Template:
     if raw is None:
         raise JudgeError(f"{path}: template not found")
     try:
-        source = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as text mode read it: hashes stay
+        source = template_source(raw)
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise JudgeError(f"{path}:{line}: template is not valid UTF-8") from None
     return parse_template(source, path)
+
+
+def template_source(raw: bytes) -> str:
+    """A template file's text as grm reads and hashes it: UTF-8, line ends as ``\\n`` (as text mode
+    read it). UnicodeDecodeError for bytes that are not UTF-8."""
+    return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def load_template(path: str | Path) -> Template:

@@ -156,9 +156,19 @@ def refuse_foreign_pickles(directory: str | Path) -> None:
     pickle names: a crafted checkpoint in a run directory given to ``grm export``, ``grm eval
     --policy``, ``model:`` or ``--resume`` would run its code. Checked before any of them loads it.
     """
+    import os
+
     import torch
 
-    for f in sorted(Path(directory).rglob("*.pt")):
+    found = []
+    for top, dirs, files in os.walk(directory):  # links to directories are not walked: refused instead
+        for d in dirs:
+            if (Path(top) / d).is_symlink():
+                raise CheckpointError(
+                    f"{Path(top) / d}: a symbolic link in a checkpoint; grm loads only what the checkpoint holds"
+                )
+        found += [Path(top) / f for f in files if f.endswith(".pt")]
+    for f in sorted(found):
         if not f.is_file():
             raise CheckpointError(f"{f}: not a regular file (a FIFO, socket or device)")
         try:

@@ -564,3 +564,44 @@ def test_ctrl_c_while_a_served_judge_waits_exits_at_once(tmp_path):
     finally:
         p.kill()
         listener.close()
+
+
+def test_a_checkpoint_whose_state_is_a_linked_directory_is_refused(tmp_path):
+    import torch
+
+    from grm.models.checkpoints import CheckpointError, refuse_foreign_pickles
+
+    _RunsCode.witness = tmp_path / "ran"
+    (tmp_path / "elsewhere").mkdir()
+    torch.save({"module": _RunsCode()}, tmp_path / "elsewhere" / "mp_rank_00_model_states.pt")
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "state").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(CheckpointError, match="state: a symbolic link in a checkpoint"):
+        refuse_foreign_pickles(tmp_path / "policy")
+    assert not _RunsCode.witness.exists()
+
+
+def test_a_recorded_judge_without_results_is_not_built_by_rescore(evaluated, canary):  # noqa: F811
+    import yaml
+
+    secret = canary.with_name("secret.j2")
+    secret.write_text("{% CANARYWORD_s3cr3t %}\n")
+    rec = evaluated / "config.resolved.yaml"
+    record = yaml.safe_load(rec.read_text())
+    extra = dict(record["judges"][0], name="extra")
+    extra["spec"] = dict(extra["spec"], name="extra", template=str(secret))
+    record["judges"].append(extra)
+    rec.write_text(yaml.safe_dump(record))
+    res = run_cli("rescore", str(evaluated))
+    assert "CANARYWORD" not in res.err + res.out
+    assert res.code == 0, res.err
+
+
+def test_served_text_keeps_its_urls_and_loses_only_the_key():
+    from grm.engines.credentials import Credentials
+
+    c = Credentials()
+    c.bind("http://127.0.0.1:1/v1", "sk-abcdef123456")
+    text = "clone ssh://git@example.com/x or https://u@h/y; the key sk-abcdef123456"
+    assert c.redact_secrets(text) == "clone ssh://git@example.com/x or https://u@h/y; the key [redacted]"
+    assert c.redact_cut("too many requests") == "too many requests"  # a one-letter end is no key
