@@ -188,7 +188,7 @@ class Judgments:
     def score(self, judge: Any, samples: list[Any], batch: int, progress: Any, label: str) -> list[Any]:
         """``judge``'s result for each of ``samples``: the known ones kept, each other distinct request
         judged once, ``batch`` samples a ``score_batch`` call."""
-        from grm.base import append_jsonl
+        from grm.jsonl import append_jsonl
 
         keys = [self.key(judge, s) for s in samples]
         todo = list({k: s for k, s in zip(keys, samples, strict=True) if k not in self.known}.items())

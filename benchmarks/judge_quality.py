@@ -174,10 +174,10 @@ def main() -> int:
 def _saved(out: Path, data: Path, limit: int | None, control: LengthControl | None) -> dict | None:
     """Metrics of a saved eval directory (its results.jsonl, the first ``limit`` items of ``data``)
     without loading a judge; None when it holds no results."""
-    from grm.base import read_jsonl
     from grm.data.items import default_map, to_items
     from grm.data.sources import load_rows
     from grm.evaluation.judge_metrics import compute
+    from grm.jsonl import read_jsonl
 
     lines = read_jsonl(out / "results.jsonl", repair=False)
     if not lines:

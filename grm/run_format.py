@@ -14,7 +14,7 @@ a row of the old format into the new one in place, register it in ``MIGRATIONS``
 (``tests/unit/test_run_format.py``). Readers then see the new layout only.
 
 Imports nothing from grm: errors come as the caller's class (``ValueError`` by default, which
-``grm.base.read_jsonl``'s ``check`` turns into a ``JsonlError`` naming the file and line).
+``grm.jsonl.read_jsonl``'s ``check`` turns into a ``JsonlError`` naming the file and line).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-from grm.base import GrmError, parse_failure, regular_file_bytes
+from grm.base import GrmError, regular_file_bytes
+from grm.jsonl import parse_failure
 
 Key = tuple[Any, ...]
 

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grm.base import rewrite_jsonl
 from grm.data.items import EvalItem
+from grm.jsonl import rewrite_jsonl
 
 ITEMS_FILE = "items.jsonl"
 ITEMS_VERSION = 1

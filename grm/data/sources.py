@@ -23,9 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grm.base import SURROGATE_WHY, lone_surrogate, parse_failure, parse_jsonl, regular_file, regular_file_bytes, unique_keys
+from grm.base import regular_file, regular_file_bytes
 from grm.data.builtin import SETS
 from grm.data.errors import DataError
+from grm.jsonl import SURROGATE_WHY, lone_surrogate, parse_failure, parse_jsonl, unique_keys
 
 TEXT_SUFFIXES = (".json", ".jsonl", ".csv")
 

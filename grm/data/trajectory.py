@@ -256,7 +256,7 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``json.dumps`` takes it; non-finite signals become None on the way via
-        ``grm.base.json_safe`` when written with ``append_jsonl``)."""
+        ``grm.jsonl.json_safe`` when written with ``append_jsonl``)."""
         return {
             "trajectory_version": TRAJECTORY_VERSION,
             "id": self.id,

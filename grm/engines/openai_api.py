@@ -22,11 +22,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Discriminator, Field, NonNegativeInt, Tag, ValidationError
 
-from grm.base import without_lone_surrogates
 from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.credentials import Credentials, shape_error
 from grm.engines.http import HttpClient
 from grm.engines.server_process import ServerProcess
+from grm.jsonl import without_lone_surrogates
 
 __all__ = ["OpenAIEngine", "ServerProcess"]
 

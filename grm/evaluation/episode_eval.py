@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, make_dir, read_jsonl, read_jsonl_numbered, writer_lock
+from grm.base import make_dir, writer_lock
 from grm.config.base import Strict
 from grm.config.env import EnvSpec
 from grm.config.yaml_reader import Located, load_yaml, yaml_value
@@ -36,6 +36,7 @@ from grm.data.trajectory import Trajectory, TrajectoryError
 from grm.evaluation.policy_eval import PER_RESPONSE, check_resume, sha
 from grm.evaluation.policy_source import PolicySource, resolve_policy
 from grm.evaluation.runner import EvalError, load_judges
+from grm.jsonl import append_jsonl, read_jsonl, read_jsonl_numbered
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.types import Sample

@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grm.base import atomic_write_text, json_safe
+from grm.base import atomic_write_text
 from grm.data.trajectory import END_REASONS, Trajectory
 from grm.envs.episodes import episode_counts
 from grm.evaluation import metrics as M
 from grm.evaluation.report import _fmt
 from grm.evaluation.table import print_table
+from grm.jsonl import json_safe
 from grm.report_files import markdown_table
 
 SIDE_NAMES = {"policy": "POLICY", "other": "OTHER"}

@@ -141,7 +141,7 @@ def _judges(cfg: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
 
 def _metrics_row(run_dir: Path, step: int) -> tuple[dict[str, Any] | None, str | None]:
     """(the metrics line of ``step``, else the last one before it; or None) and why none could be read."""
-    from grm.base import JsonlError, read_jsonl
+    from grm.jsonl import JsonlError, read_jsonl
     from grm.run_format import read_row
 
     def check(row: dict[str, Any]) -> None:

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, atomic_write_text, make_dir, read_jsonl, writer_lock
+from grm.base import atomic_write_text, make_dir, writer_lock
 from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.prompts import Prompt, load_prompts
 from grm.evaluation.policy_source import PolicySource, resolve_policy
 from grm.evaluation.runner import EvalError, load_judges, outcome
+from grm.jsonl import append_jsonl, read_jsonl
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.types import Sample

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grm.base import atomic_write_text, json_safe
+from grm.base import atomic_write_text
 from grm.data.prompts import Prompt
 from grm.evaluation import metrics as M
 from grm.evaluation.report import _fmt, _save
 from grm.evaluation.table import print_table
+from grm.jsonl import json_safe
 from grm.judges.base import Judge
 from grm.report_files import markdown_table, new_figure
 

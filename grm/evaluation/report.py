@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grm.base import atomic_write_bytes, atomic_write_text, json_safe
+from grm.base import atomic_write_bytes, atomic_write_text
 from grm.evaluation.judge_metrics import compute, raw_scores
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.table import print_table
+from grm.jsonl import json_safe
 from grm.report_files import figure_png, markdown_table, new_figure
 
 

@@ -8,12 +8,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grm.base import read_jsonl_numbered, regular_file_bytes, rewrite_jsonl, writer_lock
+from grm.base import regular_file_bytes, writer_lock
 from grm.config import JudgeSpec, load_judge
 from grm.config.paths import resolve_path
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.report import write_outputs
 from grm.evaluation.runner import EvalError, both_orders, check_result_line, outcome, read_record
+from grm.jsonl import read_jsonl_numbered, rewrite_jsonl
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
 from grm.judges.rescore import rescore as rescore_result

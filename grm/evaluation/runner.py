@@ -21,13 +21,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from grm.base import GrmError, append_jsonl, atomic_write_text, make_dir, read_jsonl, writer_lock
+from grm.base import GrmError, atomic_write_text, make_dir, writer_lock
 from grm.config.judge import JudgeSpec
 from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.items_file import write_items
 from grm.data.sources import load_rows
 from grm.evaluation.length_control import LengthControl
+from grm.jsonl import append_jsonl, read_jsonl
 from grm.judges.base import Judge
 from grm.judges.cost import JudgeCost, costed, split
 from grm.judges.errors import JudgeError

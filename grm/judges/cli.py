@@ -11,7 +11,8 @@ from grm.judges.errors import JudgeError
 
 
 def read_samples(path: str) -> list[Any]:
-    from grm.base import parse_failure, regular_file_bytes, unique_keys
+    from grm.base import regular_file_bytes
+    from grm.jsonl import parse_failure, unique_keys
     from grm.judges.types import Sample
 
     p = Path(path)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from grm.base import GrmError, append_jsonl
+from grm.base import GrmError
 from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import Prompt
+from grm.jsonl import append_jsonl
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.heldout_file import FILE, changes, read_readings, reading_line
 from grm.run_format import stamp

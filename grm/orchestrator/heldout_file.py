@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grm.base import GrmError, read_jsonl
+from grm.base import GrmError
+from grm.jsonl import read_jsonl
 from grm.run_format import read_row
 from grm.stats import mean_ci, paired_difference
 

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, regular_file_bytes
+from grm.base import regular_file_bytes
 from grm.config.judge import JudgeSpec
+from grm.jsonl import append_jsonl
 from grm.judges.base import hash_spec
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.orchestrator.errors import RunError

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grm.base import append_jsonl, atomic_dir, atomic_write_bytes, atomic_write_text, discard_dir, read_jsonl
+from grm.base import atomic_dir, atomic_write_bytes, atomic_write_text, discard_dir
 from grm.config.names import run_dir
 from grm.config.pipeline import PipelineSpec
 from grm.data.prompts import PromptStream
+from grm.jsonl import append_jsonl, read_jsonl
 from grm.orchestrator.canary import report_lines
 from grm.orchestrator.checkpoints import CHECKPOINT, complete_checkpoints, driver_state, failure_words
 from grm.orchestrator.ckpt_transfer import mark, merge_staged, pack, unpack

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from grm.base import GrmError, json_safe
+from grm.base import GrmError
+from grm.jsonl import json_safe
 from grm.view.eval_dir import PAIR_FILTERS, EvalDir, disagreements
 from grm.view.folder import SMALL_FILE_LIMIT, Folder
 from grm.view.index import parse_yaml

@@ -11,20 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from grm.base import (
-    LOCK_FILE,
-    GrmError,
-    JsonlError,
-    append_jsonl,
-    atomic_write_bytes,
-    atomic_write_text,
-    make_dir,
-    read_jsonl,
-    regular_file_bytes,
-    writer_lock,
-)
+from grm.base import LOCK_FILE, GrmError, atomic_write_bytes, atomic_write_text, make_dir, regular_file_bytes, writer_lock
 from grm.data.errors import DataError
 from grm.data.sources import load_rows
+from grm.jsonl import JsonlError, append_jsonl, read_jsonl
 from grm.orchestrator.checkpoints import driver_state
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.resume import cut_after

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from grm.base import JsonlError
 from grm.evaluation import report
+from grm.jsonl import JsonlError
 from grm.orchestrator.checkpoints import driver_state
 from grm.orchestrator.errors import RunError
 from grm.orchestrator.recorder import Recorder

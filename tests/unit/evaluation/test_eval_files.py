@@ -11,10 +11,11 @@ import time
 import pytest
 import yaml
 
-from grm.base import LOCK_FILE, JsonlError, read_jsonl, writer_lock
+from grm.base import LOCK_FILE, writer_lock
 from grm.evaluation import report
 from grm.evaluation.rescore import rescore
 from grm.evaluation.runner import EvalError
+from grm.jsonl import JsonlError, read_jsonl
 from grm.orchestrator.recorder import Recorder
 from tests.unit.fuzz.support import assert_clean_failure, run_cli
 from tests.unit.judges.fake_engine import ScriptedEngine

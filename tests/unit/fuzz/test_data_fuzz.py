@@ -21,12 +21,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grm.base import JsonlError, append_jsonl, read_jsonl
 from grm.config.pipeline import DataSpec
 from grm.data.errors import DataError
 from grm.data.items import FIELDS, default_map, parse_map, to_items
 from grm.data.prompts import load_prompts
 from grm.data.sources import load_rows
+from grm.jsonl import JsonlError, append_jsonl, read_jsonl
 from tests.unit.fuzz.support import assert_clean_failure, budget, count, fresh, run_cli
 
 MB = "x" * 2**20
@@ -289,7 +289,7 @@ def test_judge_sample_files(folder, judge, content):
 
 # --------------------------------------------------------------------------- JSON lines, byte by byte
 # The property of issue #39 for every JSON-lines reader (run and eval files through
-# ``grm.base.read_jsonl``, data files through ``load_rows``): a valid file reads back exactly, line
+# ``grm.jsonl.read_jsonl``, data files through ``load_rows``): a valid file reads back exactly, line
 # separators other than "\n" inside strings included; a damaged line raises the reader's GrmError
 # naming the file and its 1-based line; only a run file's torn last line is dropped (and cut when
 # repairing); nothing else escapes.
