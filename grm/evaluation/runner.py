@@ -7,6 +7,11 @@ A batch is held to the judge's per-call deadline (``limits`` in its spec) after 
 it is reported and counted (``deadline_overruns_this_run``), not cut short. The judge runs in this
 process, where stopping a call means a thread or process around the engine; the ``openai`` engine
 already bounds each request with its own timeout and retries.
+
+A batch that fails on the judge's engine once those retries are spent is judged again item by item:
+an item the server refuses even alone is masked, counted (``engine_errors_masked_this_run``) and
+written with its error; three in a row, or every item, mean the server is down, and the eval stops
+resumably without writing them (``_EngineFailures``).
 """
 
 from __future__ import annotations
@@ -27,13 +32,14 @@ from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.items_file import write_items
 from grm.data.sources import load_rows
+from grm.engines.base import EngineError
 from grm.evaluation.length_control import LengthControl
 from grm.jsonl import append_jsonl, read_jsonl
 from grm.judges.base import Judge
 from grm.judges.cost import JudgeCost, costed, split
 from grm.judges.errors import JudgeError
 from grm.judges.labelled import outcome, samples_for
-from grm.judges.limits import call_limits
+from grm.judges.limits import past_deadline
 from grm.judges.runtime import build_judge, load
 from grm.judges.types import JudgeResult, Sample
 from grm.run_format import read_row, stamp
@@ -179,18 +185,6 @@ def _identity(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def past_deadline(judge: Judge, samples: int, seconds: float) -> str | None:
-    """A warning when a batch of ``samples`` took longer than the judge's deadline for a call that
-    size (``grm run`` would re-issue such a call, then mask it); None when it was in time."""
-    deadline = call_limits(judge.spec).deadline(samples)
-    if seconds <= deadline:
-        return None
-    return (
-        f"judge '{judge.spec.name}': a batch of {samples} samples took {seconds:.0f} s, past its {deadline:.0f} s deadline "
-        "(limits in the judge spec); grm run would re-issue such a call, then mask it"
-    )
-
-
 def _scorer(judge: Judge, per_item: list[list[Sample]]) -> Callable[[list[Sample]], list[JudgeResult]]:
     """How a chunk is scored: a pointwise judge sees each item's responses (a pair's two) as one
     group, so adaptive votes (``votes``) can compare them; other modes score the flat batch."""
@@ -203,6 +197,85 @@ def _scorer(judge: Judge, per_item: list[list[Sample]]) -> Callable[[list[Sample
         return out  # type: ignore[return-value]
 
     return grouped
+
+
+STOP_AFTER = 3
+"""Items in a row whose judgment fails on the judge's engine even alone: the server is failing, not the items."""
+
+
+def _judge_chunk(judge: Judge, chunk: list[EvalItem]) -> list[dict[str, Any]]:
+    """The results.jsonl lines of ``chunk`` judged as one batch; its cost is shared over the items."""
+    per_item = [samples_for(judge.spec, it) for it in chunk]
+    flat = [s for ss in per_item for s in ss]
+    try:
+        res, cost = costed(judge, _scorer(judge, per_item), flat)
+    except JudgeError as e:
+        raise EvalError(f"judge '{judge.spec.name}': {e}") from None
+    lines, k = [], 0
+    for it, ss, share in zip(chunk, per_item, split(cost, len(chunk)), strict=True):
+        lines.append(summarize(judge, it, res[k : k + len(ss)], share))
+        k += len(ss)
+    return lines
+
+
+def _judge_alone(judge: Judge, chunk: list[EvalItem], failing: _EngineFailures, results_path: Path) -> None:
+    """A batch failed on the judge's engine: each item is sent alone and written as it succeeds, so
+    one item the server refuses (too long for its context, say) costs only that item."""
+    for it in chunk:
+        try:
+            lines = _judge_chunk(judge, [it])
+        except EngineError as e:
+            failing.add(it, e)  # raises EvalError when the server, not the item, is failing
+            continue
+        append_jsonl(results_path, [stamp("results", x) for x in failing.succeeded() + lines])
+
+
+class _EngineFailures:
+    """One judge's items whose judgment failed on its engine even when sent alone (after the
+    engine's own retries). They are held, not written. When a later item succeeds, the failure was
+    the item's own: the held items are masked, counted and written with the error (``engine_error``),
+    never given a default number. After ``STOP_AFTER`` in a row, or at the end with no item of the
+    judge ever judged, it is the server: the eval stops with a message and writes none of them, so a
+    resume tries them again."""
+
+    def __init__(self, judge: Judge, say: Callable[..., None], judged_before: bool) -> None:
+        self.judge, self.say = judge, say
+        self.ever_judged = judged_before
+        self.held: list[tuple[EvalItem, str]] = []
+        self.masked = 0
+
+    def add(self, item: EvalItem, error: Exception) -> None:
+        reason = (str(error).splitlines() or [type(error).__name__])[0][:300]
+        self.held.append((item, reason))
+        name = self.judge.spec.name
+        self.say(f"judge '{name}': item {item.id} failed on the judge's engine ({reason})", style="yellow", markup=False)
+        if len(self.held) >= STOP_AFTER:
+            raise EvalError(
+                f"judge '{name}': {len(self.held)} items in a row failed on the judge's engine even alone "
+                f"(last: {reason}); the server is failing, not the items. Nothing of theirs was written: "
+                "fix the server and run the same command again to resume"
+            )
+
+    def succeeded(self) -> list[dict[str, Any]]:
+        """An item was judged after the held ones: their lines, masked (the failures were the items' own)."""
+        self.ever_judged = True
+        lines = []
+        for item, reason in self.held:
+            masked = [JudgeResult(judge=self.judge.spec.name) for _ in samples_for(self.judge.spec, item)]
+            lines.append({**summarize(self.judge, item, masked), "engine_error": reason})
+        self.masked += len(lines)
+        self.held = []
+        return lines
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The judge's last items failed: masked if any item of the judge was ever judged, else the eval stops."""
+        if self.held and not self.ever_judged:
+            item, reason = self.held[-1]
+            raise EvalError(
+                f"judge '{self.judge.spec.name}': every item failed on the judge's engine (last: {item.id}, {reason}); "
+                "nothing of theirs was written: fix the server and run the same command again to resume"
+            )
+        return self.succeeded() if self.held else []
 
 
 def _chunks(items: list[EvalItem], size: int) -> Iterator[list[EvalItem]]:
@@ -262,6 +335,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
         console.print(f"resuming: {sum(len(items) for _ in judges) - total} judgments already in {results_path}")
     t_start = time.perf_counter()
     overruns = {j.spec.name: 0 for j in judges}
+    engine_errors = {j.spec.name: 0 for j in judges}
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False),  # a judge's name: not markup
         BarColumn(),
@@ -277,25 +351,24 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
             task = progress.add_task(escape_controls(judge.spec.name), total=len(pending), rate="-")
             t0 = time.perf_counter()
             n_done = 0
+            failing = _EngineFailures(judge, progress.console.print, judged_before=len(pending) < len(items))
             for chunk in _chunks(pending, cfg.batch_size):
-                per_item = [samples_for(judge.spec, it) for it in chunk]
-                flat = [s for ss in per_item for s in ss]
                 t_batch = time.perf_counter()
                 try:
-                    res, cost = costed(judge, _scorer(judge, per_item), flat)
-                except JudgeError as e:
-                    raise EvalError(f"judge '{judge.spec.name}': {e}") from None
-                late = past_deadline(judge, len(flat), time.perf_counter() - t_batch)
-                if late:
-                    overruns[judge.spec.name] += 1
-                    progress.console.print(late, style="yellow", markup=False)
-                lines, k = [], 0
-                for it, ss, share in zip(chunk, per_item, split(cost, len(chunk)), strict=True):
-                    lines.append(summarize(judge, it, res[k : k + len(ss)], share))
-                    k += len(ss)
-                append_jsonl(results_path, [stamp("results", x) for x in lines])
+                    lines = _judge_chunk(judge, chunk)
+                except EngineError:  # after the engine's own retries: find the items that fail alone
+                    _judge_alone(judge, chunk, failing, results_path)
+                else:
+                    n_samples = sum(len(samples_for(judge.spec, it)) for it in chunk)
+                    late = past_deadline(judge.spec, n_samples, time.perf_counter() - t_batch)
+                    if late:
+                        overruns[judge.spec.name] += 1
+                        progress.console.print(late, style="yellow", markup=False)
+                    append_jsonl(results_path, [stamp("results", x) for x in failing.succeeded() + lines])
                 n_done += len(chunk)
                 progress.update(task, advance=len(chunk), rate=f"{n_done / (time.perf_counter() - t0):.2f}")
+            append_jsonl(results_path, [stamp("results", x) for x in failing.finish()])
+            engine_errors[judge.spec.name] = failing.masked
     wall = time.perf_counter() - t_start
     all_results = read_jsonl(results_path, check=check_result_line)
     wanted = {it.id for it in items}
@@ -307,6 +380,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
         extra={
             "wall_seconds_this_run": wall,
             "deadline_overruns_this_run": overruns,
+            "engine_errors_masked_this_run": engine_errors,
             "bad_rows_skipped": len(problems),
             "items": len(items),
         },

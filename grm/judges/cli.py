@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
+    from grm.judges.limits import past_deadline
     from grm.judges.runtime import load
     from grm.terminal import console, text
 
@@ -115,7 +118,11 @@ def cmd_try(args: argparse.Namespace) -> int:
     judge = load(args.judge, overrides=args.overrides)
     samples = read_samples(args.sample)
     check_fit(judge, samples, args.sample)
+    t0 = time.perf_counter()
     results = judge.score_batch(samples)
+    late = past_deadline(judge.spec, len(samples), time.perf_counter() - t0)
+    if late:  # said on stderr: --json's stdout stays one JSON document
+        print(f"warning: {late}", file=sys.stderr)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
         return 0

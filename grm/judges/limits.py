@@ -100,3 +100,15 @@ def call_limits(spec: JudgeSpec) -> CallLimits:
         per_group=spec.mode == "listwise",
         pairs=spec.groups if spec.mode == "pairwise" else None,
     )
+
+
+def past_deadline(spec: JudgeSpec, samples: int, seconds: float) -> str | None:
+    """A warning when a batch of ``samples`` took longer than the judge's deadline for a call that
+    size (``grm run`` would re-issue such a call, then mask it); None when it was in time."""
+    deadline = call_limits(spec).deadline(samples)
+    if seconds <= deadline:
+        return None
+    return (
+        f"judge '{spec.name}': a batch of {samples} samples took {seconds:.0f} s, past its {deadline:.0f} s deadline "
+        "(limits in the judge spec); grm run would re-issue such a call, then mask it"
+    )

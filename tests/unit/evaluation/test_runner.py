@@ -5,8 +5,9 @@ import json
 from grm.config import JudgeSpec
 from grm.evaluation import report
 from grm.evaluation.judge_metrics import compute
-from grm.evaluation.runner import EvalConfig, both_orders, past_deadline, run
+from grm.evaluation.runner import EvalConfig, both_orders, run
 from grm.judges import build_judge
+from grm.judges.limits import past_deadline
 
 
 def test_both_orders_forces_swap_on_pairwise_judges_only():
@@ -21,8 +22,8 @@ def test_both_orders_forces_swap_on_pairwise_judges_only():
 def test_a_batch_past_the_judges_deadline_is_reported_not_cut(tmp_path, monkeypatch):
     spec = JudgeSpec(name="r", mode="rule", rule={"type": "numeric-answer"}, limits={"deadline_s": 5})
     judge = build_judge(spec)
-    assert past_deadline(judge, 10, 4.9) is None
-    assert "past its 5 s deadline" in past_deadline(judge, 10, 6.0)
+    assert past_deadline(judge.spec, 10, 4.9) is None
+    assert "past its 5 s deadline" in past_deadline(judge.spec, 10, 6.0)
     # through grm eval: every batch of a judge with a near-zero deadline overruns, and is still scored
     (tmp_path / "r.yaml").write_text("name: r\nmode: rule\nrule: {type: numeric-answer}\nlimits: {deadline_s: 1.0e-9}\n")
     rows = [{"prompt": f"{i}+{i}?", "response": f"Answer: {2 * i}", "reference": str(2 * i), "human_score": 1} for i in range(3)]
@@ -88,3 +89,81 @@ def test_a_pointwise_judge_with_adaptive_votes_compares_each_pairs_two_responses
     assert m["judges"]["pw"]["cost"]["votes_skipped"] == 2 * 2
     (row,) = report.cost_rows(m)
     assert row["votes skipped"] == "4"
+
+
+def _served_judge(tmp_path, monkeypatch, reply, n_items):
+    """A pointwise judge on a scripted engine whose ``reply`` may raise EngineError (what the openai
+    engine raises once its own retries are spent), and ``n_items`` scored rows."""
+    from tests.unit.judges.fake_engine import ScriptedEngine
+
+    engine = ScriptedEngine(reply)
+    monkeypatch.setattr("grm.judges.engine_slot.shared_engine", lambda model, spec: engine)
+    (tmp_path / "t.j2").write_text("{# expects: prompt, response #}Q: {{ prompt }} A: {{ response }}")
+    (tmp_path / "pw.yaml").write_text(
+        "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, range: [0, 10]}\n"
+    )
+    rows = [{"prompt": f"q{i}", "response": f"r{i}", "human_score": i} for i in range(n_items)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console, **_: extra)  # no plots
+    return EvalConfig(judges=[str(tmp_path / "pw.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=4)
+
+
+def _results(tmp_path):
+    return {(ln := json.loads(s))["item_id"]: ln for s in (tmp_path / "out" / "results.jsonl").read_text().splitlines()}
+
+
+def test_an_item_the_judges_server_refuses_is_masked_and_counted_not_the_eval(tmp_path, monkeypatch):
+    from grm.engines.base import EngineError
+
+    def reply(text, *_):
+        if "r2 " in text + " " or "r5 " in text + " ":  # two items the server refuses (400: too long, say)
+            raise EngineError("openai engine: HTTP 400 from http://127.0.0.1:1/v1/completions: prompt too long")
+        return "Score: 7"
+
+    m = run(_served_judge(tmp_path, monkeypatch, reply, 8))
+    lines = _results(tmp_path)
+    assert len(lines) == 8 and m["engine_errors_masked_this_run"] == {"pw": 2}
+    bad = {k for k, ln in lines.items() if ln["masked"]}
+    assert bad == {"row-2", "row-5"}
+    for k in bad:
+        assert lines[k]["score"] is None and "HTTP 400" in lines[k]["engine_error"]  # never a default number
+    assert all(ln["score"] == 7 and "engine_error" not in ln for k, ln in lines.items() if k not in bad)
+    assert compute(list(lines.values()), ["pw"])["judges"]["pw"]["masked_rate"] == 0.25
+
+
+def test_a_failing_judge_server_stops_the_eval_resumably_and_writes_none_of_its_failures(tmp_path, monkeypatch):
+    import pytest
+
+    from grm.engines.base import EngineError
+    from grm.evaluation.runner import EvalError
+
+    down = {"after": 5}  # the server answers 5 requests, then is down: the second batch's first one is spent
+
+    def reply(text, *_):
+        if down["after"] <= 0:
+            raise EngineError("openai engine: cannot reach http://127.0.0.1:1: connection refused")
+        down["after"] -= 1
+        return "Score: 7"
+
+    cfg = _served_judge(tmp_path, monkeypatch, reply, 12)
+    with pytest.raises(EvalError, match="3 items in a row failed on the judge's engine even alone.*resume"):
+        run(cfg)
+    assert len(_results(tmp_path)) == 4 and not any(ln["masked"] for ln in _results(tmp_path).values())
+    down["after"] = 10**6  # the server is back: the resume judges the rest, nothing masked
+    m = run(cfg)
+    assert len(_results(tmp_path)) == 12 and m["engine_errors_masked_this_run"] == {"pw": 0}
+    assert all(ln["score"] == 7 for ln in _results(tmp_path).values())
+
+
+def test_a_judge_whose_every_item_fails_stops_the_eval_rather_than_masking_all(tmp_path, monkeypatch):
+    import pytest
+
+    from grm.engines.base import EngineError
+    from grm.evaluation.runner import EvalError
+
+    def reply(*_):
+        raise EngineError("openai engine: HTTP 401: unauthorised")
+
+    with pytest.raises(EvalError, match="every item failed on the judge's engine"):
+        run(_served_judge(tmp_path, monkeypatch, reply, 2))
+    assert not (tmp_path / "out" / "results.jsonl").exists() or _results(tmp_path) == {}

@@ -122,3 +122,18 @@ def test_sample_files_that_json_reads_but_no_prompt_can_carry_are_refused(tmp_pa
     with pytest.raises(JudgeError) as e:
         read_samples(str(s))
     assert needle in str(e.value)
+
+
+def test_try_warns_on_stderr_when_the_judgment_passes_the_judges_deadline(tmp_path, monkeypatch):
+    judge, sample = judge_files(tmp_path)
+    engine = ScriptedEngine(lambda *a: "Score: 7")
+    real_load = runtime.load
+    monkeypatch.setattr(runtime, "load", lambda ref, **kw: real_load(ref, engine=engine, **kw))
+    for deadline, warned in (("1.0e-9", True), ("600", False)):
+        out, err = io.StringIO(), io.StringIO()
+        assert (
+            cli(out, "judge", "try", str(judge), "--sample", str(sample), "--json", f"limits.deadline_s={deadline}", stderr=err)
+            == 0
+        )
+        assert json.loads(out.getvalue())[0]["score"] == 7.0  # still scored; stdout stays one JSON document
+        assert ("past its 0 s deadline" in err.getvalue()) is warned, err.getvalue()
