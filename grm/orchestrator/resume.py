@@ -45,6 +45,11 @@ RESUME_KEEPS = (
 )
 """Dotted fields a resume must keep as the first start recorded them (a mapping: every field in it)."""
 
+ALWAYS_RECORDED = ("seed", "data", "policy.spec", "algorithm.type")
+"""Fields of ``RESUME_KEEPS`` every grm has recorded: a record without one was not written by grm
+run (or was edited), and a resume cannot be checked against it. The others may be missing from a
+run of an older grm: not compared, and said so."""
+
 _RESUME_RECORD = re.compile(r"config\.resume-(\d+)\.yaml")
 
 
@@ -86,12 +91,20 @@ def _same(key: str, was: Any, now: Any) -> bool:
 def check_resumable(run_dir: Path, now: dict[str, Any]) -> None:
     """RunError naming every field of ``RESUME_KEEPS`` that ``now`` (the resume's resolved config,
     as JSON data) changes from the first start; reads only. A field the first start did not record
-    (a run from an older grm, or one added since) is not compared."""
+    (a run from an older grm, or one added since) is not compared, and said so; a record without one
+    of ``ALWAYS_RECORDED`` is refused."""
     first = recorded_config(run_dir)
-    changed = []
+    lost = [f for f in ALWAYS_RECORDED if not _at(first, f)[0]]
+    if lost:
+        raise RunError(
+            f"{run_dir / CONFIG}: records no {', '.join(lost)}: not the configuration grm run writes, so this "
+            "resume cannot be checked against the first start; start a new run (another out_dir) instead"
+        )
+    changed, unrecorded = [], []
     for dotted in RESUME_KEEPS:
         had, old = _at(first, dotted)
         if not had:
+            unrecorded.append(dotted)
             continue
         new_leaves = _leaves(dotted, _at(now, dotted)[1])
         for key, was in sorted(_leaves(dotted, old).items()):
@@ -102,6 +115,8 @@ def check_resumable(run_dir: Path, now: dict[str, Any]) -> None:
             f"{run_dir}: cannot resume with this pipeline: {'; '.join(changed)} ({run_dir / CONFIG}); these made the "
             "run's checkpoints and prompt order, so a resume must keep them; start a new run (another out_dir) instead"
         )
+    if unrecorded:
+        print(f"{run_dir / CONFIG} does not record {', '.join(unrecorded)} (an older grm's run?): not compared on this resume")
 
 
 def record_start(run_dir: Path, now: dict[str, Any], resumed_from: Path | None) -> Path:

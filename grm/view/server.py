@@ -334,6 +334,8 @@ class ViewServer(ThreadingHTTPServer):
 
 
 def _url(host: str, port: int) -> str:
+    """The address to open: a wildcard bind (every interface) is reached on this machine's loopback."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"
 

@@ -293,6 +293,32 @@ def test_cutting_needs_no_free_space_and_names_the_line_it_cannot_read(tmp_path,
             cut_after(path, 1)
 
 
+def test_a_record_stripped_of_what_every_grm_records_is_refused_and_missing_newer_fields_are_said(tmp_path, capsys):
+    from grm.orchestrator.resume import ALWAYS_RECORDED
+
+    run = _run_with_checkpoint(tmp_path)
+    good = (run / "config.resolved.yaml").read_text()
+    for dotted in ALWAYS_RECORDED:  # an edited (or foreign) record cannot vouch for the checkpoints
+        record = yaml.safe_load(good)
+        head, _, leaf = dotted.rpartition(".")
+        del (record[head] if head else record)[leaf]
+        (run / "config.resolved.yaml").write_text(yaml.safe_dump(record))
+        before = _tree(run)
+        with pytest.raises(RunError, match=f"config.resolved.yaml: records no {dotted}: not the configuration grm run writes"):
+            Recorder.create(_cfg(run), str(run))
+        assert _tree(run) == before
+    for other in ("[1, 2]", "just text", "{}"):
+        (run / "config.resolved.yaml").write_text(other + "\n")
+        with pytest.raises(RunError, match="records no seed, data, policy.spec, algorithm.type|top level must be a mapping"):
+            Recorder.create(_cfg(run), str(run))
+    record = yaml.safe_load(good)
+    del record["train"]["backend"]["ranks"]
+    (run / "config.resolved.yaml").write_text(yaml.safe_dump(record))
+    capsys.readouterr()
+    Recorder.create(_cfg(run, **{"train.backend.ranks": 2}), str(run))  # not recorded: not compared, and said
+    assert "does not record train.backend.ranks (an older grm's run?): not compared" in capsys.readouterr().out
+
+
 def test_a_run_recorded_by_an_older_grm_resumes_when_nothing_it_recorded_changed(tmp_path, monkeypatch):
     """An older record lacks fields added since, and holds the policy spec as written (relative)."""
     monkeypatch.chdir(tmp_path)
