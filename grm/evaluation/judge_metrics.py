@@ -40,6 +40,7 @@ def judge_metrics(lines: list[dict[str, Any]], length_control: LengthControl | N
     out["one_order_failed"] = sum(r.get("one_order_failed", 0) for r in lines)  # swapped pairs masked
     out["judge_directed"] = sum(r.get("judge_directed", 0) for r in lines)  # text aimed at the judge, removed
     out["masked_rate"] = M.rate(lines, lambda r: r["masked"])
+    out["engine_errors"] = sum(1 for r in lines if r.get("engine_error"))  # masked: the server refused them even alone
     out["tokens"] = sum(r["tokens"] for r in lines)
     secs = sum(r["seconds"] for r in lines)
     out["judge_seconds"] = secs

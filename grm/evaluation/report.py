@@ -181,7 +181,8 @@ def write_outputs(
         "acc1/acc2: accuracy with the pair as given / swapped; avg: their mean (LLMBar, arXiv 2310.07641); "
         "swap: the judge's own combination of both orders; agree: positional agreement (same winner in both orders). "
         "Ties and masked judgments count as wrong. fail: share of sampled outputs the parser rejected (retries "
-        "included); masked: items with no usable judgment; cut: responses cut to fit the judge's context "
+        "included); masked: items with no usable judgment (those the judge's server refused even alone are "
+        "`engine_errors` in metrics.json, judged again on resume); cut: responses cut to fit the judge's context "
         "(shown when any were); j/s: judgments per second.",
         "",
     ]

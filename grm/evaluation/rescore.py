@@ -13,7 +13,7 @@ from grm.config import JudgeSpec, load_judge
 from grm.config.paths import resolve_path
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.report import write_outputs
-from grm.evaluation.runner import EvalError, both_orders, check_result_line, outcome, read_record
+from grm.evaluation.runner import EvalError, both_orders, check_result_line, latest_results, outcome, read_record
 from grm.jsonl import read_jsonl_numbered, rewrite_jsonl
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
@@ -93,7 +93,7 @@ def _rescore(
         judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
     results_path = out / "results.jsonl"
     # no repair: a torn last line is the killed eval's, cut by the `grm eval` that resumes it
-    lines = read_jsonl_numbered(results_path, repair=False, check=check_result_line)
+    lines = latest_results(read_jsonl_numbered(results_path, repair=False, check=check_result_line), results_path)
     if not lines:
         raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
     for name, (spec, base_dir, recorded) in specs.items():

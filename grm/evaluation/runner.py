@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from grm.base import GrmError, atomic_write_text, make_dir, writer_lock
 from grm.config.judge import JudgeSpec
@@ -34,7 +34,7 @@ from grm.data.items_file import write_items
 from grm.data.sources import load_rows
 from grm.engines.base import EngineError
 from grm.evaluation.length_control import LengthControl
-from grm.jsonl import append_jsonl, read_jsonl
+from grm.jsonl import append_jsonl, read_jsonl_numbered
 from grm.judges.base import Judge
 from grm.judges.cost import JudgeCost, costed, split
 from grm.judges.errors import JudgeError
@@ -145,22 +145,82 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
-class ResultLine(BaseModel):
-    """The fields of a results.jsonl line that its readers (resume, report, rescore) rely on."""
+Count = Annotated[int, Field(ge=0)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Verdict = Literal["1", "2", "tie"]
 
-    model_config = ConfigDict(strict=True, extra="allow")  # later fields (cost, lengths, ...) are optional
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")  # later fields are optional; what is there is checked
+
+
+class StoredCost(_Lenient):
+    """A line's share of its batch's cost (``grm.judges.cost.JudgeCost.to_dict``)."""
+
+    calls: Count = 0
+    retries: Count = 0
+    prompt_tokens: Count = 0
+    cached_tokens: Count = 0
+    generated_tokens: Count = 0
+    votes_skipped: Count = 0
+    seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    usage: dict[str, Annotated[int, Field(ge=0, lt=10**15)]] = {}
+
+
+class StoredResult(_Lenient):
+    """One judge result of a line (``JudgeResult.to_dict``): the numbers the metrics read."""
+
+    score: Finite | None = None
+    scores: list[Finite | None] | None = None
+    verdict: Verdict | None = None
+    margin: Finite | None = None
+    view_margins: list[Finite | None] | None = None
+    samples: list[dict[str, Any]] = []
+
+
+class ResultLine(_Lenient):
+    """The fields of a results.jsonl line that its readers (resume, report, rescore, view) rely on,
+    with the types and ranges they compute with: a hand-edited line is refused by name, never a
+    traceback or a number computed from nonsense."""
+
     judge: str
     item_id: str
+    input_hash: str | None = None
     kind: Literal["pair", "scored", "unlabelled"]
-    label: int | None
-    human_score: float | None
-    tokens: int
-    seconds: float
-    parse_failures: int
-    samples_total: int
-    results: list[dict[str, Any]]
-    verdict: str | None
+    label: Annotated[int, Field(ge=1, le=2)] | None  # strict: a bool is refused
+    human_score: Finite | None
+    tokens: Count
+    seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    parse_failures: Count
+    one_order_failed: Count = 0
+    judge_directed: Count = 0
+    truncated: Count = 0
+    samples_total: Count
+    results: list[StoredResult]
+    verdict: Verdict | None
+    order_verdicts: list[Verdict | None] | None = None
+    score: Finite | None = None
+    scores: list[Finite | None] | None = None
+    margin: Finite | None = None
     masked: bool
+    lengths: Annotated[list[Count], Field(min_length=2, max_length=2)] | None = None
+    cost: StoredCost | None = None
+    engine_error: str | None = None
+
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> ResultLine:
+        fields = self.model_fields_set
+        if self.kind == "pair":
+            if "order_verdicts" not in fields:
+                raise ValueError("a pair's line has no order_verdicts")
+            if self.order_verdicts is not None and len(self.order_verdicts) != 2:
+                raise ValueError(f"order_verdicts holds {len(self.order_verdicts)} verdicts, not one per order (2)")
+        else:
+            if "score" not in fields:
+                raise ValueError(f"a {self.kind} item's line has no score")
+            if self.label is not None:
+                raise ValueError(f"a {self.kind} item's line has a label ({self.label}); only pairs have one")
+        return self
 
 
 def check_result_line(row: dict[str, Any]) -> None:
@@ -173,7 +233,28 @@ def check_result_line(row: dict[str, Any]) -> None:
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"])
-        raise ValueError(f"field '{field}': {err['msg']}; not a line grm eval writes") from None
+        where = f"field '{field}': " if field else ""
+        raise ValueError(f"{where}{err['msg']}; not a line grm eval writes") from None
+
+
+def latest_results(numbered: list[tuple[int, dict[str, Any]]], path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """One line per (judge, item) of a results.jsonl read with its line numbers. A later line
+    replaces one that an engine error masked (the item was judged again on resume) or one that
+    judged other content (a resume with ``--force`` after the data changed); any other repeat is
+    not what grm eval writes, and an EvalError names both lines (counted twice, it would skew every
+    metric)."""
+    keep: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+    for n, row in numbered:
+        key = (row["judge"], row["item_id"])
+        if key in keep:
+            m, old = keep.pop(key)
+            if not old.get("engine_error") and old.get("input_hash") == row.get("input_hash"):
+                raise EvalError(
+                    f"{path}:{n}: a second line for judge '{row['judge']}' and item {row['item_id']!r} (the first is "
+                    f"line {m}); grm eval writes one: delete one of them"
+                )
+        keep[key] = (n, row)
+    return list(keep.values())
 
 
 def _identity(rec: dict[str, Any]) -> dict[str, Any]:
@@ -197,6 +278,35 @@ def _scorer(judge: Judge, per_item: list[list[Sample]]) -> Callable[[list[Sample
         return out  # type: ignore[return-value]
 
     return grouped
+
+
+def _same_item(line: dict[str, Any], item: EvalItem) -> bool:
+    """Whether a results line judged ``item`` as the data holds it now (text, label, human score)."""
+    was = (line.get("input_hash"), line["kind"], line["label"], line["human_score"])
+    return was == (item.input_hash, item.kind, item.label, item.human_score)
+
+
+def _done(lines: list[tuple[int, dict[str, Any]]], items: list[EvalItem], cfg: EvalConfig) -> set[tuple[str, str]]:
+    """(judge, item) pairs a resume skips: judged on the item as the data holds it now. A line an
+    engine error masked is judged again. A line that judged other content (the data file changed
+    under the same ids) is refused, or with ``--force`` judged again: a resume never reports the old
+    judgment against the new item."""
+    by_id = {it.id: it for it in items}
+    done = set()
+    for n, line in lines:
+        item = by_id.get(line["item_id"])
+        if item is None or line.get("engine_error"):
+            continue
+        if not _same_item(line, item):
+            if not cfg.force:
+                raise EvalError(
+                    f"{cfg.out / 'results.jsonl'}:{n}: item {item.id!r} was judged on other content than {cfg.data} holds "
+                    "now (its text, label or human score changed since): use another --out, or --force to judge the "
+                    "changed items again"
+                )
+            continue
+        done.add((line["judge"], line["item_id"]))
+    return done
 
 
 STOP_AFTER = 3
@@ -327,8 +437,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
     write_items(cfg.out, items)
 
     results_path = cfg.out / "results.jsonl"
-    existing = read_jsonl(results_path, check=check_result_line)
-    done = {(r["judge"], r["item_id"]) for r in existing}
+    done = _done(latest_results(read_jsonl_numbered(results_path, check=check_result_line), results_path), items, cfg)
     todo = {j.spec.name: [it for it in items if (j.spec.name, it.id) not in done] for j in judges}
     total = sum(len(v) for v in todo.values())
     if total < sum(len(items) for _ in judges):
@@ -370,9 +479,10 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
             append_jsonl(results_path, [stamp("results", x) for x in failing.finish()])
             engine_errors[judge.spec.name] = failing.masked
     wall = time.perf_counter() - t_start
-    all_results = read_jsonl(results_path, check=check_result_line)
-    wanted = {it.id for it in items}
-    all_results = [r for r in all_results if r["item_id"] in wanted and r["judge"] in {j.spec.name for j in judges}]
+    final = latest_results(read_jsonl_numbered(results_path, check=check_result_line), results_path)
+    wanted = {it.id: it for it in items}
+    names = {j.spec.name for j in judges}
+    all_results = [r for _, r in final if r["judge"] in names and r["item_id"] in wanted and _same_item(r, wanted[r["item_id"]])]
     return write_outputs(
         cfg.out,
         all_results,
