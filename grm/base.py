@@ -47,17 +47,23 @@ def regular_file(path: Path, error: type[GrmError] = GrmError) -> bool:
     return True
 
 
-def regular_file_bytes(path: Path, error: type[GrmError] = GrmError, limit: int | None = None) -> bytes | None:
+def regular_file_bytes(
+    path: Path, error: type[GrmError] = GrmError, limit: int | None = None, *, own: bool = False
+) -> bytes | None:
     """The bytes of ``path`` (None when it does not exist); ``error`` when it is not a regular file
-    or, with ``limit``, holds more than ``limit`` bytes.
+    or, with ``limit``, holds more than ``limit`` bytes. ``own``: a file grm wrote into one of its
+    directories (an eval's results, a run's recorded config): a symbolic link there was planted,
+    and is refused rather than followed to a file outside.
 
     The file is opened without blocking and checked on the open descriptor, so a FIFO or device
     that takes a file's place between a check and the read is still refused, never read.
     """
+    if own and Path(path).is_symlink():
+        raise error(f"{path}: is a symbolic link; grm reads the files of its own directories only as it wrote them")
     if not regular_file(Path(path), error):  # a device is never opened (a tape rewinds, a tty is taken)
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_NOFOLLOW if own else 0))
     except FileNotFoundError:
         return None
     except OSError as e:

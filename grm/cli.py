@@ -36,6 +36,44 @@ def _build_judges(specs: Iterable[tuple[Path, Any]]) -> None:
             build_judge(spec, Path(path).parent)
 
 
+def _episode_parts(checked: list[tuple[Path, Any]]) -> None:
+    """What only an ``env:`` run can use, checked before Ray as ``grm run`` would meet it: the
+    environment built once (its class or agent function loaded, one instance made with its kwargs),
+    and no judge of episodes in a pipeline without one (a trajectory template, an env signal rule:
+    every sample would be masked, or the render would fail at the first step)."""
+    from grm.config import ConfigError, JudgeSpec, PipelineSpec
+    from grm.judges.runtime import build_judge
+
+    if not checked or not isinstance(checked[0][1], PipelineSpec):
+        return
+    path, pipeline = checked[0]
+    env = pipeline.env
+    if env is not None:
+        from grm.envs.agent import load_agent
+        from grm.envs.base import EnvError, env_factory, load_env_class
+
+        try:
+            if env.is_agent:
+                load_agent(env.target)
+            elif env.pool is not None:  # built on its workers' pool, where its own dependencies are: the class here
+                load_env_class(env.target)
+            else:
+                env_factory(env.target, env.kwargs)
+        except EnvError as e:
+            raise ConfigError(f"{path}: env: {e}") from None
+        return
+    for jpath, spec in checked[1:]:
+        if not isinstance(spec, JudgeSpec):
+            continue
+        prompts = getattr(build_judge(spec, Path(jpath).parent), "prompts", None)
+        used = prompts.template.used_variables() if prompts is not None else set()
+        if {"trajectory", "trajectories"} & used or (spec.rule is not None and spec.rule.type == "signal"):
+            raise ConfigError(
+                f"{jpath}: judge '{spec.name}' judges episodes (a trajectory, an environment's signal), but {path} "
+                "has no env:; give the pipeline an env: block, or a judge of single answers"
+            )
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from grm.config import ConfigError, validate_tree
 
@@ -46,6 +84,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             checked = validate_tree(f, args.overrides)
             _build_judges(checked)
+            _episode_parts(checked)
         except GrmError as e:
             _err(str(e))
             failed += 1
@@ -102,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = load_pipeline(args.pipeline, args.overrides)
     # a broken template or parser fails now, not after Ray starts
     _build_judges([*((j.path, j.spec) for j in loaded.judges), *((path, spec) for spec, path in loaded.heldout)])
+    _episode_parts([(loaded.path, loaded.spec), *((j.path, j.spec) for j in loaded.judges)])
     if args.dry_run:
         from grm.orchestrator.dry_run import dry_run
 

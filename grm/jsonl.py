@@ -19,19 +19,41 @@ from typing import Any
 
 from grm.base import GrmError, atomic_write_text, open_own, regular_file_bytes
 
+MAX_JSON_DEPTH = 256
+"""Deepest nesting ``json_safe`` passes on: ``json.dumps`` and ``json.loads`` recurse once per level
+against Python's ~1,000-frame limit, so a deeper value could be written but not read back, or not
+written at all (a RecursionError out of the writer)."""
+
 
 def json_safe(x: Any) -> Any:
     """``x`` with non-finite floats as None (JSON has no NaN) and lone surrogates as U+FFFD (UTF-8
-    has none), recursively through dicts and lists."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, str):
-        return without_lone_surrogates(x)
-    if isinstance(x, dict):
-        return {without_lone_surrogates(k) if isinstance(k, str) else k: json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    return x
+    has none), through dicts, lists and tuples (as lists) at any depth up to ``MAX_JSON_DEPTH``:
+    ValueError saying so past it (a cycle included). Iterative: no depth costs a stack frame."""
+    root: list[Any] = [None]
+    todo: list[tuple[Any, Any, Any, int]] = [(x, root, 0, 1)]  # (value, into, key, depth): into[key] = the safe value
+    while todo:  # a stack, children pushed last first: taken in order, so of two keys that become one the last wins
+        v, into, key, depth = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        elif isinstance(v, str):
+            v = without_lone_surrogates(v)
+        elif isinstance(v, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"a value nested more than {MAX_JSON_DEPTH} levels deep cannot be written as JSON")
+            if isinstance(v, dict):
+                out: Any = {}
+                children = []
+                for k, child in v.items():
+                    k = without_lone_surrogates(k) if isinstance(k, str) else k
+                    out[k] = None  # the key's place in the order, its value set when taken
+                    children.append((child, out, k, depth + 1))
+            else:
+                out = [None] * len(v)
+                children = [(child, out, i, depth + 1) for i, child in enumerate(v)]
+            todo.extend(reversed(children))
+            v = out
+        into[key] = v
+    return root[0]
 
 
 def append_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -131,17 +153,22 @@ def lone_surrogate(value: Any) -> bool:
     JSON lets ``"\\ud800"`` through as a one-character string that no UTF-8 writer, hash or
     tokenizer accepts: refused where the text is read, by its line, not where it is first encoded.
     """
-    if isinstance(value, str):
-        return _LONE.search(value) is not None
-    if isinstance(value, dict):
-        return any(lone_surrogate(k) or lone_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(lone_surrogate(v) for v in value)
+    todo = [value]  # iterative: a value nested thousands deep costs no stack frame
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            if _LONE.search(v) is not None:
+                return True
+        elif isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
     return False
 
 
 def read_jsonl_numbered(
-    path: str | Path, *, repair: bool = True, check: Callable[[dict[str, Any]], None] | None = None
+    path: str | Path, *, repair: bool = True, check: Callable[[dict[str, Any]], None] | None = None, own: bool = False
 ) -> list[tuple[int, dict[str, Any]]]:
     """(1-based line, object) for every complete line of a JSON-lines file ([] when it does not exist).
 
@@ -152,7 +179,7 @@ def read_jsonl_numbered(
     that is JSON but not what the file holds, by raising ValueError or TypeError with the reason.
     """
     path = Path(path)
-    raw = regular_file_bytes(path, JsonlError)
+    raw = regular_file_bytes(path, JsonlError, own=own)  # own: a link planted in grm's directory is refused
     if raw is None:
         return []
     good_end = raw.rfind(b"\n") + 1
@@ -176,10 +203,10 @@ def read_jsonl_numbered(
 
 
 def read_jsonl(
-    path: str | Path, *, repair: bool = True, check: Callable[[dict[str, Any]], None] | None = None
+    path: str | Path, *, repair: bool = True, check: Callable[[dict[str, Any]], None] | None = None, own: bool = False
 ) -> list[dict[str, Any]]:
     """The objects of ``read_jsonl_numbered`` without their line numbers."""
-    return [row for _, row in read_jsonl_numbered(path, repair=repair, check=check)]
+    return [row for _, row in read_jsonl_numbered(path, repair=repair, check=check, own=own)]
 
 
 def rewrite_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:

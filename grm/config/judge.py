@@ -165,9 +165,9 @@ class JudgeLimits(Strict):
     template_max_steps: int = Field(200_000, ge=1, le=1 << 40)
     """Loop iterations, calls, filters, operators and output pieces one render may run (a shipped
     template runs fewer than 30 on its fixtures)."""
-    template_timeout_s: Seconds = Field(10.0, gt=0)
+    template_timeout_s: float = Field(10.0, gt=0, le=600)
     """Wall-clock seconds one render may take, a backstop for steps that each scan long text."""
-    regex_timeout_s: Seconds = Field(1.0, gt=0)
+    regex_timeout_s: float = Field(1.0, gt=0, le=60)
     """Seconds a user regex (a ``regex`` parser's, a ``regex-format`` rule's) may spend on one
     text; past it the parse fails (counted, masked), it never hangs."""
 

@@ -333,6 +333,16 @@ class PipelineSpec(Strict):
             raise ValueError("kl.coef > 0 needs a reference: {pool: ...}")
         if self.heldout is not None and self.env is not None:
             raise ValueError("heldout: checks single answers; an env: run's held-out check is `grm eval --policy RUN --env ...`")
+        if self.env is not None and self.env.max_total_tokens <= self.rollout.max_new_tokens:
+            raise ValueError(
+                f"env.max_total_tokens ({self.env.max_total_tokens}) must exceed rollout.max_new_tokens "
+                f"({self.rollout.max_new_tokens}): an episode's context holds its prompt and at least one whole turn"
+            )
+        if self.env is not None and self.env.observation_tokens >= self.env.max_total_tokens:
+            raise ValueError(
+                f"env.observation_tokens ({self.env.observation_tokens}) must be below env.max_total_tokens "
+                f"({self.env.max_total_tokens}): one observation may not fill an episode's whole context"
+            )
         if self.env is not None and self.rollout.greedy_anchor:
             raise ValueError("rollout.greedy_anchor compares single answers; an env: run's episodes have none to compare")
         if self.data.judge_prompts is not None:

@@ -57,6 +57,9 @@ class Located:
         for k, text in self.overrides.items():
             if key[: len(k)] == k:
                 return f"{self.path}: override '{text}'"
+        inside = [text for k, text in self.overrides.items() if k[: len(key)] == key]  # a check of the block they changed
+        if inside:
+            return f"{self.path}:{self.line_of(key)} (with override {', '.join(repr(t) for t in inside)})"
         return f"{self.path}:{self.line_of(key)}"
 
 
@@ -295,11 +298,12 @@ def _compose(text: str, where: str) -> tuple[yaml.Node | None, Any, _UniqueKeyLo
     return node, data, loader
 
 
-def load_yaml(path: str | os.PathLike[str]) -> Located:
-    """Load a YAML mapping from ``path`` with line information, or raise ConfigError."""
+def load_yaml(path: str | os.PathLike[str], *, own: bool = False) -> Located:
+    """Load a YAML mapping from ``path`` with line information, or raise ConfigError; ``own``: a
+    file grm wrote into its own directory, never read through a link (``regular_file_bytes``)."""
     path = Path(path)
     try:  # a FIFO would block the read, /dev/zero never end it: refused on the open descriptor
-        raw = regular_file_bytes(path, ConfigError, limit=MAX_BYTES)
+        raw = regular_file_bytes(path, ConfigError, limit=MAX_BYTES, own=own)
     except ConfigError as e:
         if "more than the" in str(e):
             raise ConfigError(f"{path}:1: file is over {MAX_BYTES} bytes; a config holds at most that") from None

@@ -37,7 +37,7 @@ def list_cell(value: Any, where: str, shape: str) -> list[Any]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise DataError(f"{where}: expected {shape}; found text that is not a JSON list: {short(value)}") from None
     if not isinstance(value, list) or not value:
         raise DataError(f"{where}: expected {shape}; found {short(value)}")

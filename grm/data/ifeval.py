@@ -68,10 +68,13 @@ def from_ifeval(rows: Iterable[dict[str, Any]], where: str) -> tuple[list[dict[s
     instruction id). A row that is not IFEval-shaped is a ``DataError`` naming it."""
     out, skipped = [], Counter()
     for i, row in enumerate(rows):
-        at = f"{where} row {i + 1}"
+        line = getattr(row, "line", None)  # a row of a text file knows its file line (grm.data.sources.Row)
+        at = f"{where}:{line}" if line is not None else f"{where} row {i + 1}"
         prompt, ids, kwargs = row.get("prompt"), row.get("instruction_id_list"), row.get("kwargs")
         if not isinstance(prompt, str) or not prompt.strip() or not isinstance(ids, list) or not ids:
             raise DataError(f"{at}: an IFEval row needs 'prompt' (text) and 'instruction_id_list' (a non-empty list)")
+        if not all(isinstance(iid, str) for iid in ids):
+            raise DataError(f"{at}: 'instruction_id_list' must list instruction ids as text (e.g. \"punctuation:no_comma\")")
         if kwargs is None:
             kwargs = [{}] * len(ids)
         if not isinstance(kwargs, list) or len(kwargs) != len(ids):
@@ -93,5 +96,8 @@ def from_ifeval(rows: Iterable[dict[str, Any]], where: str) -> tuple[list[dict[s
             skipped["(a constraint type twice)"] += 1
             continue
         key = row.get("key", row.get("id", i))
-        out.append({"id": f"ifeval-{key}", "prompt": prompt, "constraints": cons, "checklist": [checklist_item(c) for c in cons]})
+        kept = {k: v for k, v in row.items() if k not in ("instruction_id_list", "kwargs")}  # other columns stay mappable
+        checklist = [checklist_item(c) for c in cons]
+        kept.update({"id": f"ifeval-{key}", "prompt": prompt, "constraints": cons, "checklist": checklist})
+        out.append(type(row)(kept, line) if line is not None else kept)  # and the row its file line
     return out, skipped

@@ -94,12 +94,13 @@ def _ifeval_rows(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]
     the rows whose every instruction grm's checkers implement (``grm.data.ifeval``); what was left
     out is said on stderr, once."""
     from grm.data.ifeval import from_ifeval
+    from grm.terminal import escape_controls
 
     kept, skipped = from_ifeval(rows, str(path))
-    left = ", ".join(f"{k} {v}" for k, v in skipped.most_common(8))
+    left = escape_controls(", ".join(f"{k[:80]} {v}" for k, v in skipped.most_common(8)))  # ids are the file's text
     print(
-        f"{path}: IFEval rows: {len(kept)} of {len(rows)} kept (every instruction one grm's checkers implement)"
-        + (f"; left out, by instruction: {left}" if left else ""),
+        f"{escape_controls(str(path))}: IFEval rows: {len(kept)} of {len(rows)} kept "
+        "(every instruction one grm's checkers implement)" + (f"; left out, by instruction: {left}" if left else ""),
         file=sys.stderr,
     )
     if not kept:

@@ -276,7 +276,8 @@ class Trajectory:
         it is not one (another version, a missing or mistyped field)."""
         if not isinstance(d, dict):
             raise TrajectoryError(f"trajectory: expected an object, found {type(d).__name__}")
-        name = f"trajectory {d.get('id', '?')}"
+        shown = str(d.get("id", "?"))
+        name = f"trajectory {shown if len(shown) <= 80 else shown[:80] + '...'}"  # an id may be megabytes
         v = d.get("trajectory_version")
         if v != TRAJECTORY_VERSION:
             raise TrajectoryError(f"{name}: trajectory_version {v!r}; this grm reads version {TRAJECTORY_VERSION}")
@@ -291,9 +292,16 @@ class Trajectory:
                 signals[k] = math.nan
             elif not _Reader.is_number(x):
                 raise TrajectoryError(f"{name}: signals.{k}: expected a number, found {type(x).__name__}")
+        messages, tools = r.seq(task, "messages"), r.seq(task, "tools")
+        for k, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role", ""), str) or not isinstance(m.get("content") or "", str):
+                raise TrajectoryError(f"{name}: task.messages[{k}]: expected a message object with text role and content")
+        for k, t in enumerate(tools):
+            if not isinstance(t, dict) or not isinstance(t.get("function") or {}, dict):
+                raise TrajectoryError(f"{name}: task.tools[{k}]: expected a tool schema object (with a 'function' object)")
         return cls(
             id=r.typed(d, "id", str),
-            task=Task(r.obj(task, "row"), r.seq(task, "messages"), r.seq(task, "tools")),
+            task=Task(r.obj(task, "row"), messages, tools),
             prompt_ids=r.ints(d, "prompt_ids"),
             turns=[_turn(r, t, f"turns[{i}]") for i, t in enumerate(r.seq(d, "turns"))],
             end_reason=end,
@@ -333,7 +341,7 @@ def _turn(r: _Reader, t: Any, where: str) -> Turn:
         ok=r.typed(t, "ok", bool, at=where),
         error=r.typed(t, "error", str, optional=True, at=where),
         cut=r.typed(t, "cut", bool, at=where),
-        seconds=float(r.typed(t, "seconds", (int, float), at=where)),
+        seconds=r.number(t, "seconds", at=where),
     )
 
 
@@ -345,7 +353,14 @@ class _Reader:
 
     @staticmethod
     def is_number(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool)
+        """A JSON number a float holds (an integer of 400 digits does not: float() overflows)."""
+        if not isinstance(x, (int, float)) or isinstance(x, bool):
+            return False
+        try:
+            float(x)
+        except OverflowError:
+            return False
+        return True
 
     def typed(self, d: dict, key: str, kind: Any, *, optional: bool = False, at: str = "") -> Any:
         x = d.get(key)
@@ -356,6 +371,12 @@ class _Reader:
             want = " or ".join(k.__name__ for k in kinds)
             raise TrajectoryError(f"{self.name}: {at + '.' if at else ''}{key}: expected {want}, found {type(x).__name__}")
         return x
+
+    def number(self, d: dict, key: str, *, at: str = "") -> float:
+        x = self.typed(d, key, (int, float), at=at)
+        if not self.is_number(x):
+            raise TrajectoryError(f"{self.name}: {at + '.' if at else ''}{key}: a number too large for a float")
+        return float(x)
 
     def obj(self, d: dict, key: str, at: str = "") -> dict:
         return dict(self.typed(d, key, dict, at=at))

@@ -23,7 +23,7 @@ def build_engine(spec: Any, model: str, *, threads: int | None = None, **kw: Any
 
 
 def _openai(spec: Any, model: str) -> Any:
-    from grm.engines.base import EngineError
+    from grm.engines.base import EngineSetupError
     from grm.engines.openai_api import OpenAIEngine
     from grm.engines.server_process import ServerProcess
     from grm.process import free_port
@@ -32,9 +32,9 @@ def _openai(spec: Any, model: str) -> Any:
     if spec.api_key_env:
         key = os.environ.get(spec.api_key_env)
         if key is None:
-            raise EngineError(f"engine.api_key_env names {spec.api_key_env}, which is not set in the environment")
+            raise EngineSetupError(f"engine.api_key_env names {spec.api_key_env}, which is not set in the environment")
         if not key.strip():
-            raise EngineError(f"engine.api_key_env names {spec.api_key_env}, which is set but empty")
+            raise EngineSetupError(f"engine.api_key_env names {spec.api_key_env}, which is set but empty")
     tokenizer = None
     if spec.endpoint == "completions":
         from transformers import AutoTokenizer
@@ -46,7 +46,7 @@ def _openai(spec: Any, model: str) -> Any:
             tokenizer = AutoTokenizer.from_pretrained(where)
         except Exception as e:  # transformers raises many types for a directory it cannot read
             first = (str(e).splitlines() or [""])[0][:200]
-            raise EngineError(
+            raise EngineSetupError(
                 f"{where}: cannot load the tokenizer the completions endpoint needs ({type(e).__name__}: {first})"
             ) from None
     server = None

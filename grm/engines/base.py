@@ -16,6 +16,11 @@ class EngineError(GrmError):
     says which and why."""
 
 
+class EngineSetupError(EngineError):
+    """An engine that cannot be built from its spec (a key variable unset, a tokenizer that does not
+    load): no request was sent, so no retry or masking can help; the caller stops with the message."""
+
+
 class GenerationAborted(Exception):
     """``SamplingParams.abort`` returned True: the caller no longer wants this call's result."""
 

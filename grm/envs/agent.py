@@ -10,9 +10,10 @@ read them) and ``final_answer`` (default: the last assistant turn's text). A pla
 daemon thread of its own, an ``async def`` one on the runner's event loop (it must not block).
 
 How an episode ends: ``done`` when the agent returns; ``env_error`` when it raises (the exception
-named), returns something malformed, never asks the policy, or sends a request that does not extend
-its history; ``wall_time`` when it is still running after ``limits.wall_time_s`` (its later requests
-are answered 400); and the endpoint's limits (``max_turns``, ``max_tokens``, ``bad_tool_call``).
+named; anything but ``KeyboardInterrupt``, ``SystemExit`` included), returns something malformed,
+never asks the policy, or sends a request that does not extend its history; ``wall_time`` when it is
+still running after ``limits.wall_time_s`` (its later requests are answered 400); and the
+endpoint's limits (``max_turns``, ``max_tokens``, ``bad_tool_call``).
 ``limits.tool_time_s`` does not apply: the endpoint cannot see where the agent spends its time.
 """
 
@@ -30,7 +31,7 @@ from grm.engines.base import GenerationEngine, SamplingParams
 from grm.envs.base import EnvError, call_maybe_async, load_target
 from grm.envs.bounded import is_async, with_deadline
 from grm.envs.endpoint import PolicyEndpoint
-from grm.envs.episodes import EpisodeLimits
+from grm.envs.episodes import PASSED_ON, EpisodeLimits
 
 Agent = Callable[[dict[str, Any], str, str], Any]
 """``agent(row, base_url, model) -> Mapping | None`` (or an awaitable of it)."""
@@ -103,7 +104,7 @@ async def arun_agent_episodes(
 class _Raised:
     """The agent's own exception, told apart from the deadline's ``TimeoutError``."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: BaseException) -> None:
         self.error = error
 
 
@@ -113,7 +114,9 @@ async def _episode(
     async def call() -> Any:
         try:
             return await call_maybe_async(agent, row, url, endpoint.model)
-        except Exception as x:  # noqa: BLE001 - the agent's failure ends its own episode only
+        except PASSED_ON:
+            raise
+        except BaseException as x:  # noqa: BLE001 - the agent's failure (SystemExit too) ends its own episode only
             return _Raised(x)
 
     try:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from grm.config.base import Strict
 from grm.data.calc_tasks import SEEDS, SPLITS, TEMPLATES, problem, split_of, task_rows
 from grm.envs.base import AssistantMessage, Observation, Reset, Step
-from grm.envs.sandbox import SandboxLimits
+from grm.envs.sandbox import SandboxLimits, field_errors
 from grm.envs.tools import CalculatorTool, PythonTool, Tool, run_tool_call
 
-__all__ = ["SPLITS", "TEMPLATES", "CalcEnv", "answer_value", "extract_answer", "problem", "split_of", "task_rows"]
+__all__ = ["SPLITS", "TEMPLATES", "CalcArgs", "CalcEnv", "answer_value", "extract_answer", "problem", "split_of", "task_rows"]
 
 _BOXED = re.compile(r"\\boxed\{\s*([^{}]{0,40}?)\s*\}")
 _ANSWER = re.compile(r"(?i)\banswer\s*(?:is)?\s*[:=]?\s*\$?\s*([-+]?\d[\d,]{0,30}(?:\.\d+)?)")
@@ -43,16 +46,40 @@ SYSTEM_PROMPT = (
 )
 
 
+class CalcArgs(Strict):
+    """``CalcEnv``'s arguments (a ``calc`` env's ``kwargs``), strictly typed: ``python: "yes"``,
+    ``max_turns: "3"`` or a limit of the wrong type is an error naming the field, never a truthy value."""
+
+    model_config = ConfigDict(strict=True)
+
+    max_turns: int = Field(6, ge=1)
+    """Assistant turns before the episode ends unsolved."""
+    python: bool = False
+    """Offer the sandboxed ``python`` tool besides the calculator."""
+    python_limits: SandboxLimits | None = None
+    """The python tool's ``SandboxLimits`` fields (unset: its defaults); only with ``python: true``."""
+
+    @model_validator(mode="after")
+    def _limits_need_the_tool(self) -> CalcArgs:
+        if self.python_limits is not None and not self.python:
+            raise ValueError("python_limits is given without python: true (there is no python tool to apply it to)")
+        return self
+
+
 class CalcEnv:
     """Multi-step arithmetic word problems with a calculator tool; success is the exact integer answer."""
 
-    def __init__(self, max_turns: int = 6, python: bool = False, python_limits: dict[str, Any] | None = None) -> None:
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-        self.max_turns = max_turns
+    def __init__(
+        self, max_turns: int = 6, python: bool = False, python_limits: dict[str, Any] | SandboxLimits | None = None
+    ) -> None:
+        try:
+            args = CalcArgs(max_turns=max_turns, python=python, python_limits=python_limits)
+        except ValidationError as e:
+            raise ValueError(field_errors(e)) from None
+        self.max_turns = args.max_turns
         self.tools: dict[str, Tool] = {"calculator": CalculatorTool()}
-        if python:
-            self.tools["python"] = PythonTool(SandboxLimits(**(python_limits or {})))
+        if args.python:
+            self.tools["python"] = PythonTool(args.python_limits or SandboxLimits())
         self.answer: int | None = None
         self.counts = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "bad_tool_calls": 0}
 

@@ -1,7 +1,11 @@
 """The policy behind an OpenAI-compatible endpoint (chat completions with tool calls), so agent code
 that takes a base URL runs episodes that train with no re-tokenisation drift.
 
-Each episode gets its own base URL (``open``): ``http://127.0.0.1:PORT/episodes/<id>/v1``. Its first
+Each episode gets its own base URL (``open``): ``http://127.0.0.1:PORT/episodes/<token>/v1``, the
+token random (128 bits) and the episode's alone, so only the agent given the URL can drive or end
+the episode: not another process guessing ids, nor a web page. A web page can make the browser send
+requests here through a name it points at 127.0.0.1 (DNS rebinding), so a request whose ``Host`` is
+not 127.0.0.1, localhost or [::1] is answered 403 before anything else is read. Its first
 request's messages and tools are rendered once by the chat template (``ChatTokens.prompt_ids``);
 every later request must *extend* the episode's history: the earlier messages as they were, the
 assistant messages as the endpoint returned them (content, and tool calls by name and arguments).
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import json
 import queue
+import re
+import secrets
 import threading
 import time
 from concurrent.futures import Future
@@ -54,6 +60,15 @@ from grm.envs.openai_chat import (
     reply_wire,
     template_message,
 )
+
+_LOCAL_HOST = re.compile(r"(?:127\.0\.0\.1|localhost|\[::1\])(?::[0-9]{1,5})?", re.IGNORECASE)
+"""The ``Host`` headers the endpoint answers (it listens on 127.0.0.1 only). ``grm.view.server``'s
+``HostCheck`` does the same for a server that may bind any address; it lives in a layer above envs."""
+
+
+def local_host(header: str | None) -> bool:
+    """Whether a request's ``Host`` header names this machine's loopback (a port or none)."""
+    return _LOCAL_HOST.fullmatch((header or "").strip(" \t")) is not None
 
 
 @dataclass
@@ -103,6 +118,8 @@ class PolicyEndpoint:
         """Requests per ``engine.generate`` call, in order."""
         self._episodes: dict[str, _Live] = {}
         self._ended: dict[str, str] = {}
+        self._tokens: dict[str, str] = {}
+        """The episode id of each base URL's token (kept once it ends: its late requests are told so)."""
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._stopping = threading.Event()
@@ -151,13 +168,16 @@ class PolicyEndpoint:
 
     def open(self, eid: str, seed: int | None = None, row: dict[str, Any] | None = None) -> str:
         """Start episode ``eid`` (sampled with ``seed`` every turn; ``row``: its data row, kept in
-        the trajectory's task); its base URL (the OpenAI client appends ``/chat/completions``)."""
+        the trajectory's task); its base URL (the OpenAI client appends ``/chat/completions``),
+        which holds a random token of its own, not ``eid``."""
+        token = secrets.token_urlsafe(16)
         with self._lock:
             if eid in self._episodes or eid in self._ended:
                 raise ValueError(f"episode {eid!r} is already open or was closed")
             traj = Trajectory(eid, Task(dict(row or {}), []))
             self._episodes[eid] = _Live(Episode(traj, seed), time.monotonic())
-        return f"{self.url}/episodes/{quote(eid, safe='')}/v1"
+            self._tokens[token] = eid
+        return f"{self.url}/episodes/{token}/v1"
 
     def close(self, eid: str, reason: str = "done", detail: str | None = None) -> Trajectory:
         """End episode ``eid`` (with ``reason`` unless a limit or an error already ended it; an episode
@@ -186,19 +206,20 @@ class PolicyEndpoint:
     # ------------------------------------------------------------------ requests
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        """The answer (status, JSON) to one HTTP request; never raises."""
+        """The answer (status, JSON) to one HTTP request (its ``Host`` already checked); never raises."""
         try:
             parts = urlsplit(path).path.strip("/").split("/")
             if len(parts) < 4 or parts[0] != "episodes" or parts[2] != "v1":
-                raise WireError(404, f"no route {path[:200]!r}: use /episodes/<id>/v1/chat/completions", "not_found_error")
-            eid, route = unquote(parts[1]), "/".join(parts[3:])
+                raise WireError(404, f"no route {path[:200]!r}: use the base URL open() gave", "not_found_error")
+            token, route = unquote(parts[1]), "/".join(parts[3:])
             with self._lock:
-                live = self._episodes.get(eid)
-                ended = self._ended.get(eid)
+                eid = self._tokens.get(token)
+                live = self._episodes.get(eid) if eid is not None else None
+                ended = self._ended.get(eid) if eid is not None else None
+            if eid is None:
+                raise WireError(404, f"no episode {token[:200]!r} is open on this endpoint", "not_found_error")
             if live is None:
-                if ended is not None:
-                    raise WireError(400, f"episode {eid!r} has ended ({ended})", "episode_ended", ended.split(":")[0])
-                raise WireError(404, f"no episode {eid[:200]!r} is open on this endpoint", "not_found_error")
+                raise WireError(400, f"episode {eid!r} has ended ({ended})", "episode_ended", (ended or "").split(":")[0])
             if route == "models" and method == "GET":
                 return 200, models(self.model)
             if route == "chat/completions" and method == "POST":
@@ -364,7 +385,13 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if not 0 <= length <= MAX_BODY or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+        host = self.headers.get("Host")
+        if not local_host(host):  # DNS rebinding: a web page's request through a name pointed at 127.0.0.1
+            self.close_connection = True  # its body is left unread
+            status = 403
+            why = f"Host {(host or '')[:100]!r} is not this endpoint's (127.0.0.1, localhost or [::1]): refused"
+            value = WireError(403, why, "permission_error").body()
+        elif not 0 <= length <= MAX_BODY or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             self.close_connection = True
             status, value = 413 if length > MAX_BODY else 400, WireError(400, "send a Content-Length of at most 32 MiB").body()
         else:

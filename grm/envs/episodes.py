@@ -31,12 +31,14 @@ episodes are over. Every way an episode ends is recorded in ``Trajectory.end_rea
 - ``max_tokens``: the context could not take another full turn (``max_new_tokens``) within
   ``max_total_tokens``, so the total never passes it;
 - ``wall_time`` / ``tool_time``: the episode's own seconds (its reset, its steps, the generate
-  calls it was in: not the wait for other episodes' steps) or its seconds inside ``env.step`` ran
-  out, checked between turns and bounding each step (a step still running is abandoned: an async
-  step is cancelled, a thread left to finish on its own);
+  calls it was in, the reading of its turns' tool calls: not the wait for other episodes' steps)
+  or its seconds inside ``env.step`` ran out, checked between turns and bounding each step (a step
+  still running is abandoned: an async step is cancelled, a thread left to finish on its own);
 - ``env_error``: making the environment raised, or its reset or step did, or returned something
   malformed, or no observation without being done; or the chat template cannot extend the
-  conversation;
+  conversation. "Raised" is anything the environment's code raises but ``KeyboardInterrupt``
+  (and the runtime's ``GeneratorExit`` and cancellation): ``SystemExit`` (a ``sys.exit()`` in a
+  tool) or a ``BaseException`` of its own ends that one episode, not the run;
 - ``bad_tool_call``: more than ``max_bad_tool_calls`` malformed tool calls (the earlier ones go to
   the environment, which answers each with an error observation the policy can fix).
 
@@ -61,6 +63,7 @@ from grm.data.trajectory import EndReason, Task, Trajectory
 from grm.engines.base import GenerationEngine, SamplingParams
 from grm.envs.base import (
     AssistantMessage,
+    EnvError,
     Environment,
     Reset,
     Step,
@@ -77,6 +80,10 @@ T = TypeVar("T")
 
 CLOSE_S = 5.0
 """Seconds an environment's ``close()`` may take."""
+
+PASSED_ON = (KeyboardInterrupt, GeneratorExit, asyncio.CancelledError)
+"""What an environment's code raises that is not its own failure but the process's or the runtime's:
+passed on. Anything else it raises, ``SystemExit`` included, ends its own episode."""
 
 
 class EpisodeRunner:
@@ -164,7 +171,9 @@ class EpisodeRunner:
             reset: Reset = await self._bounded(e, lambda: reset_env(e.env, e.traj.task.row), e.env.reset)
         except _OutOfTime as t:
             return e.end(t.reason, f"env.reset still running after {t.seconds:.1f} s")
-        except Exception as x:  # noqa: BLE001 - an environment's failure of any kind ends its own episode only
+        except PASSED_ON:
+            raise
+        except BaseException as x:  # noqa: BLE001 - an environment's failure of any kind ends its own episode only
             return e.end("env_error", describe(x))
         e.traj.task.messages, e.traj.task.tools = reset.messages, reset.tools
         e.tools, e.history = list(reset.tools), [dict(m) for m in reset.messages]
@@ -180,7 +189,9 @@ class EpisodeRunner:
             return await self._bounded(e, lambda: step_env(e.env, message), e.env.step, tools=True)
         except _OutOfTime as t:
             e.end(t.reason, f"env.step still running after {t.seconds:.1f} s")
-        except Exception as x:  # noqa: BLE001 - see _reset
+        except PASSED_ON:
+            raise
+        except BaseException as x:  # noqa: BLE001 - see _reset
             e.end("env_error", describe(x))
         return None
 
@@ -198,7 +209,7 @@ class EpisodeRunner:
             raise _OutOfTime(reason, 0.0)
         start = time.monotonic()
         try:
-            return await with_deadline(call, is_async(method), timeout)
+            return await with_deadline(lambda: _contained(call(), method), is_async(method), timeout)
         except TimeoutError:
             raise _OutOfTime(reason, timeout or 0.0) from None
         finally:
@@ -239,9 +250,26 @@ async def _close(env: Any) -> None:
     if not callable(close):
         return
     try:
-        await with_deadline(lambda: call_maybe_async(close), is_async(close), CLOSE_S)
-    except Exception:  # noqa: BLE001 - cleanup: nothing depends on it
+        await with_deadline(lambda: _contained(call_maybe_async(close), close), is_async(close), CLOSE_S)
+    except PASSED_ON:
+        raise
+    except BaseException:  # noqa: BLE001 - cleanup: nothing depends on it
         pass
+
+
+async def _contained(coro: Coroutine[Any, Any, T], method: Any) -> T:
+    """``await coro`` (environment code: ``method`` is what it calls), with what it raises past
+    ``Exception`` but not ``PASSED_ON`` (``SystemExit``, an exception class of its own) as an
+    ``EnvError`` naming it. Inside the coroutine, before any task sees it: an asyncio task re-raises
+    ``SystemExit`` out of the event loop itself (a deadline wraps an ``async def`` step in one, and
+    a plain step runs in a thread's ``asyncio.run``), where no handler of the episode's can catch it."""
+    try:
+        return await coro
+    except (Exception, *PASSED_ON):
+        raise
+    except BaseException as x:  # noqa: BLE001 - the environment's own failure, ended as its episode's
+        name = getattr(method, "__qualname__", type(method).__name__)
+        raise EnvError(f"{name} raised {type(x).__name__}: {str(x)[:300]}") from None
 
 
 class _OutOfTime(Exception):

@@ -1,27 +1,56 @@
-"""Run one tool call in a subprocess of its own, with limits; whatever the tool does, the caller
-gets a ``ToolResult`` back, never an exception.
+"""Run one tool call in processes of its own, with limits; whatever the tool does, the caller gets a
+``ToolResult`` back, never an exception.
 
 Each call starts ``python -I -S -u -c BOOT`` (isolated: no site, no user paths, no ``PYTHON*``
-variables) in a fresh session (its own process group), with stdin closed, a scrubbed environment
-and a fresh scratch directory as cwd (deleted afterwards). The boot code, still alone in its
-process, applies the limits and then runs the tool:
+variables) in a fresh session, with stdin closed, a scrubbed environment and a fresh scratch
+directory as cwd (deleted afterwards). The boot code makes three processes:
 
-- rlimits: address space (``RLIMIT_AS``), CPU seconds (``RLIMIT_CPU``), file size, open files, no
-  core dumps, and, when asked, processes (``RLIMIT_NPROC``; Linux does not apply it to root, so it
-  binds only with ``run_as`` or when grm is not root);
-- no network: ``unshare(CLONE_NEWNET)`` (as root), else ``unshare(CLONE_NEWUSER | CLONE_NEWNET)``
-  (unprivileged user namespaces), either leaving the tool only a loopback that is down; where
-  neither is allowed, a Python tool gets an audit hook that refuses sockets, subprocesses, forks
-  and ctypes (``ToolResult.network == "audit"``: a weaker guard a determined program can get
-  round), and a command is refused (it cannot be guarded without a namespace);
-- ``run_as`` (root only): the uid/gid the tool runs as, after the namespace is made;
-- then ``exec`` of the command, or the Python code run in the boot interpreter itself.
+- the *launcher* (the process grm started) unshares what the kernel allows, best first: a PID
+  namespace, a mount namespace and, unless ``network: allow|audit``, a network namespace; as root
+  directly, else through an unprivileged user namespace (after ``run_as``: a user namespace maps
+  only its creator);
+- the *supervisor*, the launcher's child: PID 1 of the new namespace, where it mounts a private
+  ``/proc``; it forks the tool, reaps it and reports its exit status and CPU time;
+- the *tool*: it takes ``run_as`` (root only), ``no_new_privs``, drops every capability, and, under
+  the network namespace, a seccomp filter that refuses ``socket()`` of any family but
+  ``AF_INET``/``AF_INET6``/``AF_NETLINK`` (those the namespace isolates: not unix sockets bound on
+  the host's filesystem nor vsock) and ``io_uring`` (whose sockets the filter would not see); then
+  the rlimits, and then ``exec`` of the command or the Python code in the boot interpreter.
+
+What this enforces, where the kernel allows the namespaces (``ToolResult.processes == "namespace"``):
+every process the tool starts dies with it (when PID 1 of a namespace exits the kernel kills the
+rest; grm kills the supervisor on the deadline or too much output); grm and every other process
+are invisible (``/proc`` shows the namespace only) and cannot be signalled; no network, loopback
+down, and no socket to a listener on the host (``ToolResult.network == "namespace"``). Where the
+kernel refuses them, it falls back and says so in the result: ``processes == "pid"`` (PID namespace
+but ``/proc`` could not be mounted: the host's ``/proc`` shows other processes of the tool's user,
+their environments included), ``"group"`` (no PID namespace: grm kills the process group, a child
+that calls ``setsid`` escapes it, and the tool can signal processes of its user);
+``network == "namespace_unfiltered"`` (no seccomp filter on this architecture: unix sockets on the
+host's filesystem and vsock stay reachable), ``"audit"`` (no network namespace: a Python tool gets
+an audit hook refusing sockets, subprocesses, forks and ctypes, a weaker guard a determined program
+can get round; a command is refused). ``network: namespace`` refuses to run with less than the
+filtered namespace.
+
+rlimits, per process of the tool: address space (``RLIMIT_AS``), CPU seconds (``RLIMIT_CPU``),
+file size, open files, no core dumps and, when asked, processes (``RLIMIT_NPROC``: Linux never
+applies it to root, so it binds only with ``run_as`` or when grm is not root). The filesystem is
+not isolated: a tool sees and may write what its user may (``run_as`` picks another user).
+
+Reasons are grm's own observations where they can be: ``timeout`` and ``output_limit`` (grm killed
+it), ``sandbox`` (set-up failures, reported by the boot code on a pipe the tool never holds: the
+Python tool's end is closed before its code runs, a command's at ``exec``), ``cpu_limit`` (the tool
+died of SIGXCPU or SIGKILL with its CPU time, measured by the supervisor, at the limit), ``signal``
+and ``exit_code`` (its status as the supervisor reaped it; ``file_size`` when that signal is
+SIGXFSZ, which a program could also send itself). ``exception``, ``memory_limit`` (``MemoryError``),
+``network`` and ``file_size`` (``EFBIG``) of a Python tool say what its code raised, as classified
+inside its own process and written on a separate pipe: the tool's own account, which a program
+could fake on purpose (as it could ``raise MemoryError``), but never read from an exit code.
 
 The parent reads the merged stdout/stderr in chunks of at most 64 KiB and keeps the first
-``max_output_bytes``: output past it kills the tool (a 10 MB print is never held in memory). On
-the wall-clock deadline, on too much output, and after a normal exit (background children) the
-whole process group is killed. The filesystem is not isolated: a tool sees what its user sees.
-Measured here (2 shared cores, root): a ``print(1)`` call takes ~0.1 s, the network namespace included.
+``max_output_bytes``: output past it kills the tool (a 10 MB print is never held in memory).
+Measured here (2 shared cores, root; median of 10): a ``print(1)`` call takes ~0.06 s with the
+namespaces, ~0.055 s without.
 """
 
 from __future__ import annotations
@@ -40,60 +69,77 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, ValidationError
+
+from grm.config.base import MAX_SECONDS, Strict
 
 Network = Literal["auto", "namespace", "audit", "allow"]
 
-# Exit codes the boot code uses to say what happened inside a Python tool.
-_EXIT_FILE_SIZE, _EXIT_EXCEPTION, _EXIT_MEMORY, _EXIT_NETWORK, _EXIT_SANDBOX = 95, 96, 97, 98, 99
-
 REASONS = (
     "timeout",  # wall-clock limit
-    "cpu_limit",  # RLIMIT_CPU (SIGXCPU)
-    "memory_limit",  # RLIMIT_AS (MemoryError, or a program killed for it)
+    "cpu_limit",  # RLIMIT_CPU (SIGXCPU, then SIGKILL), checked against the CPU time the tool used
+    "memory_limit",  # a Python tool raised MemoryError (RLIMIT_AS)
     "output_limit",  # more output than max_output_bytes
-    "file_size",  # RLIMIT_FSIZE (SIGXFSZ)
-    "network",  # the tool tried the network and failed on it
+    "file_size",  # RLIMIT_FSIZE: SIGXFSZ, or EFBIG raised by a Python tool
+    "network",  # a Python tool raised a network error (the network is not there)
     "exception",  # a Python tool raised
-    "exit_code",  # a non-zero exit
+    "exit_code",  # a non-zero exit, or a command that cannot be run (127)
     "signal",  # killed by a signal (a segfault, an abort)
-    "sandbox",  # the sandbox could not be set up as asked
+    "sandbox",  # the sandbox could not be set up as asked, or refused the call
 )
 
+_MiB = 1024 * 1024
+_MAX_MB = 1 << 20
+"""Largest memory_mb and file_size_mb: 1 TiB, beyond any host; rlimits are 64-bit byte counts."""
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWUSER = 0x20000, 0x20000000, 0x40000000, 0x10000000
 
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Limits of one tool call."""
 
-    timeout_s: float = 10.0
-    """Wall-clock seconds; past them the process group is killed."""
-    cpu_s: int = 10
-    """CPU seconds (RLIMIT_CPU) of each process of the tool."""
-    memory_mb: int = 512
+class SandboxLimits(Strict):
+    """Limits of one tool call, checked when made: a wrong type (a string, a float for an integer, a
+    boolean for a number), a value out of range or an unknown field is a ``ValueError`` naming it."""
+
+    model_config = ConfigDict(frozen=True, strict=True)
+
+    timeout_s: float = Field(10.0, gt=0, le=MAX_SECONDS)
+    """Wall-clock seconds; past them every process of the tool is killed."""
+    cpu_s: int = Field(10, ge=1, le=int(MAX_SECONDS))
+    """CPU seconds (RLIMIT_CPU) of each process of the tool: SIGXCPU at it, SIGKILL a second later."""
+    memory_mb: int = Field(512, ge=1, le=_MAX_MB)
     """Address space (RLIMIT_AS) of each process, MiB. Python itself takes ~25 MiB."""
-    max_output_bytes: int = 16 * 1024
+    max_output_bytes: int = Field(16 * 1024, ge=1, le=1 << 30)
     """stdout and stderr together; the rest is dropped and the tool killed."""
-    file_size_mb: int = 16
+    file_size_mb: int = Field(16, ge=1, le=_MAX_MB)
     """Largest file the tool may write (RLIMIT_FSIZE), MiB."""
-    open_files: int = 64
-    """RLIMIT_NOFILE."""
-    max_processes: int | None = None
+    open_files: int = Field(64, ge=1, le=1 << 20)
+    """RLIMIT_NOFILE of each process (the host's hard limit caps it)."""
+    max_processes: int | None = Field(None, ge=1, le=1 << 22)
     """RLIMIT_NPROC: processes of the tool's *user*, all counted (not applied to root: use
     ``run_as``). None leaves it."""
-    run_as: int | None = None
+    run_as: int | None = Field(None, ge=1, le=2**32 - 2)
     """When grm runs as root: the uid (and gid) the tool runs as, e.g. 65534 (nobody); it must be
     able to read the interpreter (Python tools) or the command. None runs as grm's user."""
     network: Network = "auto"
-    """``auto``: a network namespace, else (Python tools only) the audit hook; ``namespace`` or
-    ``audit``: that one or a ``sandbox`` failure; ``allow``: no guard."""
+    """``auto``: the filtered network namespace, else the best fallback (see the module);
+    ``namespace``: the filtered namespace or a ``sandbox`` failure; ``audit``: the audit hook
+    (Python tools only); ``allow``: no guard."""
 
-    def __post_init__(self) -> None:
-        numbers = ("timeout_s", "cpu_s", "memory_mb", "max_output_bytes", "file_size_mb", "open_files")
-        bad = [f"{k}={getattr(self, k)!r}" for k in numbers if not getattr(self, k) > 0]
-        if self.network not in ("auto", "namespace", "audit", "allow"):
-            bad.append(f"network={self.network!r}")
-        if bad:
-            raise ValueError(f"sandbox limits: {', '.join(bad)} (numbers must be > 0; network auto|namespace|audit|allow)")
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as e:
+            raise ValueError(field_errors(e)) from None  # nested in another model, it prefixes its field
+
+
+def field_errors(e: ValidationError) -> str:
+    """A pydantic error on one line: ``field: what is wrong (got VALUE)`` per problem, ``; ``-joined."""
+    out = []
+    for err in e.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        got = f" (got {err['input']!r:.60})" if "input" in err and err["type"] != "value_error" else ""
+        out.append(f"{field + ': ' if field else ''}{err['msg'].removeprefix('Value error, ')}{got}")
+    return "; ".join(out)
 
 
 @dataclass(frozen=True)
@@ -108,9 +154,14 @@ class ToolResult:
     """The output was cut to ``max_output_bytes``."""
     seconds: float = 0.0
     exit_code: int | None = None
-    """The process's return code (negative: the signal that ended it); None for in-process tools."""
+    """The tool's return code as its supervisor reaped it (negative: the signal that ended it); on a
+    kill by grm (timeout, output), the supervisor's; None when no process ran."""
     network: str = "none"
-    """The network guard in force: ``namespace``, ``audit``, ``allowed``, or ``none`` (no process)."""
+    """The network guard in force: ``namespace`` (filtered), ``namespace_unfiltered``, ``audit``,
+    ``allowed``, or ``none`` (no tool process)."""
+    processes: str = "none"
+    """How the tool's processes are held: ``namespace`` (a PID namespace with a private ``/proc``),
+    ``pid`` (a PID namespace, the host's ``/proc``), ``group`` (a process group only), or ``none``."""
 
 
 class ToolCounter(Counter):
@@ -123,60 +174,74 @@ class ToolCounter(Counter):
         return result
 
 
-# The child's boot code: stdlib only, everything it needs imported before the limits apply.
+# The boot code (stdlib only, everything imported before run_as drops access). Status lines go to
+# the parent on STATUS, which the tool's own code never holds; a Python tool's verdict on what its
+# code raised goes on VERDICT.
 _BOOT = r"""
-import ctypes, errno, json, os, resource, socket, sys, traceback, warnings  # all before run_as drops access
+import ctypes, errno, json, os, resource, signal, socket, sys, traceback, warnings  # all before run_as drops access
 cfg = json.loads(sys.argv[1])
-status = os.fdopen(cfg["status_fd"], "w")
+STATUS, VERDICT = cfg["status_fd"], cfg["verdict_fd"]
+os.set_inheritable(STATUS, False)  # a command's exec closes it
+os.set_inheritable(VERDICT, False)
+PYTHON = cfg["code"] is not None
+libc = ctypes.CDLL(None, use_errno=True)
+NEWPID, NEWNET = 0x20000000, 0x40000000
+
+def report(*words):
+    os.write(STATUS, (" ".join(str(w).replace("\n", " ") for w in words) + "\n").encode("utf-8", "replace"))
 
 def fail(msg):
-    print("sandbox: " + msg, file=sys.stderr, flush=True)
+    report("fail", msg)
     os._exit(99)
 
-libc = ctypes.CDLL(None, use_errno=True)
-def unshare(flags):
-    return libc.unshare(flags) == 0
-
-guard = "allowed"
-want = cfg["network"]
-if want in ("auto", "namespace"):
-    if os.geteuid() == 0 and unshare(0x40000000):
-        guard = "namespace"
-if cfg["run_as"] is not None and os.geteuid() == 0:
+def become(uid):
     try:
         os.setgroups([])
-        os.setgid(cfg["run_as"])
-        os.setuid(cfg["run_as"])
+        os.setgid(uid)
+        os.setuid(uid)
     except OSError as e:
-        fail("cannot run as uid %s: %s" % (cfg["run_as"], e))
-if want in ("auto", "namespace") and guard != "namespace":
-    if unshare(0x10000000 | 0x40000000):
-        guard = "namespace"
-    elif want == "namespace" or cfg["code"] is None:
-        fail("no network namespace allowed here (unshare: %s)" % os.strerror(ctypes.get_errno()))
-    else:
-        guard = "audit"
-if want == "audit":
-    if cfg["code"] is None:
-        fail("the audit guard needs a Python tool")
-    guard = "audit"
+        fail("cannot run as uid %s: %s" % (uid, e.strerror))
 
-for name, (soft, hard) in cfg["rlimits"].items():
-    which = getattr(resource, name)
-    cap = resource.getrlimit(which)[1]
-    if cap != resource.RLIM_INFINITY:
-        soft, hard = min(soft, cap), min(hard, cap)
-    resource.setrlimit(which, (soft, hard))
+def quiet():  # the output pipe is the tool's alone: its end of file is the tool's
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
 
-status.write(guard)
-status.close()
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
-if cfg["code"] is None:
-    try:
-        os.execvpe(cfg["argv"][0], cfg["argv"], dict(os.environ))
-    except OSError as e:
-        print("cannot run %s: %s" % (cfg["argv"][0], e), file=sys.stderr, flush=True)
-        os._exit(127)
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+class Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+
+# machine: (AUDIT_ARCH_*, the socket syscall's number); io_uring_setup is 425 on each
+ARCHES = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198), "riscv64": (0xC00000F3, 198)}
+
+def socket_filter():
+    # seccomp: socket() only for the families the network namespace isolates; no io_uring (its
+    # sockets would not pass here); nothing through another ABI (i386, x32) that could.
+    spec = ARCHES.get(os.uname().machine)
+    if spec is None:
+        return False
+    arch, nr_socket = spec
+    LD, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+    ALLOW, ERRNO = 0x7FFF0000, 0x00050000
+    insns = [
+        (LD, 0, 0, 4), (JEQ, 1, 0, arch), (RET, 0, 0, ERRNO | errno.ENOSYS),
+        (LD, 0, 0, 0), (JGE, 0, 1, 0x40000000), (RET, 0, 0, ERRNO | errno.ENOSYS),
+        (JEQ, 0, 1, 425), (RET, 0, 0, ERRNO | errno.ENOSYS),
+        (JEQ, 0, 5, nr_socket), (LD, 0, 0, 16),
+        (JEQ, 3, 0, socket.AF_INET), (JEQ, 2, 0, socket.AF_INET6), (JEQ, 1, 0, socket.AF_NETLINK),
+        (RET, 0, 0, ERRNO | errno.EAFNOSUPPORT), (RET, 0, 0, ALLOW),
+    ]
+    array = (Insn * len(insns))(*(Insn(*i) for i in insns))
+    return libc.prctl(22, 2, ctypes.byref(Prog(len(insns), array)), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
 
 BLOCKED = {"socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto", "socket.sendmsg",
            "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
@@ -184,43 +249,178 @@ BLOCKED = {"socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto
 def hook(event, args):
     if event in BLOCKED or (event == "socket.__new__" and args[1] != socket.AF_UNIX):
         raise PermissionError("sandbox: %s is not allowed in this tool" % event)
-if guard == "audit":
-    sys.addaudithook(hook)
 
-code = open(cfg["code"], encoding="utf-8").read()
-sys.argv = ["tool.py"]
 def net_error(e):
     return isinstance(e, socket.gaierror) or (isinstance(e, PermissionError) and "socket." in str(e)) or (
-        isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN))
-try:
-    exec(compile(code, "tool.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-except SystemExit:
-    raise
-except BaseException as e:
-    tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        isinstance(e, OSError) and e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EAFNOSUPPORT))
+
+def tool(guard):
+    # made before the rlimits, so that even a tool out of memory can still say so
+    me = os.getpid()
+    verdicts = {k: ("%d %s\n" % (me, k)).encode() for k in ("memory", "network", "file_size", "exception")}
     try:
-        traceback.print_exception(type(e), e, tb)
-    except MemoryError:
-        print(type(e).__name__, file=sys.stderr)
-    sys.stdout.flush(); sys.stderr.flush()
-    too_big = isinstance(e, OSError) and e.errno == errno.EFBIG  # Python ignores SIGXFSZ: the write fails instead
-    os._exit(97 if isinstance(e, MemoryError) else 98 if net_error(e) else 95 if too_big else 96)
+        code = set_up(guard)
+    except Exception as e:  # the boot code's own fault, before the tool's code runs
+        fail("the sandbox's boot failed: %s: %s" % (type(e).__name__, e))
+    if not PYTHON:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores both; a command should not
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        argv = cfg["argv"]
+        try:
+            os.execvpe(argv[0], argv, dict(os.environ))
+        except OSError as e:
+            report("exec", "cannot run %s: %s" % (argv[0], e.strerror or e))
+            os._exit(127)
+        except Exception as e:
+            fail("the sandbox's boot failed: %s: %s" % (type(e).__name__, e))
+    os.close(STATUS)
+    if guard == "audit":
+        sys.addaudithook(hook)
+    sys.argv = ["tool.py"]
+    try:
+        exec(compile(code, "tool.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit:
+        raise
+    except BaseException as e:
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        try:
+            traceback.print_exception(type(e), e, tb)
+        except MemoryError:
+            print(type(e).__name__, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        too_big = isinstance(e, OSError) and e.errno == errno.EFBIG  # Python ignores SIGXFSZ: the write fails instead
+        kind = "memory" if isinstance(e, MemoryError) else "network" if net_error(e) else "file_size" if too_big else "exception"
+        if os.getpid() == me:  # not a child the tool forked, which runs this same handler
+            try:
+                os.write(VERDICT, verdicts[kind])
+            except OSError:
+                pass
+        os._exit(1)
+    sys.exit(0)  # through the interpreter's exit: atexit handlers, buffers flushed
+
+def set_up(guard):  # run_as, no privileges, the socket filter, the rlimits; a Python tool's code
+    if cfg["run_as"] is not None and os.geteuid() == 0:
+        become(cfg["run_as"])
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: no setuid binary gives privileges back
+        fail("cannot set no_new_privs: " + os.strerror(ctypes.get_errno()))
+    if libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), (CapData * 2)()) != 0:
+        fail("cannot drop capabilities: " + os.strerror(ctypes.get_errno()))
+    if guard == "namespace" and not socket_filter():
+        if cfg["network"] == "namespace":
+            fail("no seccomp filter here for sockets the network namespace leaves open (unix sockets, vsock)")
+        guard = "namespace_unfiltered"
+    report("guard", guard)
+    code = None
+    if PYTHON:
+        try:
+            with open(cfg["code"], encoding="utf-8") as fh:
+                code = fh.read()
+        except OSError as e:
+            fail("cannot read the tool's code: %s" % e.strerror)
+    for name, (soft, hard) in cfg["rlimits"].items():
+        which = getattr(resource, name)
+        cap = resource.getrlimit(which)[1]
+        if cap != resource.RLIM_INFINITY:
+            soft, hard = min(soft, cap), min(hard, cap)
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (OSError, ValueError) as e:
+            fail("cannot set %s to %s: %s" % (name, soft, e))
+    return code
+
+def supervise(processes):
+    report("processes", processes)
+    try:
+        child = os.fork()
+    except OSError as e:
+        fail("cannot start the tool: %s" % e.strerror)
+    if child == 0:
+        tool(guard)
+    quiet()
+    while True:
+        pid, status, usage = os.wait4(-1, 0)
+        if pid == child:
+            break
+    report("exit", child, os.waitstatus_to_exitcode(status), "%.3f" % (usage.ru_utime + usage.ru_stime))
+    os._exit(0)
+
+want = cfg["network"]
+got = 0
+for through_user, flags in cfg["unshare"]:
+    if through_user and cfg["run_as"] is not None and os.geteuid() == 0:
+        become(cfg["run_as"])  # a user namespace maps only its creator's uid
+    if libc.unshare(flags) == 0:
+        got = flags
+        break
+if want == "allow":
+    guard = "allowed"
+elif want != "audit" and got & NEWNET:
+    guard = "namespace"
+elif want == "namespace":
+    fail("no network namespace allowed here")
+elif not PYTHON:
+    fail("the audit guard needs a Python tool" if want == "audit" else
+         "no network namespace allowed here, and a command has no other guard")
+else:
+    guard = "audit"
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: a tool of the same user cannot open our fds through /proc
+if got & NEWPID:
+    try:
+        init = os.fork()
+    except OSError as e:
+        fail("cannot start the sandbox's supervisor: %s" % e.strerror)
+    if init == 0:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the launcher
+        private = libc.mount(None, b"/", None, 0x4000 | 0x40000, None) == 0  # MS_REC | MS_PRIVATE
+        private = private and libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None) == 0  # NOSUID, NODEV, NOEXEC
+        supervise("namespace" if private else "pid")
+    quiet()
+    os.waitpid(init, 0)
+    os._exit(0)
+supervise("group")
 """
 
 
-def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> ToolResult:
+DEFAULT_LIMITS = SandboxLimits()
+
+
+def run_python(code: str, limits: SandboxLimits = DEFAULT_LIMITS) -> ToolResult:
     """Run Python ``code`` as a script (``__name__ == "__main__"``) in the sandbox."""
+    if not isinstance(code, str):
+        return ToolResult(False, f"sandbox: the code must be a string, not {type(code).__name__}", "sandbox")
     return _guarded(None, code, limits)
 
 
-def run_command(argv: Sequence[str], limits: SandboxLimits = SandboxLimits()) -> ToolResult:
+def run_command(argv: Sequence[str], limits: SandboxLimits = DEFAULT_LIMITS) -> ToolResult:
     """Run a command (``argv[0]`` looked up on a minimal PATH) in the sandbox."""
-    if not argv:
-        return ToolResult(False, "sandbox: empty command", "sandbox")
+    problem = _argv_problem(argv)
+    if problem is not None:
+        return ToolResult(False, f"sandbox: {problem}", "sandbox")
     return _guarded(list(argv), None, limits)
 
 
+def _argv_problem(argv: Any) -> str | None:
+    """Why ``argv`` cannot be exec'd, before any process starts; None when it can be."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
+        return f"the command must be a list of strings, not a {type(argv).__name__}"
+    if not argv:
+        return "empty command"
+    for i, arg in enumerate(argv):
+        if not isinstance(arg, str):
+            return f"argument {i} is a {type(arg).__name__}, not a string"
+        if "\0" in arg:
+            return f"argument {i} contains a NUL character"
+        try:
+            os.fsencode(arg)
+        except UnicodeEncodeError:
+            return f"argument {i} has characters the file system cannot encode"
+    return None if argv[0] else "empty command name"
+
+
 def _guarded(argv: list[str] | None, code: str | None, limits: SandboxLimits) -> ToolResult:
+    if not isinstance(limits, SandboxLimits):
+        return ToolResult(False, f"sandbox: limits must be SandboxLimits, not {type(limits).__name__}", "sandbox")
     try:
         return _run(argv, code, limits)
     except OSError as e:  # no scratch directory, no pipe, no process: the host is short of something
@@ -229,24 +429,33 @@ def _guarded(argv: list[str] | None, code: str | None, limits: SandboxLimits) ->
 
 def _rlimits(limits: SandboxLimits) -> dict[str, tuple[int, int]]:
     """(soft, hard) per rlimit. CPU: SIGXCPU at the soft limit, SIGKILL a second later."""
-    mb = 1024 * 1024
-    cpu = max(1, int(limits.cpu_s))
     out = {
-        "RLIMIT_AS": limits.memory_mb * mb,
-        "RLIMIT_FSIZE": limits.file_size_mb * mb,
+        "RLIMIT_AS": limits.memory_mb * _MiB,
+        "RLIMIT_FSIZE": limits.file_size_mb * _MiB,
         "RLIMIT_NOFILE": limits.open_files,
         "RLIMIT_CORE": 0,
     }
     if limits.max_processes is not None:
         out["RLIMIT_NPROC"] = limits.max_processes
-    return {"RLIMIT_CPU": (cpu, cpu + 1)} | {k: (v, v) for k, v in out.items()}
+    return {"RLIMIT_CPU": (limits.cpu_s, limits.cpu_s + 1)} | {k: (v, v) for k, v in out.items()}
+
+
+def _unshare_attempts(network: Network, euid: int) -> list[tuple[bool, int]]:
+    """(through a user namespace, ``unshare`` flags) to try in turn, best first: PID and mount
+    namespaces with the network one, then the network one alone; as root directly, then (root
+    without the capability, or not root) through an unprivileged user namespace."""
+    net = _CLONE_NEWNET if network in ("auto", "namespace") else 0
+    sets = [_CLONE_NEWPID | _CLONE_NEWNS | net] + ([net] if net else [])
+    direct = [(False, f) for f in sets] if euid == 0 else []
+    return direct + [(True, _CLONE_NEWUSER | f) for f in sets]
 
 
 def _run(argv: list[str] | None, code: str | None, limits: SandboxLimits) -> ToolResult:
     start = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="grm-tool-")
     proc: subprocess.Popen[bytes] | None = None
-    status_r, status_w = os.pipe()
+    fds = [*os.pipe(), *os.pipe()]
+    status_r, status_w, verdict_r, verdict_w = fds
     try:
         code_path = None
         if code is not None:
@@ -258,7 +467,9 @@ def _run(argv: list[str] | None, code: str | None, limits: SandboxLimits) -> Too
                 os.chown(p, limits.run_as, limits.run_as)
         cfg = {
             "status_fd": status_w,
+            "verdict_fd": verdict_w,
             "network": limits.network,
+            "unshare": _unshare_attempts(limits.network, os.geteuid()),
             "run_as": limits.run_as,
             "rlimits": _rlimits(limits),
             "argv": argv,
@@ -273,20 +484,21 @@ def _run(argv: list[str] | None, code: str | None, limits: SandboxLimits) -> Too
                 cwd=scratch,
                 env=_scrubbed_env(scratch, limits.run_as),
                 start_new_session=True,
-                pass_fds=(status_w,),
+                pass_fds=(status_w, verdict_w),
             )
         except OSError as e:
             return ToolResult(False, f"sandbox: cannot start the tool ({e})", "sandbox", seconds=time.monotonic() - start)
-        os.close(status_w)
-        status_w = -1
+        for i in (1, 3):  # the write ends: only the sandbox's processes hold them now
+            os.close(fds[i])
+            fds[i] = -1
         out, cut, timed_out = _read_bounded(proc, limits, start)
-        rc = proc.returncode
-        guard = os.read(status_r, 64).decode("ascii", "replace") or "none"
-        return _result(out, cut, timed_out, rc, limits, guard, time.monotonic() - start)
+        status = _lines(_drain(status_r))
+        verdict = _drain(verdict_r)
+        return _result(out, cut, timed_out, status, verdict, proc.returncode, limits, time.monotonic() - start)
     finally:
         if proc is not None and proc.returncode is None:
             _kill_group(proc)
-        for fd in (status_r, status_w):
+        for fd in fds:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -305,13 +517,15 @@ def _scrubbed_env(scratch: str, run_as: int | None) -> dict[str, str]:
 
 
 def _read_bounded(proc: subprocess.Popen[bytes], limits: SandboxLimits, start: float) -> tuple[bytes, bool, bool]:
-    """(the first ``max_output_bytes`` of the output, cut, timed out); the group is killed on a cut
-    or the deadline, and after the leader exits (its background children with it)."""
+    """(the first ``max_output_bytes`` of the output, cut, timed out). The end of the output is not
+    the end of the tool (it may close stdout and go on): the call ends when the launcher exits, on a
+    cut or at the deadline, and the launcher's group is killed then (with its supervisor, every
+    process in the tool's PID namespace)."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     os.set_blocking(fd, False)
     buf = bytearray()
-    cut = timed_out = False
+    cut = timed_out = eof = False
     deadline = start + limits.timeout_s
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
@@ -320,26 +534,56 @@ def _read_bounded(proc: subprocess.Popen[bytes], limits: SandboxLimits, start: f
             if remaining <= 0:
                 timed_out = True
                 break
-            if sel.select(timeout=min(remaining, 0.05)):
+            if eof:
+                time.sleep(min(remaining, 0.005))
+                ready = False
+            else:
+                ready = bool(sel.select(timeout=min(remaining, 0.05)))
+            if ready:
                 try:
                     chunk = os.read(fd, 65536)
                 except BlockingIOError:
                     continue
                 if not chunk:
-                    break  # every writer closed: the tool and anything it started are done
+                    eof = True
+                    continue
                 buf += chunk[: limits.max_output_bytes + 1 - len(buf)]
                 if len(buf) > limits.max_output_bytes:
                     cut = True
                     break
             elif _exited(proc):
-                break  # the tool exited; a background child still holds the pipe
+                break  # drained; a background child (outside a PID namespace) may still hold the pipe
     _kill_group(proc)
     return bytes(buf[: limits.max_output_bytes]), cut, timed_out
 
 
+def _drain(fd: int, limit: int = 65536) -> str:
+    """What the sandbox's processes wrote on a pipe, at most ``limit`` bytes, without waiting."""
+    os.set_blocking(fd, False)
+    data = b""
+    while len(data) < limit:
+        try:
+            chunk = os.read(fd, limit - len(data))
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def _lines(text: str) -> dict[str, str]:
+    """The first ``KEY rest`` line per key of the boot code's status."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(" ")
+        out.setdefault(key, rest)
+    return out
+
+
 def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether the leader exited, without reaping it: its pid, which is the group's id, stays taken
-    until ``_kill_group`` has signalled the group, so the kill cannot reach a stranger."""
+    """Whether the launcher exited, without reaping it: its pid, which is the group's id, stays
+    taken until ``_kill_group`` has signalled the group, so the kill cannot reach a stranger."""
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -353,38 +597,72 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _result(out: bytes, cut: bool, timed_out: bool, rc: int, limits: SandboxLimits, guard: str, seconds: float) -> ToolResult:
+def _tool_status(status: dict[str, str]) -> tuple[int, int, float] | None:
+    """(pid, return code, CPU seconds) of the tool as its supervisor reaped it; None if it did not."""
+    try:
+        pid, rc, cpu = status["exit"].split()
+        return int(pid), int(rc), float(cpu)
+    except (KeyError, ValueError):
+        return None
+
+
+def _verdict(text: str, pid: int) -> str | None:
+    """What the tool's own process (not a child of it) said its code raised."""
+    said = [w for p, _, w in (line.partition(" ") for line in text.splitlines()) if p == str(pid)]
+    return said[0] if said else None
+
+
+def _result(
+    out: bytes,
+    cut: bool,
+    timed_out: bool,
+    status: dict[str, str],
+    verdict_text: str,
+    launcher_rc: int,
+    limits: SandboxLimits,
+    seconds: float,
+) -> ToolResult:
     text = out.decode("utf-8", "replace")
     if cut:
         text += f"\n[output cut at {limits.max_output_bytes} bytes]"
+    tool = _tool_status(status)
+    rc = tool[1] if tool else launcher_rc
+    verdict = _verdict(verdict_text, tool[0]) if tool and rc == 1 else None
     reason, note = None, None
     if timed_out:
         reason, note = "timeout", f"timed out after {limits.timeout_s:g} s"
     elif cut:
         reason, note = "output_limit", "stopped: too much output"
-    elif rc == _EXIT_MEMORY:
+    elif "fail" in status:
+        reason, note = "sandbox", f"the sandbox could not be set up: {status['fail']}"
+    elif tool is None:
+        reason, note = "sandbox", f"the sandbox ended without the tool's status ({_ended(launcher_rc)})"
+    elif "exec" in status:
+        reason, note = "exit_code", status["exec"]
+    elif verdict == "memory":
         reason, note = "memory_limit", f"out of memory (limit {limits.memory_mb} MiB)"
-    elif rc == _EXIT_NETWORK:
+    elif verdict == "network":
         reason, note = "network", "the network is not available to tools"
-    elif rc == _EXIT_EXCEPTION:
-        reason, note = "exception", "the code raised an exception"
-    elif rc == _EXIT_SANDBOX:
-        reason, note = "sandbox", "the sandbox could not be set up"
-    elif rc == -signal.SIGXCPU:
-        reason, note = "cpu_limit", f"CPU time limit ({limits.cpu_s} s) reached"
-    elif rc in (-signal.SIGXFSZ, _EXIT_FILE_SIZE):
+    elif verdict == "file_size":
         reason, note = "file_size", f"file size limit ({limits.file_size_mb} MiB) reached"
-    elif rc < 0:
-        reason, note = "signal", f"killed by {_signal_name(-rc)}"
+    elif verdict == "exception":
+        reason, note = "exception", "the code raised an exception"
+    elif rc in (-signal.SIGXCPU, -signal.SIGKILL) and tool[2] >= limits.cpu_s - 0.05:
+        reason, note = "cpu_limit", f"CPU time limit ({limits.cpu_s} s) reached"
+    elif rc == -signal.SIGXFSZ:
+        reason, note = "file_size", f"file size limit ({limits.file_size_mb} MiB) reached"
     elif rc != 0:
-        reason, note = "exit_code", f"exited with code {rc}"
+        reason, note = ("signal" if rc < 0 else "exit_code"), _ended(rc)
     if note is not None:
         text = f"{text.rstrip()}\n[tool error: {note}]".lstrip("\n")
-    return ToolResult(reason is None, text, reason, cut, seconds, rc, guard)
+    guard, processes = status.get("guard", "none"), status.get("processes", "none")
+    return ToolResult(reason is None, text, reason, cut, seconds, rc, guard, processes)
 
 
-def _signal_name(n: int) -> str:
+def _ended(rc: int) -> str:
+    if rc >= 0:
+        return f"exited with code {rc}"
     try:
-        return signal.Signals(n).name
+        return f"killed by {signal.Signals(-rc).name}"
     except ValueError:
-        return f"signal {n}"
+        return f"killed by signal {-rc}"

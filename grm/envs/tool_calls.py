@@ -5,10 +5,20 @@ Formats read (checked against the shipped models' templates):
 
 - Hermes / Qwen2.5: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, one block
   per call. Qwen2.5's template renders the tools itself and ``<tool_call>`` is one token there.
-  A last block left open is read too (generation stopped at ``</tool_call>``, which the engine
-  cuts off).
-- A plain JSON object ``{"name": ..., "arguments": ...}`` or an array of them as the whole
-  message (optionally in a ```json fence): what models without a tool format write.
+  A closed block is always a call (a body that is no call is the policy's error). A block left
+  open (generation stopped at ``</tool_call>``, which the engine cuts off; it runs to the next
+  ``<tool_call>`` or the end) is a call only when its body starts as JSON (``{``, ``[`` or a
+  ```json fence): prose that merely names the tag ("I will not use <tool_call> here") is text.
+- A plain JSON object ``{"name": ..., "arguments": ...}`` (``parameters`` for ``arguments`` too) or
+  an array of them as the whole message (optionally in a ```json fence): what models without a
+  tool format write. Both keys make it a call: JSON without them (``{"name": "Alice", "age": 30}``)
+  is an answer given as JSON, not a call.
+
+The work is linear in the text: one pass over the tags, stopping once more than ``max_calls``
+blocks are seen (``<tool_call>`` * 200,000 took 54 s when each block searched the rest of the text
+for its ``</tool_call>``; the turn loop parses on its event loop, so that stalled every episode).
+Accepted arguments are nested at most ``MAX_ARGUMENT_DEPTH`` levels: writers of the trajectory
+(``json_safe``, ``json.dumps``) recurse per level, so a deeper call is refused here, with a reason.
 
 SmolLM2-135M-Instruct's template (in its GGUF metadata and tokenizer_config.json) has no tools and
 renders every role as ``<|im_start|>ROLE\\n...<|im_end|>``: ``chat_prompt`` then writes the same
@@ -21,6 +31,7 @@ observation or ends the episode (``bad_tool_call``), and counts it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,6 +39,12 @@ from typing import Any, Literal
 from grm.data.trajectory import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_TAG = re.compile(re.escape(OPEN) + "|" + re.escape(CLOSE))
+_STARTS_AS_JSON = re.compile(r"\s*(?:[{\[]|```)")
+
+MAX_ARGUMENT_DEPTH = 32
+"""Deepest nesting of a call's arguments (the arguments object is level 1): far past any real tool's,
+far below what a recursive writer of the trajectory can take (Python's ~1,000 frames)."""
 
 ToolCallErrorKind = Literal["bad_json", "not_a_call", "unknown_tool", "bad_arguments", "too_many_calls"]
 
@@ -63,8 +80,8 @@ def parse_tool_calls(
     tool's ``parameters`` schema; None accepts any. Call ids are ``call_<turn>_<k>``.
     """
     try:
-        blocks = _tagged_blocks(text)
-        if blocks is None:
+        blocks = _tagged_blocks(text, max_calls)
+        if not blocks:
             if not plain_json:
                 return []
             found = _plain_json(text)
@@ -73,7 +90,7 @@ def parse_tool_calls(
             values = [found]
         else:
             if len(blocks) > max_calls:
-                return ToolCallError("too_many_calls", f"{len(blocks)} tool calls in one turn; at most {max_calls}")
+                return ToolCallError("too_many_calls", f"{max_calls + 1} or more tool calls in one turn; at most {max_calls}")
             values = []
             for body in blocks:
                 value = _loads(body)
@@ -97,23 +114,20 @@ def parse_tool_calls(
         return ToolCallError("bad_json", "the tool call is nested too deeply")
 
 
-def _tagged_blocks(text: str) -> list[str] | None:
-    """Bodies of ``<tool_call>`` blocks (a last unclosed one included); None when there is none."""
-    start = text.find(OPEN)
-    if start < 0:
-        return None
-    out = []
-    while start >= 0:
-        body_start = start + len(OPEN)
-        end = text.find(CLOSE, body_start)
-        nxt = text.find(OPEN, body_start)
-        if end < 0 or (0 <= nxt < end):  # unclosed: it runs to the next block or the end
-            stop = nxt if nxt >= 0 else len(text)
-            out.append(text[body_start:stop])
-            start = nxt
-        else:
-            out.append(text[body_start:end])
-            start = text.find(OPEN, end + len(CLOSE))
+def _tagged_blocks(text: str, max_calls: int) -> list[str]:
+    """Bodies of the ``<tool_call>`` blocks that are calls (see the module docstring), in one pass
+    over the tags: at most ``max_calls + 1`` of them (one more says there are too many)."""
+    out: list[str] = []
+    body_start = None  # where the open block's body starts
+    for tag in _TAG.finditer(text):
+        if body_start is not None:  # this tag ends the open block: closed by CLOSE, else left open
+            if tag.group() == CLOSE or _STARTS_AS_JSON.match(text, body_start):
+                out.append(text[body_start : tag.start()])
+                if len(out) > max_calls:
+                    return out
+        body_start = tag.end() if tag.group() == OPEN else None  # a CLOSE outside a block is text
+    if body_start is not None and _STARTS_AS_JSON.match(text, body_start):
+        out.append(text[body_start:])
     return out
 
 
@@ -137,16 +151,18 @@ def _loads(body: str) -> Any:
 
 
 def _plain_json(text: str) -> Any:
-    """The whole message as JSON, when it is a call or a list of them (or an attempt at one);
-    None when it is ordinary text, or JSON that is no call (an answer given as JSON)."""
+    """The whole message as JSON, when it is a call or a list of them (or an attempt at one: both
+    keys of the call form in JSON that does not parse); None when it is ordinary text, or JSON that
+    is no call (an answer given as JSON)."""
     s = _unfence(text)
     if not s or s[0] not in "[{":
         return None
     value = _loads(s)
     if isinstance(value, ToolCallError):
-        return value if '"name"' in s[:200] else None
+        head = s[:500]
+        return value if '"name"' in head and ('"arguments"' in head or '"parameters"' in head) else None
     items = value if isinstance(value, list) else [value]
-    if items and all(isinstance(i, dict) and "name" in i for i in items):
+    if any(isinstance(i, dict) and "name" in i and ("arguments" in i or "parameters" in i) for i in items):
         return value
     return None
 
@@ -162,6 +178,10 @@ def _call(item: Any, by_name: dict[str, Mapping[str, Any]] | None, call_id: str)
             return ToolCallError("bad_json", f"arguments of {_clip(name, 40)}: {args.message}")
     if not isinstance(args, dict):
         return ToolCallError("bad_arguments", f"arguments of {_clip(name, 40)} must be a JSON object")
+    if _deeper_than(args, MAX_ARGUMENT_DEPTH):
+        return ToolCallError(
+            "bad_arguments", f"arguments of {_clip(name, 40)} are nested more than {MAX_ARGUMENT_DEPTH} levels deep"
+        )
     if by_name is not None:
         tool = by_name.get(name)
         if tool is None:
@@ -172,6 +192,21 @@ def _call(item: Any, by_name: dict[str, Mapping[str, Any]] | None, call_id: str)
         if problem is not None:
             return ToolCallError("bad_arguments", f"{name}: {problem}")
     return ToolCall(name, args, call_id)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and dicts nest more than ``limit`` levels in ``value`` (itself level 1); no
+    recursion, and it stops at the first level past the limit."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
 
 
 def _clip(s: str, n: int = 80) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import decimal
 import math
 import time
 from collections.abc import Mapping
@@ -38,14 +39,17 @@ def function_schema(name: str, description: str, parameters: dict[str, Any]) -> 
 def run_tool_call(tools: Mapping[str, Tool], call: ToolCall) -> ToolResult:
     """Run ``call`` with the tool of its name; a failure of any kind is a ``ToolResult`` with
     ``ok=False`` and a reason (``unknown_tool``, ``exception`` for a tool that raised, or the
-    tool's own)."""
+    tool's own). "Raised" is anything but ``KeyboardInterrupt`` and ``GeneratorExit``: a tool's
+    ``sys.exit()`` (``SystemExit``) is its failure, not the run's end."""
     start = time.monotonic()
     tool = tools.get(call.name)
     if tool is None:
         return ToolResult(False, f"no tool named {call.name!r} (tools: {', '.join(sorted(tools)) or 'none'})", "unknown_tool")
     try:
         result = tool(call.arguments)
-    except Exception as e:  # a bug in a tool is the episode's observation, not the run's crash
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - a bug in a tool is the episode's observation, not the run's crash
         return ToolResult(False, f"tool {call.name} failed: {type(e).__name__}", "exception", seconds=time.monotonic() - start)
     if not isinstance(result, ToolResult):
         return ToolResult(False, f"tool {call.name} returned no result", "exception", seconds=time.monotonic() - start)
@@ -150,10 +154,12 @@ def _power(base: Fraction, exp: Fraction) -> Fraction:
 
 
 def format_number(x: Fraction) -> str:
-    """An integer exactly; otherwise a decimal to 12 significant digits."""
+    """An integer exactly; otherwise a decimal to 12 significant digits, of any size ``MAX_BITS``
+    allows (~1e1233): a ``Decimal``, not a ``float``, which overflows past 1.8e308."""
     if x.denominator == 1:
         return str(x.numerator)
-    return f"{float(x):.12g}"
+    with decimal.localcontext(decimal.Context(prec=12)) as ctx:
+        return f"{ctx.divide(decimal.Decimal(x.numerator), decimal.Decimal(x.denominator)):.12g}"
 
 
 class CalculatorTool:

@@ -186,7 +186,9 @@ class TurnLoop:
         for e, g in zip(live, gens, strict=True):
             if e.call is None:  # its call was cancelled meanwhile
                 continue
-            message = self.turns.assistant_turn(e, g)
+            start = time.monotonic()
+            message = self.turns.assistant_turn(e, g)  # on the loop: parsing is linear in the turn's text
+            e.seconds += time.monotonic() - start  # the episode's own time, like its steps
             if e.live:
                 self.stepping[asyncio.create_task(self.step(e, message))] = e
 

@@ -116,7 +116,7 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
     from grm.config import ConfigError, load_yaml
 
     try:
-        data = load_yaml(run_dir / "config.resolved.yaml").data
+        data = load_yaml(run_dir / "config.resolved.yaml", own=True).data
     except ConfigError:  # resolve_policy read it a moment ago; the card then says less
         return {}
     return data if isinstance(data, dict) else {}
@@ -130,12 +130,14 @@ def _judges(cfg: dict[str, Any], run_dir: Path) -> list[tuple[str, Any]]:
     for role in cfg.get("judges") or []:
         if not isinstance(role, dict):
             continue
-        name = str(role.get("spec"))
-        try:
-            name = load_judge(name, run_dir, list(role.get("overrides") or [])).name
-        except (ConfigError, OSError, ValueError):
-            pass
-        out.append((name, role.get("weight", 1.0)))
+        name, overrides = str(role.get("spec")), role.get("overrides") or []
+        if isinstance(role.get("spec"), str) and isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
+            try:
+                name = load_judge(name, run_dir, overrides).name
+            except (ConfigError, OSError, ValueError):
+                pass
+        weight = role.get("weight", 1.0)
+        out.append((name, weight if isinstance(weight, (int, float)) and not isinstance(weight, bool) else None))
     return out
 
 
@@ -148,7 +150,7 @@ def _metrics_row(run_dir: Path, step: int) -> tuple[dict[str, Any] | None, str |
         read_row("metrics", row)  # a newer format refused, an older one migrated
 
     try:
-        rows = read_jsonl(run_dir / "metrics.jsonl", repair=False, check=check)
+        rows = read_jsonl(run_dir / "metrics.jsonl", repair=False, check=check, own=True)
     except JsonlError as e:
         return None, str(e)
     before = [r for r in rows if isinstance(r.get("step"), int) and r["step"] <= step]

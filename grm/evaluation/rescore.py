@@ -55,6 +55,23 @@ def names_code(spec: Any) -> str | None:
     return None
 
 
+MAX_REGEX_TIMEOUTS = 3
+"""Stored outputs a recorded judge's parser pattern may time out on before rescore stops."""
+
+
+def _default_time_limits(spec: JudgeSpec) -> JudgeSpec:
+    """A recorded spec is data from the directory: its render and regex time limits are held to the
+    defaults at most, so a crafted directory cannot make one stored output cost minutes."""
+    defaults = type(spec.limits)()
+    limits = spec.limits.model_copy(
+        update={
+            "regex_timeout_s": min(spec.limits.regex_timeout_s, defaults.regex_timeout_s),
+            "template_timeout_s": min(spec.limits.template_timeout_s, defaults.template_timeout_s),
+        }
+    )
+    return spec.model_copy(update={"limits": limits})
+
+
 def _recorded_specs(rec_path: Path) -> dict[str, tuple[JudgeSpec, str, dict[str, Any]]]:
     """Each recorded judge's validated spec, its base directory and the spec as recorded."""
     specs: dict[str, tuple[JudgeSpec, str, dict[str, Any]]] = {}
@@ -93,7 +110,7 @@ def _rescore(
         judges[target] = build_judge(both_orders(new_spec), path.parent if path.exists() else None)
     results_path = out / "results.jsonl"
     # no repair: a torn last line is the killed eval's, cut by the `grm eval` that resumes it
-    lines = latest_results(read_jsonl_numbered(results_path, repair=False, check=check_result_line), results_path)
+    lines = latest_results(read_jsonl_numbered(results_path, repair=False, check=check_result_line, own=True), results_path)
     if not lines:
         raise EvalError(f"{out}: results.jsonl is empty; nothing to rescore")
     for name, (spec, base_dir, recorded) in specs.items():
@@ -106,8 +123,8 @@ def _rescore(
                 "directory names: rescore it with --judge SPEC, a spec you trust"
             )
         _same_templates(rec_path, name, spec, base_dir, lines)
-        judges[name] = build_judge(spec, base_dir)
-    new_lines = []
+        judges[name] = build_judge(_default_time_limits(spec), base_dir)
+    new_lines, timeouts = [], dict.fromkeys(judges, 0)
     for n, line in lines:
         judge = judges.get(line["judge"])
         if judge is None:
@@ -128,6 +145,14 @@ def _rescore(
             raise EvalError(
                 f"{results_path}:{n}: cannot rescore its stored results ({type(e).__name__}: {str(e)[:200]})"
             ) from None
+        errors = [str(smp.get("error") or "") for r in new["results"] for smp in r.get("samples") or []]
+        timeouts[line["judge"]] += sum(e.startswith("regex timed out") for e in errors)
+        if timeouts[line["judge"]] >= MAX_REGEX_TIMEOUTS:
+            raise EvalError(
+                f"{results_path}:{n}: judge '{line['judge']}': its parser pattern timed out on {timeouts[line['judge']]} "
+                "stored outputs; a pattern that backtracks this much is not rescored: rescore with --judge SPEC, a spec "
+                "whose pattern you trust"
+            )
         if judge_ref:
             new["judge"] = line["judge"]
         new_lines.append(new)

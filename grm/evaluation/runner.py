@@ -32,7 +32,7 @@ from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.items_file import write_items
 from grm.data.sources import load_rows
-from grm.engines.base import EngineError
+from grm.engines.base import EngineError, EngineSetupError
 from grm.evaluation.length_control import LengthControl
 from grm.jsonl import append_jsonl, read_jsonl_numbered
 from grm.judges.base import Judge
@@ -134,7 +134,7 @@ def read_record(path: Path) -> dict[str, Any]:
     Read within a config's bounds (``load_yaml``): the directory may come from anyone, and an alias
     bomb in its record would make validating the recorded specs walk billions of values."""
     try:
-        record = load_yaml(path).data
+        record = load_yaml(path, own=True).data
     except ConfigError as e:
         raise EvalError(f"{e}; grm eval --force writes it anew") from None
     judges = record.get("judges") if isinstance(record, dict) else None
@@ -234,7 +234,13 @@ def check_result_line(row: dict[str, Any]) -> None:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"])
         where = f"field '{field}': " if field else ""
-        raise ValueError(f"{where}{err['msg']}; not a line grm eval writes") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{where}{msg}; not a line grm eval writes") from None
+
+
+def _content(line: dict[str, Any]) -> tuple[Any, ...]:
+    """What a results line judged: the item's text (hash), kind, label and human score."""
+    return (line.get("input_hash"), line["kind"], line["label"], line["human_score"])
 
 
 def latest_results(numbered: list[tuple[int, dict[str, Any]]], path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -248,7 +254,7 @@ def latest_results(numbered: list[tuple[int, dict[str, Any]]], path: Path) -> li
         key = (row["judge"], row["item_id"])
         if key in keep:
             m, old = keep.pop(key)
-            if not old.get("engine_error") and old.get("input_hash") == row.get("input_hash"):
+            if not old.get("engine_error") and _content(old) == _content(row):
                 raise EvalError(
                     f"{path}:{n}: a second line for judge '{row['judge']}' and item {row['item_id']!r} (the first is "
                     f"line {m}); grm eval writes one: delete one of them"
@@ -282,8 +288,7 @@ def _scorer(judge: Judge, per_item: list[list[Sample]]) -> Callable[[list[Sample
 
 def _same_item(line: dict[str, Any], item: EvalItem) -> bool:
     """Whether a results line judged ``item`` as the data holds it now (text, label, human score)."""
-    was = (line.get("input_hash"), line["kind"], line["label"], line["human_score"])
-    return was == (item.input_hash, item.kind, item.label, item.human_score)
+    return _content(line) == (item.input_hash, item.kind, item.label, item.human_score)
 
 
 def _done(lines: list[tuple[int, dict[str, Any]]], items: list[EvalItem], cfg: EvalConfig) -> set[tuple[str, str]]:
@@ -319,7 +324,7 @@ def _judge_chunk(judge: Judge, chunk: list[EvalItem]) -> list[dict[str, Any]]:
     flat = [s for ss in per_item for s in ss]
     try:
         res, cost = costed(judge, _scorer(judge, per_item), flat)
-    except JudgeError as e:
+    except (JudgeError, EngineSetupError) as e:  # the spec or data, not the server: no retry helps
         raise EvalError(f"judge '{judge.spec.name}': {e}") from None
     lines, k = [], 0
     for it, ss, share in zip(chunk, per_item, split(cost, len(chunk)), strict=True):
@@ -437,7 +442,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
     write_items(cfg.out, items)
 
     results_path = cfg.out / "results.jsonl"
-    done = _done(latest_results(read_jsonl_numbered(results_path, check=check_result_line), results_path), items, cfg)
+    done = _done(latest_results(read_jsonl_numbered(results_path, check=check_result_line, own=True), results_path), items, cfg)
     todo = {j.spec.name: [it for it in items if (j.spec.name, it.id) not in done] for j in judges}
     total = sum(len(v) for v in todo.values())
     if total < sum(len(items) for _ in judges):
@@ -479,7 +484,7 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
             append_jsonl(results_path, [stamp("results", x) for x in failing.finish()])
             engine_errors[judge.spec.name] = failing.masked
     wall = time.perf_counter() - t_start
-    final = latest_results(read_jsonl_numbered(results_path, check=check_result_line), results_path)
+    final = latest_results(read_jsonl_numbered(results_path, check=check_result_line, own=True), results_path)
     wanted = {it.id: it for it in items}
     names = {j.spec.name for j in judges}
     all_results = [r for _, r in final if r["judge"] in names and r["item_id"] in wanted and _same_item(r, wanted[r["item_id"]])]

@@ -165,16 +165,17 @@ def cmd_try(args: argparse.Namespace) -> int:
 
 def cmd_lint(args: argparse.Namespace) -> int:
     from grm.judges.lint import lint_file
+    from grm.terminal import escape_controls
 
     bad = 0
     for f in args.files:
         problems = lint_file(f)
-        for p in problems:
-            print(p)
+        for p in problems:  # they quote the file's own text: shown, never obeyed by the terminal
+            print(escape_controls(p))
         if problems:
             bad += 1
         else:
-            print(f"ok: {f}")
+            print(f"ok: {escape_controls(f)}")
     return 1 if bad else 0
 
 

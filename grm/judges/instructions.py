@@ -63,7 +63,7 @@ def json_object(text: str) -> Any:
         body = fenced.group(1).strip()
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # a response nested thousands deep is no answer object either
         return None
 
 

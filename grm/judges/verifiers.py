@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from fractions import Fraction
 
 import regex
 
@@ -27,19 +28,37 @@ _FINAL = [
 ]
 
 
-def number_value(s: str) -> float | None:
-    """The number ``s`` writes (``1,200``, ``$56``, ``3/4``, ``7.``), None if it is none."""
+_DECIMAL = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d{1,3})?")
+"""A number as a reference or answer writes it: no ``nan``/``inf``, an exponent of at most 3 digits."""
+
+
+def number_value(s: str) -> Fraction | None:
+    """The number ``s`` writes (``1,200``, ``$56``, ``3/4``, ``7.``), exactly, None if it is none. Exact,
+    so two different 400-digit numbers never compare equal as the same infinite float, and ``nan``
+    or ``inf`` is no number to compare with."""
     s = unicodedata.normalize("NFKC", s).strip().replace(",", "").replace("$", "").rstrip(".")
+    parts = s.split("/", 1)
+    if not all(_DECIMAL.fullmatch(p) for p in parts):
+        return None
     try:
-        if "/" in s:
-            a, b = s.split("/", 1)
-            return float(a) / float(b)
-        return float(s)
-    except (ValueError, ZeroDivisionError):
+        value = Fraction(parts[0])
+        return value / Fraction(parts[1]) if len(parts) == 2 else value
+    except (ValueError, ZeroDivisionError):  # past Python's 4,300-digit integer limit; a zero denominator
         return None
 
 
-def final_number(text: str) -> float | None:
+def shown(x: Fraction) -> str:
+    """A number for a message: an integer as written (cut when long), else 6 significant digits."""
+    if x.denominator == 1:
+        text = str(x.numerator)
+        return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+    try:
+        return f"{float(x):g}"
+    except OverflowError:
+        return "a number too large to show"
+
+
+def final_number(text: str) -> Fraction | None:
     """The response's final answer: ``\\boxed{}``, then 'answer is X' / '#### X', else the last number."""
     text = unicodedata.normalize("NFKC", text)
     boxed = last_boxed(text)
@@ -82,8 +101,8 @@ def check(
         got = final_number(response)
         if got is None:
             return 0.0, "no number in the response"
-        ok = abs(got - want) <= rule.tolerance
-        return float(ok), f"answer {got:g} {'==' if ok else '!='} reference {want:g}"
+        ok = abs(got - want) <= Fraction(rule.tolerance)
+        return float(ok), f"answer {shown(got)} {'==' if ok else '!='} reference {shown(want)}"
     if rule.type == "exact-match":
         if reference is None:
             return None, "no reference answer to compare with"

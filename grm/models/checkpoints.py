@@ -74,11 +74,14 @@ def run_policy_role(run_dir: Path) -> dict[str, Any]:
     if not rec.is_file():
         raise CheckpointError(f"{run_dir}: no config.resolved.yaml, so the policy's base model is unknown")
     try:
-        role = load_yaml(rec).data.get("policy")
+        role = load_yaml(rec, own=True).data.get("policy")
     except ConfigError as e:
         raise CheckpointError(f"cannot read the run's recorded configuration: {e}") from None
     if not isinstance(role, dict) or "spec" not in role:
         raise CheckpointError(f"{rec}: no policy.spec (not a grm run directory?)")
+    overrides = role.get("overrides") or []
+    if not isinstance(role["spec"], str) or not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise CheckpointError(f"{rec}: policy.spec must be text and policy.overrides a list of texts, as grm run records them")
     return role
 
 

@@ -89,6 +89,8 @@ class Recorder:
                 append_jsonl(path, [stamp(kind, r) for r in rows])  # each line carries its format (grm.run_format)
             except OSError as e:
                 raise RunError(f"{path}: cannot write step {metrics['step']} ({e.strerror or e})") from None
+            except ValueError as e:  # json_safe: a value nested past what JSON readers take back (no policy text reaches it)
+                raise RunError(f"{path}: cannot write step {metrics['step']}: {e}") from None
         try:
             tb = self.tensorboard()
             if tb is not None:

@@ -74,7 +74,7 @@ def recorded_config(run_dir: Path) -> dict[str, Any]:
     """The first start's configuration, or RunError naming the file when it cannot be read."""
     path = run_dir / CONFIG
     try:  # within a config's bounds: comparing an alias bomb's fields would walk billions of values
-        return load_yaml(path).data
+        return load_yaml(path, own=True).data
     except ConfigError as e:
         raise RunError(f"cannot read the run's recorded configuration: {e}") from None
 
@@ -151,7 +151,7 @@ def _step_of(line: bytes, path: Path, n: int, kind: str) -> int:
         return int(m.group(1))
     try:
         row = json.loads(line)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise RunError(
             f"{path}:{n}: not a JSON line ({e}); only the last line can be cut short by a killed writer: mend or delete it"
         ) from None

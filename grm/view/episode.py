@@ -31,7 +31,7 @@ def _text(text: str | None, limit: int = MAX_TEXT_CHARS) -> tuple[str, bool]:
     return cut_text(text or "", limit)
 
 
-def _credits(credit: list[float | None] | None, turns: list[Turn], where: str) -> list[float | None] | str:
+def _credits(credit: list[float | None] | None, turns: list[Turn]) -> list[float | None] | str:
     """One credit per turn: ``turn_credit`` aligned with the turns, or with the assistant turns (a
     per-turn advantage exists only where the policy generated); a message when it fits neither."""
     if credit is None:
@@ -44,10 +44,7 @@ def _credits(credit: list[float | None] | None, turns: list[Turn], where: str) -
         for i, c in zip(assistant, credit, strict=True):
             out[i] = c
         return out
-    return (
-        f"{where}: turn_credit: {len(credit)} values, but the trajectory has {len(turns)} turns "
-        f"({len(assistant)} by the assistant)"
-    )
+    return f"turn_credit: {len(credit)} values, but the trajectory has {len(turns)} turns ({len(assistant)} by the assistant)"
 
 
 def _mean(xs: list[float] | None) -> float | None:
@@ -70,7 +67,7 @@ def _turn(i: int, t: Turn, credit: float | None) -> dict[str, Any]:
         "trained": trained,
         "tokens": len(t.token_ids),
         "policy_version": t.policy_version,
-        "finish_reason": t.finish_reason,
+        "finish_reason": None if t.finish_reason is None else _text(t.finish_reason, 200)[0],
         "mean_logprob": _mean(t.logprobs) if trained else None,
         "tool_calls": calls,
         "tool_call_error": None if t.tool_call_error is None else _text(t.tool_call_error, MAX_NOTE_CHARS)[0],
@@ -98,7 +95,7 @@ def _mask_problem(traj: Trajectory) -> str | None:
     try:
         traj.training_view()
     except TrajectoryError as e:
-        return str(e)
+        return _text(str(e), MAX_NOTE_CHARS)[0]
     return None
 
 
@@ -148,8 +145,8 @@ def with_episode(row: dict[str, Any], where: str) -> dict[str, Any]:
         traj = Trajectory.from_dict(row.pop("trajectory"))
     except TrajectoryError as e:
         return bad_row(where, str(e))
-    credit = _credits(row.pop("turn_credit", None), traj.turns, where)
+    credit = _credits(row.pop("turn_credit", None), traj.turns)
     if isinstance(credit, str):
-        return {"_error": credit}
+        return bad_row(where, credit)
     row["episode"] = episode_view(traj, credit)
     return row

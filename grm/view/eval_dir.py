@@ -175,7 +175,10 @@ class EvalDir:
         return [n for n in names if n]
 
     def problems(self) -> list[str]:
-        """What the page cannot show from this directory, one line each."""
+        """What the page cannot show from this directory, one line each; its results and items are
+        looked at here, so the list is the same whatever the page asked for before."""
+        self.log.refresh()
+        self.items.refresh()
         return [p for p in (self.log.problem, self.items.problem, *self._problems.values()) if p]
 
     def summary(self) -> dict[str, Any]:
@@ -239,9 +242,16 @@ class EvalDir:
             check(ResultLine, row, self.log.index.where(n)) for n, row in zip(numbers, self.log.index.rows(numbers), strict=True)
         ]
         texts, note = self.texts([r.get("item_id") for r in full if "_error" not in r])
-        return [self._view_line(r, texts) for r in full], note
+        return [self._view_line(r, texts, n) for n, r in zip(numbers, full, strict=True)], note
 
-    def _view_line(self, line: dict[str, Any], texts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def _view_line(self, line: dict[str, Any], texts: dict[str, dict[str, Any]], n: int) -> dict[str, Any]:
+        try:
+            return self._entry(line, texts)
+        except Exception as e:  # noqa: BLE001 - one pair, never its page
+            line = bad_row(self.log.index.where(n), f"cannot be shown ({type(e).__name__}: {e})")
+            return self._entry(line, texts)
+
+    def _entry(self, line: dict[str, Any], texts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if "_error" in line:
             return {"item_id": None, "error": line["_error"], "presentations": []}
         t = texts.get(str(line.get("item_id")), {})

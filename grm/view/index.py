@@ -47,8 +47,24 @@ def _at(folder: Folder | Path, name: str) -> tuple[Folder, str]:
     return folder, name
 
 
+MAX_MESSAGE_CHARS = 300
+"""Characters of a bad row's message at most, on one line. Messages quote what they refuse: a 5 MB
+trajectory id, role or version quoted whole made a 5 MB entry (a 25 MB answer for five rows)."""
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` as one line (control characters and line separators as spaces) of at most ``limit``
+    characters: when longer, its head and how long it was. Only the head is ever scanned."""
+    if len(text) <= limit:
+        return _UNPRINTABLE.sub(" ", text)
+    note = f" ... [{len(text):,} characters]"
+    return _UNPRINTABLE.sub(" ", text[: max(0, limit - len(note))]) + note
+
+
 def bad_row(where: str, why: str) -> dict[str, Any]:
-    return {"_error": f"{where}: {why}"}
+    """A row shown as bad: ``where`` (file and line) and why, one line of at most ``MAX_MESSAGE_CHARS``."""
+    return {"_error": one_line(f"{where}: {why}")}
 
 
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
@@ -74,7 +90,7 @@ def parse_row(raw: bytes, where: str) -> dict[str, Any]:
         return bad_row(where, f"not JSON ({str(e)[:200]})")
     if not isinstance(row, dict):
         return bad_row(where, f"not a JSON object (a {type(row).__name__})")
-    if too_deep(row):
+    if raw.count(b"[") + raw.count(b"{") >= MAX_DEPTH and too_deep(row):  # each level opens one
         return bad_row(where, f"nested deeper than {MAX_DEPTH} levels")
     return row
 
@@ -97,6 +113,9 @@ class LineIndex:
 
     folder: Folder
     name: str = ""
+    stepped: bool = True
+    """Whether lines are indexed by step (samples.jsonl); a file read in order (metrics.jsonl,
+    results.jsonl) skips it: a dict of a million one-line steps costs ~150 MB."""
     starts: array = field(default_factory=lambda: array("q"))
     ends: array = field(default_factory=lambda: array("q"))
     by_step: dict[int, list[int]] = field(default_factory=dict)
@@ -196,6 +215,10 @@ class LineIndex:
         self.scanned, self._ident, self._long, self.capped, self._seen = 0, None, None, False, 0
 
     def _add(self, line: bytes, start: int, end: int, *, whole: bool) -> None:
+        if not self.stepped:
+            self.starts.append(start)
+            self.ends.append(end)
+            return
         m = _STEP.match(line)
         step: int | None = int(m.group(1)) if m else None
         if step is None and whole and b'"step"' in line:
@@ -270,7 +293,7 @@ class RowLog:
 
     def __post_init__(self) -> None:
         self.folder, self.name = _at(self.folder, self.name)
-        self.index = LineIndex(self.folder, self.name)
+        self.index = LineIndex(self.folder, self.name, stepped=False)
 
     @property
     def problem(self) -> str | None:

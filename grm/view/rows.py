@@ -90,7 +90,15 @@ class ResultLine(_Row):
 
 
 def check(model: type[_Row], row: dict[str, Any], where: str) -> dict[str, Any]:
-    """``row`` as ``model`` reads it (a plain dict, unknown keys kept), or a bad row naming the field."""
+    """``row`` as ``model`` reads it (a plain dict, unknown keys kept), or a bad row naming the field
+    (or whatever else went wrong reading it: one row's problem, never its page's)."""
+    try:
+        return _check(model, row, where)
+    except Exception as e:  # noqa: BLE001 - one row, never its page
+        return bad_row(where, f"cannot be read ({type(e).__name__}: {e})")
+
+
+def _check(model: type[_Row], row: dict[str, Any], where: str) -> dict[str, Any]:
     if "_error" in row:
         return row
     try:

@@ -32,7 +32,8 @@ from grm.jsonl import json_safe
 from grm.view.eval_dir import PAIR_FILTERS, EvalDir, disagreements
 from grm.view.folder import SMALL_FILE_LIMIT, Folder
 from grm.view.index import parse_yaml
-from grm.view.run_dir import SAMPLE_FILTERS, SAMPLE_SORTS, RunDir
+from grm.view.run_dir import RunDir
+from grm.view.sample_browser import SAMPLE_FILTERS, SAMPLE_SORTS
 
 TEXT_FILE_LIMIT = 2 * 2**20
 """Largest top-level file of a directory the page shows as text (report.md, a gate's JSON)."""

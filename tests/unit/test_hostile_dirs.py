@@ -595,3 +595,39 @@ def test_served_text_keeps_its_urls_and_loses_only_the_key():
     text = "clone ssh://git@example.com/x or https://u@h/y; the key sk-abcdef123456"
     assert c.redact_secrets(text) == "clone ssh://git@example.com/x or https://u@h/y; the key [redacted]"
     assert c.redact_cut("too many requests") == "too many requests"  # a one-letter end is no key
+
+
+def test_a_rescore_record_with_a_backtracking_pattern_and_a_huge_time_limit_ends_in_seconds(evaluated):  # noqa: F811
+    import time
+
+    import yaml
+
+    rec = evaluated / "config.resolved.yaml"
+    record = yaml.safe_load(rec.read_text())
+    spec = record["judges"][0]["spec"]
+    spec["parser"]["pattern"] = r"(?s)(?:.*?=){5}z(\d)"  # polynomial, not refused as exponential
+    for limit, named in ((1_000_000, "limits.regex_timeout_s"), (60, "timed out on 3 stored outputs")):
+        spec["limits"]["regex_timeout_s"] = limit
+        rec.write_text(yaml.safe_dump(record))
+        results = evaluated / "results.jsonl"
+        lines = [json.loads(s) for s in results.read_text().splitlines()]
+        for line in lines:
+            for r in line["results"]:
+                for smp in r["samples"]:
+                    smp["text"] = "=" * 400
+        results.write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+        t0 = time.perf_counter()
+        res = run_cli("rescore", str(evaluated))
+        assert_clean_failure(res, or_names=named)
+        assert time.perf_counter() - t0 < 10, res.err
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "config.resolved.yaml"])
+def test_eval_and_rescore_read_no_file_of_their_directory_through_a_planted_link(evaluated, tmp_path, name):  # noqa: F811
+    outside = tmp_path / "outside-copy"
+    outside.write_bytes((evaluated / name).read_bytes())  # a valid file: only the link is wrong
+    (evaluated / name).unlink()
+    (evaluated / name).symlink_to(outside)
+    for res in (run_cli("rescore", str(evaluated)), eval_cli(tmp_path / "d.jsonl", evaluated)):
+        assert_clean_failure(res, evaluated / name)
+        assert "is a symbolic link" in res.err, res.err

@@ -226,7 +226,8 @@ async function renderRun(body, d) {
       if (last[k] !== undefined) cards.appendChild(stat(label, fmt(last[k])));
     }
     body.appendChild(cards);
-    body.appendChild(el("h2", { id: "curves" }, "curves", el("span", { class: "sub" }, `${metrics.rows.length} steps`)));
+    body.appendChild(el("h2", { id: "curves" }, "curves", el("span", { class: "sub" }, `${metrics.rows_total} steps`)));
+    if (metrics.note) body.appendChild(el("div", { class: "note" }, metrics.note));  // a long run's curves are thinned
     body.appendChild(chartsFor([{ name: d.name, metrics }]));
   } else {
     body.appendChild(el("p", { class: "muted" }, "no step logged yet (metrics.jsonl is empty); tick 'live' to follow the run"));
@@ -242,7 +243,7 @@ async function renderSamples(body, d, steps) {
   const step = p.step && steps.includes(Number(p.step)) ? Number(p.step) : steps[steps.length - 1];
   const sort = p.sort || "reward", desc = p.desc || "1", filter = p.filter || "all", page = Number(p.page || 0), diffs = p.diffs === "1";
   const data = await api(`/api/d/${d.id}/samples?step=${step}&sort=${sort}&desc=${desc}&filter=${filter}&page=${page}`);
-  const pages = Math.max(1, Math.ceil(data.groups_total / data.per_page));
+  const pages = Math.max(1, data.pages);  // a page holds at most per_page groups and rows_per_page rows
   body.appendChild(el("div", { class: "toolbar" },
     el("label", {}, "step "), select(steps, step, (v) => go({ step: v, page: 0 })),
     el("label", {}, "sort by "), select(["reward", "advantage", "length", "masked"], sort, (v) => go({ sort: v, page: 0 })),
@@ -263,8 +264,10 @@ async function renderSamples(body, d, steps) {
 function groupCard(g, diffs) {
   const side = el("div", { class: "side" + (g.rows.some((r) => r.episode) ? " episodes" : "") });
   for (const r of g.rows) side.appendChild(responseCard(r, diffs));
+  // a group larger than a page is split across pages: say which of its rows this page shows
+  const part = g.first > 0 || g.rows.length < g.kept ? ` · ${g.first + 1}–${g.first + g.rows.length} of ${g.kept} shown` : "";
   return el("div", { class: "group" },
-    el("div", { class: "prompt" }, el("div", { class: "label" }, `prompt · group ${g.group} · ${g.size} responses`), el("pre", {}, g.prompt || "")),
+    el("div", { class: "prompt" }, el("div", { class: "label" }, `prompt · group ${g.group} · ${g.size} responses${part}`), el("pre", {}, g.prompt || "")),
     side);
 }
 

@@ -95,3 +95,45 @@ def test_fuzz_found_overrides_are_refused_naming_the_override(override, needle):
     res = run_cli("validate", str(QUICKSTART), f"--set={override}")
     assert_clean_failure(res, QUICKSTART, or_names="override '")
     assert needle in res.err, res.err
+
+
+def test_a_check_of_a_block_an_override_changed_names_the_override_not_only_the_file():
+    # the rule block is checked as a whole (regex-format needs a pattern): the file is fine, the override is not
+    res = run_cli("judge", "lint", str(ROOT / "judges" / "format.yaml"))
+    assert res.code == 0, res.err
+    sample = str(ROOT / "judges" / "fixtures" / "format.json")
+    res = run_cli("judge", "render", "builtin:format", "--sample", sample, "rule.pattern=")
+    assert res.code != 0 and "Traceback" not in res.err
+    assert "(with override 'rule.pattern=')" in res.err and "regex-format needs pattern" in res.err, res.err
+
+
+CALC = (ROOT / "pipelines" / "calc-episodes.yaml").read_text()
+BOOM = "class E:\n  def __init__(self): raise RuntimeError('boom')\n  def reset(self, row): pass\n  def step(self, a): pass\n"
+ENV_LINE = "env: {type: calc, max_turns: 3, max_total_tokens: 1536, observation_tokens: 128, wall_time_s: 120, tool_time_s: 30}"
+
+
+@pytest.mark.parametrize(
+    "env, files, needle",
+    [
+        ("env: {type: calc, kwargs: {bogus: 1}}", {}, "unexpected keyword argument 'bogus'"),
+        ("env: {type: python, path: 'e.py:Env'}", {"e.py": "def f(:\n"}, "raised SyntaxError"),
+        ("env: {type: python, path: 'e.py:Env'}", {"e.py": "x = 1\n"}, "has no Env"),
+        ("env: {type: python, path: 'os:path'}", {}, "not a class"),
+        ("env: {type: agent, path: 'e.py:nofunc'}", {"e.py": "def f(): pass\n"}, "has no nofunc"),
+        ("env: {type: python, path: 'e.py:E'}", {"e.py": BOOM}, "raised RuntimeError: boom"),
+        ("env: {type: calc, max_total_tokens: 40}", {}, "env.max_total_tokens (40) must exceed rollout.max_new_tokens (48)"),
+        ("env: {type: calc, observation_tokens: 4096}", {}, "env.observation_tokens (4096) must be below env.max_total_tokens"),
+        ("", {}, "judges episodes (a trajectory, an environment's signal), but"),
+    ],
+)
+def test_validate_and_run_refuse_what_an_env_run_would_meet_before_ray(tmp_path, env, files, needle):
+    # an environment that cannot be built, or episodes' judge with no environment, is found where
+    # the pipeline is checked: validate and run agree, and run says it before starting Ray
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    f = tmp_path / "p.yaml"
+    f.write_text(CALC.replace(ENV_LINE, env))
+    for argv in (("validate", str(f)), ("run", str(f), "--dry-run")):
+        res = run_cli(*argv)
+        assert res.code != 0 and "Traceback" not in res.err, res.err
+        assert needle in res.err, res.err

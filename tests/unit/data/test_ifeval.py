@@ -65,6 +65,8 @@ def test_mapped_rows_become_constraints_and_the_rest_is_counted():
         ({"prompt": "", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}, "needs 'prompt'"),
         ({"prompt": "x", "instruction_id_list": [], "kwargs": []}, "needs 'prompt'"),
         ({"prompt": "x", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}, {}]}, "one object per instruction"),
+        ({"prompt": "x", "instruction_id_list": [["punctuation:no_comma"]], "kwargs": [{}]}, "instruction ids as text"),
+        ({"prompt": "x", "instruction_id_list": [{"a": 1}], "kwargs": [{}]}, "instruction ids as text"),
     ],
 )
 def test_a_row_that_is_not_ifeval_shaped_is_named(row, message):
@@ -83,3 +85,21 @@ def test_an_ifeval_file_is_read_as_constraint_prompts(tmp_path, capsys):
     only_bad.write_text(json.dumps(ROWS[2]) + "\n")
     with pytest.raises(DataError, match="none has only instructions"):
         load_rows(str(only_bad))
+
+
+def test_ifeval_rows_keep_their_file_lines_and_other_columns_and_ids_reach_stderr_escaped(tmp_path, capsys):
+    f = tmp_path / "ifeval.jsonl"
+    rows = [
+        {"prompt": "p", "instruction_id_list": ["\x1b]0;PWNED\x07\x1b[2Jevil"], "kwargs": [{}]},
+        {"prompt": "q", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}], "key": 1, "response": "r"},
+        {"prompt": "s", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}], "key": 2},
+    ]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept = load_rows(str(f))
+    assert [(r.line, r["id"], r.get("response")) for r in kept] == [(2, "ifeval-1", "r"), (3, "ifeval-2", None)]
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b]0;PWNED" in err  # the id shown, never obeyed by the terminal
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[1]) + "\n" + json.dumps({**rows[2], "instruction_id_list": [5]}) + "\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:2: 'instruction_id_list' must list instruction ids as text"):
+        load_rows(str(bad))

@@ -5,10 +5,13 @@ end or answer the episode with counted signals."""
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grm.data.trajectory import Task, Trajectory, Turn
 from grm.envs.base import AssistantMessage, EnvError, Environment, load_env, reset_env, step_env
 from grm.envs.calc import SPLITS, TEMPLATES, CalcEnv, answer_value, extract_answer, problem, split_of, task_rows
+from grm.envs.sandbox import SandboxLimits
 from grm.envs.tool_calls import parse_tool_calls
 
 
@@ -117,3 +120,56 @@ def test_calc_loads_by_name_with_arguments_and_offers_the_python_tool_when_asked
     assert t.turns[1].content == "495\n" and t.turns[1].tool_name == "python"
     with pytest.raises(EnvError, match=r"env 'calc': CalcEnv\(\*\*\{'max_turns': 0\}\) raised ValueError: max_turns"):
         load_env("calc", {"max_turns": 0})
+
+
+@pytest.mark.parametrize(
+    "kwargs,says",
+    [
+        ({"python": "yes please"}, "python: Input should be a valid boolean (got 'yes please')"),
+        ({"python": "yes"}, "python: Input should be a valid boolean (got 'yes')"),
+        ({"python": 1}, "python: Input should be a valid boolean (got 1)"),
+        ({"max_turns": "3"}, "max_turns: Input should be a valid integer (got '3')"),
+        ({"max_turns": True}, "max_turns: expected a number, found a boolean (true)"),
+        (
+            {"python": True, "python_limits": {"cpu_s": float("inf")}},
+            "python_limits: cpu_s: Input should be a valid integer (got inf)",
+        ),
+        (
+            {"python": True, "python_limits": {"memory_mb": True}},
+            "python_limits: memory_mb: expected a number, found a boolean (true)",
+        ),
+        ({"python": True, "python_limits": {"timeot_s": 2}}, "python_limits: timeot_s: Extra inputs are not permitted (got 2)"),
+        (
+            {"python": True, "python_limits": [1]},
+            "python_limits: Input should be a valid dictionary or instance of SandboxLimits (got [1])",
+        ),
+        ({"python_limits": {"timeout_s": 2}}, "python_limits is given without python: true"),
+    ],
+)
+def test_a_wrong_argument_is_refused_when_the_env_loads_naming_its_field(kwargs, says):
+    with pytest.raises(EnvError) as e:
+        load_env("calc", kwargs)
+    assert f"raised ValueError: {says}" in str(e.value)
+
+
+_ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(python=_ANY, field=st.sampled_from(sorted(SandboxLimits.model_fields)), value=_ANY)
+def test_the_python_tool_is_offered_only_for_true_with_the_limits_given_or_a_message_names_the_field(python, field, value):
+    try:
+        env = CalcEnv(python=python, python_limits={field: value})
+    except ValueError as e:
+        said = str(e)
+        assert said.startswith(("python: ", f"python_limits: {field}: ", "python_limits is given without")) and "\n" not in said
+        assert python is not True or said.startswith(f"python_limits: {field}: ")
+        return
+    assert python is True and env.tools["python"].limits == SandboxLimits(**{field: value})

@@ -4,10 +4,12 @@ episode runner, every request that breaks the episode's history or a limit is an
 reason the episode ends with, and agents that raise or hang end only their own episode."""
 
 import asyncio
+import http.client
 import json
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import openai
@@ -17,7 +19,7 @@ from grm.config.env import EnvSpec
 from grm.engines.base import SamplingParams
 from grm.envs.agent import load_agent, run_agent_episodes
 from grm.envs.base import EnvError, Observation, Reset, Step
-from grm.envs.endpoint import PolicyEndpoint
+from grm.envs.endpoint import PolicyEndpoint, local_host
 from grm.envs.episodes import EpisodeLimits, episode_counts, run_episodes
 from grm.envs.tools import CalculatorTool
 from tests.unit.envs.test_episodes import BAD_CALL, SMOL, TokenEngine, call, tokenizer
@@ -304,3 +306,79 @@ def test_an_engine_failure_answers_500_and_fails_the_run_once_the_agents_are_don
     with pytest.raises(RuntimeError, match="the GPU fell over"):
         run_agent_episodes(BrokenEngine(tok, solve), tok, agent, [{}, {}], SP, seeds=[0, 1])
     assert statuses == [500, 500]
+
+
+def request(url, method="GET", body=None, host=None):
+    """(status, JSON) of one request to ``url`` with the ``Host`` header given (None: none at all)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    conn.putrequest(method, parts.path, skip_host=True)
+    if host is not None:
+        conn.putheader("Host", host)
+    data = json.dumps(body).encode() if body is not None else b""
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(data)))
+    conn.endheaders(data)
+    r = conn.getresponse()
+    try:
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def test_a_request_whose_host_is_not_this_machines_loopback_is_refused_403_and_touches_no_episode(endpoint):
+    """DNS rebinding: a web page sends its requests through a name it points at 127.0.0.1; the
+    browser then sends that name as Host."""
+    url = endpoint.open("a", seed=1)
+    port = urllib.parse.urlsplit(url).port
+    chat = {"model": "m", "messages": TASK, "tools": TOOLS}
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.", "", None, "10.0.0.1"):
+        for method, route, body in (("GET", "/models", None), ("POST", "/chat/completions", chat)):
+            status, err = request(url + route, method, body, host)
+            assert (status, err["error"]["type"]) == (403, "permission_error"), (host, err)
+    for host in (f"127.0.0.1:{port}", "localhost", f"LocalHost:{port}", f"[::1]:{port}"):
+        assert request(url + "/models", host=host)[0] == 200
+    assert request(url + "/chat/completions", "POST", chat, f"localhost:{port}")[0] == 200
+    traj = endpoint.close("a")
+    assert traj.end_reason == "done" and len(traj.turns) == 1  # the refused requests took no turn
+
+
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [("127.0.0.1", True), ("127.0.0.1:8080", True), ("localhost:1", True), ("[::1]", True), (" localhost ", True)]
+    + [("evil.example", False), ("127.0.0.2", False), ("[::2]", False), ("localhost:99999999", False), (None, False)],
+)
+def test_local_host_accepts_only_the_loopback_names(host, ok):
+    assert local_host(host) is ok
+
+
+def test_an_episodes_url_holds_a_random_token_not_its_id():
+    tok = tokenizer(SMOL)
+    with PolicyEndpoint(TokenEngine(tok, solve), tok, SP) as ep:
+        urls = [ep.open(eid, seed=1) for eid in ("step1/p0/0", "a")]
+        tokens = [u.split("/episodes/")[1].split("/")[0] for u in urls]
+        assert len(set(tokens)) == 2 and all(len(t) >= 22 for t in tokens)  # 128 random bits each
+        assert not any("step1" in u or u.endswith("/a/v1") for u in urls)
+        for guess in ("step1%2Fp0%2F0", "a", "0", "e0"):  # the ids an orchestrator gives, and the defaults
+            status, err = post(f"{ep.url}/episodes/{guess}/v1/models", None, "GET")
+            assert (status, err["error"]["type"]) == (404, "not_found_error")
+            assert first(f"{ep.url}/episodes/{guess}/v1")[0] == 404
+        assert first(urls[1])[0] == 200
+        assert ep.close("a").turns and ep.close("step1/p0/0").end_reason == "env_error"  # it never asked
+
+
+def exiting_agent(row, base_url, model):
+    first(base_url)
+    raise SystemExit("the agent called sys.exit()")
+
+
+async def async_exiting_agent(row, base_url, model):
+    raise SystemExit(2)
+
+
+@pytest.mark.parametrize("wall_time_s", [None, 30.0])  # with a deadline an async agent runs in a task of its own
+def test_an_agent_that_calls_sys_exit_ends_only_its_own_episode(wall_time_s):
+    tok = tokenizer(SMOL)
+    for agent, detail in ((exiting_agent, "SystemExit: the agent called sys.exit()"), (async_exiting_agent, "SystemExit: 2")):
+        (traj,) = run_agent_episodes(TokenEngine(tok, solve), tok, agent, [{}], SP, EpisodeLimits(wall_time_s=wall_time_s))
+        assert traj.end_reason == "env_error" and traj.end_detail == f"the agent raised {detail}"

@@ -408,3 +408,72 @@ def test_turn_wait_must_be_a_non_negative_number_or_none():
     for bad in (-1, "soon"):
         with pytest.raises(ValueError, match="turn_wait_s must be >= 0, 'auto' or None"):
             EpisodeRunner(TokenEngine(tok, lambda key, k: "ok"), tok, turn_wait_s=bad)
+
+
+class Exits(PrintEnv):
+    def step(self, message):
+        raise SystemExit("a tool called sys.exit()")
+
+
+class AsyncExits(PrintEnv):
+    async def step(self, message):
+        raise SystemExit(3)
+
+
+class OwnBaseException(BaseException):
+    pass
+
+
+class ResetRaisesOwn(PrintEnv):
+    async def reset(self, row):
+        raise OwnBaseException("not an Exception")
+
+
+class CloseExits(PrintEnv):
+    def close(self):
+        raise SystemExit("in close")
+
+
+def exits_when_made():
+    raise SystemExit("in the constructor")
+
+
+@pytest.mark.parametrize("wall_time_s", [None, 30.0])  # with a deadline an async step runs in a task of its own
+@pytest.mark.parametrize(
+    ("make_env", "detail"),
+    [
+        (Exits, "Exits.step raised SystemExit: a tool called sys.exit()"),
+        (AsyncExits, "AsyncExits.step raised SystemExit: 3"),
+        (ResetRaisesOwn, "ResetRaisesOwn.reset raised OwnBaseException: not an Exception"),
+        (exits_when_made, "SystemExit: in the constructor"),
+        (CloseExits, None),
+    ],
+)
+def test_system_exit_or_any_base_exception_from_env_code_ends_only_its_own_episode(make_env, detail, wall_time_s):
+    tok = tokenizer(SMOL)
+    made = iter([make_env, PrintEnv])
+    trajs = run_episodes(
+        TokenEngine(tok, lambda key, k: "ok"),
+        tok,
+        lambda: next(made)(),
+        [{}, {}],
+        SamplingParams(max_new_tokens=8),
+        EpisodeLimits(wall_time_s=wall_time_s, tool_time_s=wall_time_s),
+        seeds=[0, 1],
+    )
+    if detail is None:  # a close that exits changes nothing: the outcome was recorded
+        assert [t.end_reason for t in trajs] == ["done", "done"]
+    else:
+        assert (trajs[0].end_reason, trajs[0].end_detail) == ("env_error", detail)
+        assert trajs[1].end_reason == "done"
+
+
+class Interrupted(PrintEnv):
+    def step(self, message):
+        raise KeyboardInterrupt
+
+
+def test_a_keyboard_interrupt_is_the_runs_not_an_episodes():
+    tok = tokenizer(SMOL)
+    with pytest.raises(KeyboardInterrupt):
+        run_episodes(TokenEngine(tok, lambda key, k: "ok"), tok, Interrupted, [{}], SamplingParams(max_new_tokens=8))

@@ -1,6 +1,7 @@
 """The calculator evaluates arithmetic exactly and refuses everything else (names, calls, huge
 powers) before doing the work; run_tool_call turns every tool failure into a ToolResult."""
 
+import decimal
 from fractions import Fraction
 
 import pytest
@@ -61,6 +62,29 @@ def test_anything_else_is_refused_with_a_reason(expr, says):
 def test_numbers_print_as_integers_or_short_decimals():
     assert format_number(Fraction(259)) == "259"
     assert format_number(Fraction(1, 3)) == "0.333333333333"
+    assert format_number(Fraction(10**600, 3)) == "3.33333333333e+599"  # float(x) overflowed past 1.8e308
+
+
+@pytest.mark.parametrize(
+    "expr,says",
+    [
+        ("(10**300*10**300)/3", "3.33333333333e+599"),
+        ("1e308*10/3", "3.33333333333e+308"),
+        ("2**4095 - 0.5", "5.22194440707e+1232"),
+        ("-(1e308*1e308*1e308)/7", "-1.42857142857e+923"),
+        ("1/10**1000", "1e-1000"),
+    ],
+)
+def test_a_value_within_the_limits_is_answered_however_large_or_small(expr, says):
+    r = CalculatorTool()({"expression": expr})
+    assert (r.ok, r.text, r.reason) == (True, says, None)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(n=st.integers(-(2**4095), 2**4095), d=st.integers(1, 2**4095))
+def test_any_fraction_within_the_bits_limit_prints_to_twelve_significant_digits(n, d):
+    text = format_number(Fraction(n, d))
+    assert Fraction(n, d) == 0 or abs(Fraction(decimal.Decimal(text)) / Fraction(n, d) - 1) < Fraction(1, 10**11)
 
 
 @settings(max_examples=200, deadline=None)
@@ -110,3 +134,34 @@ def test_the_python_tool_runs_code_in_the_sandbox():
     r = tool({"code": "print(sum(range(10)))"})
     assert r.ok and r.text == "45\n" and r.network in ("namespace", "audit")
     assert tool({"code": None}).reason == "bad_arguments"
+
+
+class Exits:
+    name = "exits"
+    schema: dict = {}
+
+    def __call__(self, arguments):
+        raise SystemExit("bye")
+
+
+class OwnBaseException(BaseException):
+    pass
+
+
+class RaisesOwn(Exits):
+    def __call__(self, arguments):
+        raise OwnBaseException
+
+
+class Interrupted(Exits):
+    def __call__(self, arguments):
+        raise KeyboardInterrupt
+
+
+def test_a_tool_that_exits_or_raises_a_base_exception_is_a_failed_result_but_an_interrupt_is_not():
+    tools = {"exits": Exits(), "own": RaisesOwn(), "interrupted": Interrupted()}
+    exits = run_tool_call(tools, ToolCall("exits", {}))
+    assert (exits.ok, exits.reason, exits.text) == (False, "exception", "tool exits failed: SystemExit")
+    assert run_tool_call(tools, ToolCall("own", {})).text == "tool own failed: OwnBaseException"
+    with pytest.raises(KeyboardInterrupt):
+        run_tool_call(tools, ToolCall("interrupted", {}))

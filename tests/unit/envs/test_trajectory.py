@@ -93,6 +93,14 @@ def test_a_nan_signal_written_as_null_reads_back_as_nan():
         (lambda d: d["signals"].update(success="high"), "signals.success: expected a number"),
         (lambda d: d.update(prompt_ids=None), "prompt_ids: expected list, found NoneType"),
         (lambda d: d["task"].pop("messages"), "messages: expected list"),
+        # numbers JSON holds but a float does not, and task parts of the wrong shape (a crafted file)
+        (lambda d: d["turns"][0].update(logprobs=[10**400]), r"turns\[0\].logprobs: expected a list of numbers"),
+        (lambda d: d["turns"][0].update(seconds=10**400), r"turns\[0\].seconds: a number too large for a float"),
+        (lambda d: d["signals"].update(success=10**400), "signals.success: expected a number"),
+        (lambda d: d["task"].update(messages=[5, None]), r"task.messages\[0\]: expected a message object"),
+        (lambda d: d["task"].update(messages=[{"role": 5, "content": "x"}]), r"task.messages\[0\]"),
+        (lambda d: d["task"].update(tools=[{"function": 5}]), r"task.tools\[0\]: expected a tool schema object"),
+        (lambda d: d["task"].update(tools=["calc"]), r"task.tools\[0\]"),
     ],
 )
 def test_from_dict_names_the_trajectory_and_the_bad_field(damage, message):
@@ -101,6 +109,14 @@ def test_from_dict_names_the_trajectory_and_the_bad_field(damage, message):
     with pytest.raises(TrajectoryError, match=message) as e:
         Trajectory.from_dict(d)
     assert str(e.value).startswith("trajectory ep-1")
+
+
+def test_from_dict_names_a_huge_id_cut_short():
+    d = three_turns().to_dict()
+    d["id"], d["trajectory_version"] = "x" * 5_000_000, 2
+    with pytest.raises(TrajectoryError) as e:
+        Trajectory.from_dict(d)
+    assert len(str(e.value)) < 300 and "xxx..." in str(e.value)
 
 
 def test_from_dict_refuses_a_non_object():

@@ -4,6 +4,7 @@ calls' tokens stay exact; a cancelled or aborted call stops alone; an engine fai
 waiting call's. A scripted engine over the real SmolLM2 tokenizer (no weights)."""
 
 import asyncio
+import dataclasses
 import threading
 import time
 
@@ -145,3 +146,30 @@ def test_an_engine_failure_is_every_waiting_calls_error():
     # the runner serves a later call afresh
     (traj,) = asyncio.run(runner.arun(PrintEnv, [{}], SP, seeds=[5]))
     assert traj.end_reason == "done"
+
+
+class DegenerateEngine(TokenEngine):
+    """A ``TokenEngine`` whose turns for the seeds in ``texts`` read as that text (a turn of one
+    token repeated: ``<tool_call>`` is one token in Qwen2.5), the ids kept short."""
+
+    def __init__(self, tok, texts):
+        super().__init__(tok, lambda key, k: "ok")
+        self.texts = texts
+
+    def generate(self, requests, sampling):
+        gens = super().generate(requests, sampling)
+        return [dataclasses.replace(g, text=self.texts.get(r.seed, g.text)) for g, r in zip(gens, requests, strict=True)]
+
+
+def test_a_degenerate_turn_of_200000_tags_is_read_at_once_and_holds_up_no_other_episode():
+    """Parsing runs on the loop, between engine calls: the scan for each tag's end through the rest
+    of the text took 54 s for this turn, and every episode waited for it."""
+    tok = tokenizer(SMOL)
+    texts = {0: "<tool_call>" * 200_000, 1: "<tool_call>{" * 200_000}
+    runner = EpisodeRunner(DegenerateEngine(tok, texts), tok, turn_wait_s="auto")
+    start = time.monotonic()
+    prose, calls, fine = runner.run(PrintEnv, [{}, {}, {}], SP, seeds=[0, 1, 2])
+    assert time.monotonic() - start < 5
+    assert prose.turns[0].tool_calls == [] and prose.turns[0].tool_call_error is None  # tags alone are no call
+    assert calls.turns[0].tool_call_error == "5 or more tool calls in one turn; at most 4"
+    assert [t.end_reason for t in (prose, calls, fine)] == ["done"] * 3

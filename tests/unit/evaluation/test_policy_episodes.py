@@ -223,7 +223,7 @@ def test_pointwise_judges_score_the_trajectories_once(tmp_path, engines, monkeyp
     [
         ([], "nosuch", "--env nosuch: type 'nosuch' is neither python nor a shipped environment (calc"),
         (["--env-arg", "bogus=1"], "calc", "CalcEnv(**{'bogus': 1}) raised TypeError"),
-        (["--env-arg", "max_turns=0"], "calc", "max_turns must be a positive integer, got 0"),
+        (["--env-arg", "max_turns=0"], "calc", "max_turns: Input should be greater than or equal to 1 (got 0)"),
         (["--env-arg", "max_turns"], "calc", "--env-arg 'max_turns': expected KEY=VALUE"),
         (["--split", "nosuch"], "calc", "env 'calc' has no split 'nosuch' (its splits: train ("),
         ([], "missing.py:Env", "missing.py not found"),

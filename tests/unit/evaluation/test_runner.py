@@ -167,3 +167,106 @@ def test_a_judge_whose_every_item_fails_stops_the_eval_rather_than_masking_all(t
     with pytest.raises(EvalError, match="every item failed on the judge's engine"):
         run(_served_judge(tmp_path, monkeypatch, reply, 2))
     assert not (tmp_path / "out" / "results.jsonl").exists() or _results(tmp_path) == {}
+
+
+def _rule_eval(tmp_path, monkeypatch, rows):
+    (tmp_path / "r.yaml").write_text("name: r\nmode: rule\nrule: {type: numeric-answer}\n")
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console, **_: results)  # no plots
+    return EvalConfig(judges=[str(tmp_path / "r.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=2)
+
+
+ROWS = [{"prompt": f"{i}+{i}?", "response": f"Answer: {2 * i}", "reference": str(2 * i), "human_score": 1} for i in range(3)]
+
+
+def test_a_resume_after_the_data_changed_under_the_same_ids_is_refused_or_judges_the_changed_items_again(tmp_path, monkeypatch):
+    import pytest
+
+    from grm.evaluation.runner import EvalError
+
+    cfg = _rule_eval(tmp_path, monkeypatch, ROWS)
+    assert [r["score"] for r in run(cfg)] == [1.0, 1.0, 1.0]
+    changed = [dict(r) for r in ROWS]
+    changed[1]["reference"] = "999"  # same row id (row-1), other content
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in changed))
+    with pytest.raises(EvalError, match=r"results.jsonl:2: item 'row-1' was judged on other content"):
+        run(cfg)
+    changed[1]["reference"], changed[2]["human_score"] = "2", 0.5  # a human score alone counts too
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in changed))
+    with pytest.raises(EvalError, match="item 'row-2'"):
+        run(cfg)
+    cfg.force = True
+    final = run(cfg)  # the changed item judged again; the report holds the new judgment only
+    assert [(r["item_id"], r["human_score"]) for r in final] == [("row-0", 1.0), ("row-1", 1.0), ("row-2", 0.5)]
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_results_line_edited_by_hand_is_refused_by_file_line_and_field(tmp_path, monkeypatch):
+    import pytest
+
+    from grm.evaluation.runner import EvalError, check_result_line
+    from grm.jsonl import JsonlError
+
+    cfg = _rule_eval(tmp_path, monkeypatch, ROWS)
+    run(cfg)
+    path = tmp_path / "out" / "results.jsonl"
+    good = path.read_text().splitlines()
+    line = json.loads(good[1])
+    check_result_line(dict(line))
+    edits = {
+        "cost": ("x", "field 'cost'"),
+        "seconds": (float("nan"), "field 'seconds'"),
+        "label": (7, "field 'label'"),
+        "lengths": ([1], "field 'lengths'"),
+        "score": ("x", "field 'score'"),
+        "results": ([{"score": "x"}], "field 'results.0.score'"),
+        "tokens": (-1, "field 'tokens'"),
+    }
+    for key, (value, named) in edits.items():
+        path.write_text("\n".join([good[0], json.dumps({**line, key: value}), good[2]]) + "\n")
+        with pytest.raises(JsonlError, match=f"results.jsonl:2: {named}"):
+            run(cfg)
+    path.write_text("\n".join([good[0], json.dumps({k: v for k, v in line.items() if k != "score"}), good[2]]) + "\n")
+    with pytest.raises(JsonlError, match="results.jsonl:2: a scored item's line has no score"):
+        run(cfg)
+    path.write_text("\n".join([*good, good[1]]) + "\n")  # counted twice it would skew every metric
+    with pytest.raises(EvalError, match=r"results.jsonl:4: a second line for judge 'r' and item 'row-1' \(the first is line 2\)"):
+        run(cfg)
+
+
+def test_an_engine_error_masked_item_is_judged_again_on_resume_and_replaces_its_line(tmp_path, monkeypatch):
+    from grm.engines.base import EngineError
+
+    flaky = {"on": True}
+
+    def reply(text, *_):
+        if flaky["on"] and "r2 " in text + " ":
+            raise EngineError("openai engine: HTTP 500: overloaded")
+        return "Score: 7"
+
+    cfg = _served_judge(tmp_path, monkeypatch, reply, 4)
+    assert run(cfg)["engine_errors_masked_this_run"] == {"pw": 1}
+    flaky["on"] = False  # the server recovered: the masked item is judged, its old line superseded
+    m = run(cfg)
+    assert m["engine_errors_masked_this_run"] == {"pw": 0}
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 5
+    assert {k: ln["score"] for k, ln in _results(tmp_path).items()} == {f"row-{i}": 7.0 for i in range(4)}
+
+
+def test_an_engine_that_cannot_be_built_stops_the_eval_at_once_with_its_own_reason(tmp_path, monkeypatch):
+    import pytest
+
+    from grm.engines.base import EngineSetupError
+    from grm.evaluation.runner import EvalError
+
+    cfg = _served_judge(tmp_path, monkeypatch, lambda *a: "Score: 7", 6)
+    calls = []
+
+    def unbuildable(model, spec):
+        calls.append(model)
+        raise EngineSetupError("engine.api_key_env names MYKEY, which is not set in the environment")
+
+    monkeypatch.setattr("grm.judges.engine_slot.shared_engine", unbuildable)
+    with pytest.raises(EvalError, match="judge 'pw': engine.api_key_env names MYKEY, which is not set") as e:
+        run(cfg)
+    assert "server" not in str(e.value) and len(calls) == 1  # not retried item by item, not blamed on a server

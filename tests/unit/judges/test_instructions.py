@@ -60,6 +60,8 @@ CASES = [
     ({"type": "json_key", "key": "answer"}, '```json\n{"answer": "Tea is nice."}\n```\n', True),  # a code fence
     ({"type": "json_key", "key": "answer"}, '```\n{"answer": ["a", "b"]}\n```', True),
     ({"type": "json_key", "key": "answer"}, 'Here it is: {"answer": "Tea."}', False),  # text around the JSON
+    ({"type": "json_key", "key": "answer"}, "[" * 100_000 + "]" * 100_000, False),  # nested past any recursion limit
+    ({"type": "json_key", "key": "answer"}, '{"answer": ' + "[" * 100_000 + "]" * 100_000 + "}", False),
     ({"type": "json_key", "key": "answer"}, '{"Answer": "Tea."}', False),  # the key is case-sensitive
     ({"type": "json_key", "key": "answer"}, '{"answer": "Tea.", "note": "x"}', False),  # a single key
     ({"type": "json_key", "key": "answer"}, '{"answer": "  "}', False),  # an empty answer

@@ -37,7 +37,7 @@ def test_principles_sampling_n_above_one_is_refused_naming_file_line_and_field(t
         load(f)
     assert f"{f}:8: principles.sampling: n is 2" in str(e.value)
     assert "raise the judge's own sampling.n" in str(e.value)
-    with pytest.raises(ConfigError, match=r"j.yaml:8: principles.sampling: n is 3"):
+    with pytest.raises(ConfigError, match=r"j.yaml:8 \(with override 'principles.sampling.n=3'\): principles.sampling: n is 3"):
         load(f, ["principles.sampling.n=3"])
     assert load(f, ["principles.sampling.n=1"]).principles.sampling.n == 1
 

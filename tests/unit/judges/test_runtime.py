@@ -206,6 +206,11 @@ def test_rule_verifiers():
     assert check(num, "It is 41", "42")[0] == 0.0
     assert check(num, "no idea", "42")[0] == 0.0  # wrong answer, not a failure
     assert check(num, "42", None)[0] is None  # nothing to verify against: masked
+    for ref in ("nan", "inf", "-Infinity", "NaN"):  # no number to compare with: masked, never a 0
+        assert check(num, "Answer: 5", ref) == (None, f"reference {ref!r} is not a number")
+    big = "9" * 400  # exact: past float's range two different numbers are not one inf
+    assert check(num, f"Answer: {big}", big)[0] == 1.0 and check(num, f"Answer: {big[:-1]}8", big)[0] == 0.0
+    assert "(400 digits)" in check(num, f"Answer: {big}", big)[1]
     assert check(RuleSpec(type="exact-match"), " Paris. ", "paris")[0] == 1.0
     assert check(RuleSpec(type="regex-format", pattern=r"(?m)^Answer: \S+"), "x\nAnswer: 4", None)[0] == 1.0
     assert check(RuleSpec(type="length", target_tokens=4), "a b c d e f", None)[0] == pytest.approx(0.5)

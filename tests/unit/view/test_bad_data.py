@@ -6,17 +6,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from grm.view import index
+from grm.jsonl import json_safe
+from grm.view import eval_dir, index, sample_browser
+from grm.view import rows as row_checks
 from grm.view.eval_dir import EvalDir, disagreements
+from grm.view.index import MAX_MESSAGE_CHARS, one_line
 from grm.view.run_dir import RunDir
 from grm.view.server import start_in_thread
 from tests.unit.view.http_probe import crawl, get_json, request
-from tests.unit.view.synthetic import eval_line, sample_row, write_eval, write_run
+from tests.unit.view.synthetic import episode, episode_row, eval_line, sample_row, write_eval, write_run
 
 GB = 2**30
 
@@ -97,18 +105,23 @@ def test_special_files_in_place_of_every_data_file_neither_hang_nor_crash_the_se
                 os.symlink(tmp_path / "target", d / name)
     httpd, url = start_in_thread([str(run), str(ev)])
     try:
-        t0 = time.perf_counter()
-        answers = crawl(url)
-        assert time.perf_counter() - t0 < 20
-        # every page answers; only the files that are not regular files are refused
-        assert [t for t, code, _ in answers if code != 200 and "/file?name=" not in t] == []
-        assert [t for t, code, _ in answers if code >= 500] == []
+        # info first, on a fresh server: every file's problem is listed before any other request
+        # (metrics.jsonl's and items.jsonl's were missing until /metrics or /pairs had been asked)
         run_problems = get_json(url, "/api/d/0/info")["problems"]
         ev_problems = get_json(url, "/api/d/1/info")["problems"]
         for name in ("samples.jsonl", "metrics.jsonl", "gate.json"):
             assert any(p.startswith(str(run / name)) for p in run_problems), (name, run_problems)
         for name in ("results.jsonl", "items.jsonl", "metrics.json", "config.resolved.yaml"):
             assert any(p.startswith(str(ev / name)) for p in ev_problems), (name, ev_problems)
+        t0 = time.perf_counter()
+        answers = crawl(url)
+        assert time.perf_counter() - t0 < 20
+        # every page answers; only the files that are not regular files are refused
+        assert [t for t, code, _ in answers if code != 200 and "/file?name=" not in t] == []
+        assert [t for t, code, _ in answers if code >= 500] == []
+        # and the same list whatever was asked in between
+        assert get_json(url, "/api/d/0/info")["problems"] == run_problems
+        assert get_json(url, "/api/d/1/info")["problems"] == ev_problems
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -216,3 +229,196 @@ def test_a_broken_config_leaves_the_judgments_viewable(tmp_path, config):
     s = d.summary()
     assert s["judges"]["pairwise"]["lines"] == 3 and s["data"] is None
     assert len(json.dumps(s)) < 100_000  # an alias bomb is never expanded into the answer
+
+
+BIG_INT = "1" + "0" * 400
+"""A 401-digit integer: valid JSON, and past what a float holds (float() raises OverflowError)."""
+
+
+def served_json(run, *targets):
+    httpd, url = start_in_thread([str(run)])
+    try:
+        return [get_json(url, t) for t in targets]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_whatever_building_a_rows_view_raises_is_that_rows_bad_row_and_its_step_still_shows(tmp_path, monkeypatch):
+    """A 401-digit log-prob in a trajectory raised OverflowError out of Trajectory.from_dict and
+    answered the whole step with an error; a bug in any row's view must cost that row alone."""
+    run = write_run(tmp_path / "run", groups=2, size=2)
+    big = json.dumps(episode_row(1, 7, episode("ep-big"))).replace("[-0.1, -0.2, -0.3]", f"[{BIG_INT}, -0.2, -0.3]")
+    assert BIG_INT in big
+    append(run / "samples.jsonl", big.encode(), episode_row(1, 8, episode("ep-bug")), episode_row(1, 9, episode("ep-ok")))
+    real = sample_browser.with_episode
+
+    def buggy(row, where):
+        if row.get("id") == "s1-g0-8":
+            raise RuntimeError("a bug in the view\n" + "x" * 10_000)
+        return real(row, where)
+
+    monkeypatch.setattr(sample_browser, "with_episode", buggy)
+    (page,) = served_json(run, "/api/d/0/samples?step=1")
+    assert page["rows"] == 5 and page["bad_rows_total"] == 2  # the four plain rows and ep-ok
+    big_msg, bug_msg = page["bad_rows"]
+    assert big_msg.startswith("samples.jsonl line 9: ") and len(big_msg) <= MAX_MESSAGE_CHARS
+    assert bug_msg.startswith("samples.jsonl line 10: cannot be shown (RuntimeError: a bug in the view x")
+    assert len(bug_msg) <= MAX_MESSAGE_CHARS and "\n" not in bug_msg
+    assert "ep-ok" in {(r.get("episode") or {}).get("id") for g in page["groups"] for r in g["rows"]}
+
+
+def test_a_metrics_value_that_is_no_finite_number_is_its_rows_bad_row_not_the_apis(tmp_path):
+    """Appending {"step": 3, "reward": <401 digits>} made every /metrics answer 500 (math.isfinite)."""
+    run = write_run(tmp_path / "run")
+    append(
+        run / "metrics.jsonl",
+        f'{{"step": 3, "reward": {BIG_INT}}}'.encode(),
+        b'{"step": 4, "kl": 1e400}',
+        b'{"step": 5, "kl": NaN}',
+        b'{"step": 6, "x": {"y": -Infinity}}',
+        f'{{"step": {BIG_INT}}}'.encode(),
+        {"step": 8, "reward_mean": 0.8},
+    )
+    first, again = served_json(run, "/api/d/0/metrics", "/api/d/0/metrics")
+    assert first == again and [r["step"] for r in first["rows"]] == [1, 2, 8]
+    assert first["bad_rows"] == [
+        "metrics.jsonl line 3: reward: an integer of about 401 digits, too large to plot",
+        "metrics.jsonl line 4: kl: inf is not a finite number",
+        "metrics.jsonl line 5: kl: nan is not a finite number",
+        "metrics.jsonl line 6: x/y: -inf is not a finite number",
+        "metrics.jsonl line 7: step: an integer of about 401 digits, too large to plot",
+    ]
+
+
+FIVE_MB = "x" * 5_000_000
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda t: t.update(id=FIVE_MB + "\nsecond line", end_reason="bored"),
+        lambda t: t.update(trajectory_version=[FIVE_MB]),
+        lambda t: t["turns"][0].update(role=FIVE_MB),
+        lambda t: t["signals"].update({FIVE_MB: "yes"}),
+    ],
+    ids=["id", "version", "role", "signal-name"],
+)
+def test_a_bad_rows_message_is_one_bounded_line_naming_its_row(tmp_path, damage):
+    """A 5 MB trajectory id, version or role was quoted whole: a 5 MB bad-row entry, a 25 MB answer."""
+    run = write_run(tmp_path / "run")
+    traj = episode("ep-huge")
+    damage(traj)
+    append(run / "samples.jsonl", episode_row(1, 7, traj))
+    append(run / "metrics.jsonl", {"step": 3, FIVE_MB: 1.0}, {"step": 4, "format": FIVE_MB})
+    httpd, url = start_in_thread([str(run)])
+    try:
+        code, body = request(url, "/api/d/0/samples?step=1")
+        page = json.loads(body)
+        mcode, mbody = request(url, "/api/d/0/metrics")
+        metrics = json.loads(mbody)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert code == 200 and mcode == 200 and len(body) < 100_000 and len(mbody) < 20_000
+    (msg,) = page["bad_rows"]
+    assert msg.startswith("samples.jsonl line 9: trajectory") and len(msg) <= MAX_MESSAGE_CHARS and "\n" not in msg
+    assert len(metrics["bad_rows"]) == 2
+    for line, m in zip((3, 4), metrics["bad_rows"], strict=True):
+        assert m.startswith(f"metrics.jsonl line {line}: ") and len(m) <= MAX_MESSAGE_CHARS
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(codec="utf-8"), max_size=600), limit=st.integers(40, 400))
+def test_a_message_is_one_line_within_its_limit_and_keeps_its_head(text, limit):
+    out = one_line(text, limit)
+    assert len(out) <= limit and len(out.splitlines()) <= 1 and not re.search("[\x00-\x1f\x7f-\x9f]", out)
+    clean = re.sub("[\x00-\x1f\x7f-\x9f\u2028\u2029]", " ", text)
+    assert out == clean if len(text) <= limit else out.startswith(clean[: limit // 2]) and f"[{len(text):,} characters]" in out
+
+
+HUGE_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from([10**400, -(10**400), 2**63, float("inf"), float("-inf"), float("nan"), "x" * 100_000, "\n\x1b[2J"]),
+    st.floats(),
+    st.text(max_size=8),
+)
+JSON_VALUES = st.recursive(
+    HUGE_SCALARS,
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=3), st.dictionaries(st.one_of(st.text(max_size=5), st.just("k" * 5000)), kids, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def damage_anywhere(draw, row: dict) -> dict:
+    """``row`` with one value at any depth (a trajectory's turn, a judge's critique...) replaced by any
+    JSON value, huge numbers and strings included; ``step`` stays so the row stays in its step."""
+    row = json.loads(json.dumps(row))
+    node, keys = row, [k for k in row if k != "step"]
+    while keys:
+        k = draw(st.sampled_from(keys))
+        child = node[k]
+        if isinstance(child, (dict, list)) and child and draw(st.booleans()):
+            node, keys = child, list(child) if isinstance(child, dict) else list(range(len(child)))
+            continue
+        node[k] = draw(JSON_VALUES)
+        break
+    return row
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_any_value_anywhere_in_a_row_is_shown_or_is_one_bounded_bad_row(data):
+    with tempfile.TemporaryDirectory() as tmp:
+        run = write_run(Path(tmp) / "run", steps=1, groups=1, size=2)
+        rows = [damage_anywhere(data.draw, episode_row(1, k, episode(f"ep{k}"), credit=[0.5, None, 0.5])) for k in (3, 4)]
+        rows.append(damage_anywhere(data.draw, sample_row(1, 1, 5, 0.5)))
+        metrics = damage_anywhere(data.draw, {"step": 3, "reward_mean": 0.5, "masked_by_judge": {"j": 1}})
+        append(run / "samples.jsonl", *(json.dumps(r, allow_nan=True).encode() for r in rows))
+        append(run / "metrics.jsonl", json.dumps(metrics, allow_nan=True).encode())
+        rd = RunDir(run)
+        try:
+            page = rd.sample_page(1, sort=data.draw(st.sampled_from(["reward", "advantage", "length", "masked"])))
+            m = rd.metrics()
+        finally:
+            rd.folder.close()
+        json.dumps(json_safe(page), allow_nan=False)  # what the server writes
+        json.dumps(json_safe(m), allow_nan=False)
+        assert page["rows"] + page["bad_rows_total"] == 5 and page["rows"] >= 2
+        assert m["rows_total"] + m["bad_rows_total"] == 2 and m["rows_total"] >= 1
+        for msg in page["bad_rows"] + m["bad_rows"]:
+            assert re.match(r"(samples|metrics)\.jsonl line \d+: ", msg) and len(msg) <= MAX_MESSAGE_CHARS
+            assert len(msg.splitlines()) == 1
+
+
+def test_whatever_reading_or_drawing_a_results_line_raises_is_that_lines_problem(tmp_path, monkeypatch):
+    """The eval pages hold to the same rule: a line the checks trip over (here: a bug planted in the
+    format check and in drawing a pair) is a bad row or an errored pair, and the other pairs show."""
+    ev = write_eval(tmp_path / "ev")
+    real_read, real_draw = row_checks.read_row, eval_dir.presentations
+
+    def read_row(kind, row, *a, **k):
+        if row.get("item_id") == "i2":
+            raise TypeError("a bug in the check\n" + "y" * 5000)
+        return real_read(kind, row, *a, **k)
+
+    def presentations(line):
+        if line.get("item_id") == "i1":
+            raise ZeroDivisionError("a bug in the drawing")
+        return real_draw(line)
+
+    monkeypatch.setattr(row_checks, "read_row", read_row)
+    monkeypatch.setattr(eval_dir, "presentations", presentations)
+    d = EvalDir(ev)
+    s = d.summary()
+    (bad,) = s["bad_rows"]
+    assert (
+        bad.startswith("results.jsonl line 3: cannot be read (TypeError: a bug in the check y") and len(bad) <= MAX_MESSAGE_CHARS
+    )
+    page = d.pair_page("pairwise")
+    assert [p["item_id"] for p in page["pairs"]] == ["i0", None]
+    assert page["pairs"][1]["error"] == "results.jsonl line 2: cannot be shown (ZeroDivisionError: a bug in the drawing)"

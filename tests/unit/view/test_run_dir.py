@@ -1,6 +1,10 @@
 """A run directory's metrics grouping and the sample browser's groups, filters, sorts and diffs."""
 
-from grm.view.run_dir import RunDir, flatten_numeric, group_keys, metric_group, word_diff
+import pytest
+
+from grm.view.run_dir import RunDir
+from grm.view.run_metrics import flatten_numeric, group_keys, metric_group
+from grm.view.sample_browser import word_diff
 from tests.unit.view.synthetic import write_run
 
 
@@ -16,7 +20,10 @@ def test_every_numeric_key_is_grouped_by_prefix(tmp_path):
 
 
 def test_flatten_and_group_names():
-    assert flatten_numeric({"a": True, "b": float("nan"), "c": {"d": 2}}) == {"a": 1.0, "b": None, "c/d": 2.0}
+    assert flatten_numeric({"a": True, "b": None, "c": {"d": 2}}) == {"a": 1.0, "b": None, "c/d": 2.0}
+    for bad in (float("nan"), float("inf"), 10**400):  # the recorder writes NaN as null: these are no step's values
+        with pytest.raises(ValueError, match="^c/b: "):
+            flatten_numeric({"a": 1, "c": {"b": bad}})
     assert metric_group("seconds_rollout", {"seconds"}) == "seconds" and metric_group("seconds_rollout") == "seconds_rollout"
     assert metric_group("kl") == "kl" and metric_group("canary/x") == "canary"
     assert group_keys([{"step": 1, "kl": None}]) == {}
