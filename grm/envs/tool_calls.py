@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from grm.data.trajectory import ToolCall
+from grm.jsonl import DuplicateKey, unique_keys
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _TAG = re.compile(re.escape(OPEN) + "|" + re.escape(CLOSE))
@@ -143,9 +144,11 @@ def _unfence(s: str) -> str:
 def _loads(body: str) -> Any:
     s = _unfence(body)
     try:
-        return json.loads(s)
+        return json.loads(s, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         return ToolCallError("bad_json", f"the tool call is not valid JSON ({e.msg} at character {e.pos}): {_clip(s)}")
+    except DuplicateKey as e:  # the decoder alone would keep the last: which "name" ran would be a guess
+        return ToolCallError("bad_json", f"the tool call names a key twice ({e}); give each key once")
     except ValueError as e:  # an integer too long to convert
         return ToolCallError("bad_json", f"the tool call is not valid JSON ({str(e)[:80]})")
 

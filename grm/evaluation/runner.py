@@ -418,7 +418,12 @@ def _run(cfg: EvalConfig, console: Any, held: ExitStack) -> dict[str, Any]:
 
     console = console or literal_console(stderr=True)
     rows = load_rows(cfg.data)
-    mapping = default_map(cfg.data, set().union(*rows)) if not cfg.mapping else parse_map(cfg.mapping)
+    columns = set().union(*rows)
+    mapping = default_map(cfg.data, columns) if not cfg.mapping else parse_map(cfg.mapping)
+    absent = [f"{k}={v}" for k, v in mapping.items() if v not in columns] if cfg.mapping else []
+    if absent and rows:  # a misspelt optional column would silently mask every item (no reference...)
+        shown = ", ".join(sorted(columns)[:20])
+        raise EvalError(f"--map {', '.join(absent)}: no row of {cfg.data} has such a column (its columns: {shown})")
     items, problems = to_items(rows, mapping, cfg.data, skip_bad_rows=cfg.skip_bad_rows)
     if cfg.limit is not None:
         items = items[: cfg.limit]

@@ -115,6 +115,9 @@ def test_prose_naming_the_tag_before_a_real_call_leaves_the_call_alone():
         ("<tool_call>" + "[" * 100_000 + "</tool_call>", "bad_json", "nested too deeply"),
         ("<tool_call>" + '{"name": "calculator", "arguments": {"expression": ' + "9" * 5000 + "}}</tool_call>", "bad_json", ""),
         ('<tool_call>{"name": "calculator", "arguments": "{bad"}</tool_call>', "bad_json", "arguments of calculator"),
+        # the decoder alone keeps the last of a repeated key: which tool, or which argument, would be a guess
+        ('<tool_call>{"name": "calculator", "name": "python", "arguments": {}}</tool_call>', "bad_json", "duplicate key 'name'"),
+        ('<tool_call>{"name": "calculator", "arguments": {"a": 1, "a": 2}}</tool_call>', "bad_json", "names a key twice"),
         ('<tool_call>{"tool": "calculator"}</tool_call>', "not_a_call", '{"name": ..., "arguments": {...}}'),
         ("<tool_call>42</tool_call>", "not_a_call", ""),
         ('<tool_call>{"name": "rm", "arguments": {}}</tool_call>', "unknown_tool", "no tool named 'rm' (tools: calculator"),

@@ -270,3 +270,16 @@ def test_an_engine_that_cannot_be_built_stops_the_eval_at_once_with_its_own_reas
     with pytest.raises(EvalError, match="judge 'pw': engine.api_key_env names MYKEY, which is not set") as e:
         run(cfg)
     assert "server" not in str(e.value) and len(calls) == 1  # not retried item by item, not blamed on a server
+
+
+def test_a_map_naming_a_column_no_row_has_is_refused_not_a_silently_masked_eval(tmp_path, monkeypatch):
+    import pytest
+
+    from grm.evaluation.runner import EvalError
+
+    cfg = _rule_eval(tmp_path, monkeypatch, ROWS)
+    cfg.mapping = ["prompt=prompt", "response=response", "reference=refrence"]  # misspelt: every item would be masked
+    with pytest.raises(EvalError, match=r"--map reference=refrence: no row of .*d.jsonl has such a column \(its columns: "):
+        run(cfg)
+    cfg.mapping = ["prompt=prompt", "response=response", "reference=reference"]
+    assert [r["score"] for r in run(cfg)] == [1.0, 1.0, 1.0]
