@@ -59,9 +59,10 @@ def json_safe(x: Any) -> Any:
 def append_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
     """Append ``rows`` as JSON lines and fsync: once this returns, a SIGKILL cannot lose them.
     ``path`` is a file of grm's own: never written through a link (``open_own``)."""
+    # every row made text first: one that cannot be (nested past MAX_JSON_DEPTH) writes none of the batch
+    text = "".join(json.dumps(json_safe(r), ensure_ascii=False, default=str) + "\n" for r in rows)
     with os.fdopen(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(json_safe(r), ensure_ascii=False, default=str) + "\n")
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
 

@@ -57,7 +57,8 @@ class Located:
         for k, text in self.overrides.items():
             if key[: len(k)] == k:
                 return f"{self.path}: override '{text}'"
-        inside = [text for k, text in self.overrides.items() if k[: len(key)] == key]  # a check of the block they changed
+        # a check of a block they changed (not the whole file's: every override is inside that)
+        inside = [text for k, text in self.overrides.items() if key and k[: len(key)] == key]
         if inside:
             return f"{self.path}:{self.line_of(key)} (with override {', '.join(repr(t) for t in inside)})"
         return f"{self.path}:{self.line_of(key)}"

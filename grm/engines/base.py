@@ -16,6 +16,12 @@ class EngineError(GrmError):
     says which and why."""
 
 
+class EngineRefused(EngineError):
+    """The server answered this request with a client error (a 4xx other than 429: a prompt over its
+    context, say), not retried. The request's own fault once the server has answered others; before
+    that it may be the configuration's (a wrong URL, model or key)."""
+
+
 class EngineSetupError(EngineError):
     """An engine that cannot be built from its spec (a key variable unset, a tokenizer that does not
     load): no request was sent, so no retry or masking can help; the caller stops with the message."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
-from grm.engines.base import EngineError
+from grm.engines.base import EngineError, EngineRefused
 from grm.engines.credentials import Credentials, origin, plain, public_url
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -227,7 +227,7 @@ class HttpClient:
                 last = f"HTTP {reply.status}: {self.shown(reply.body)}"
                 continue
             if not 200 <= reply.status <= 299:
-                raise self.fail(f"{reply.url}: HTTP {reply.status} (not retried): {self.shown(reply.body)}")
+                raise self.fail(f"{reply.url}: HTTP {reply.status} (not retried): {self.shown(reply.body)}", EngineRefused)
             out = self.parse_json(reply)
             with self._lock:
                 self.requests += 1

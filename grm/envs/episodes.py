@@ -209,7 +209,7 @@ class EpisodeRunner:
             raise _OutOfTime(reason, 0.0)
         start = time.monotonic()
         try:
-            return await with_deadline(lambda: _contained(call(), method), is_async(method), timeout)
+            return await with_deadline(lambda: contained(call(), method), is_async(method), timeout)
         except TimeoutError:
             raise _OutOfTime(reason, timeout or 0.0) from None
         finally:
@@ -250,14 +250,14 @@ async def _close(env: Any) -> None:
     if not callable(close):
         return
     try:
-        await with_deadline(lambda: _contained(call_maybe_async(close), close), is_async(close), CLOSE_S)
+        await with_deadline(lambda: contained(call_maybe_async(close), close), is_async(close), CLOSE_S)
     except PASSED_ON:
         raise
     except BaseException:  # noqa: BLE001 - cleanup: nothing depends on it
         pass
 
 
-async def _contained(coro: Coroutine[Any, Any, T], method: Any) -> T:
+async def contained(coro: Coroutine[Any, Any, T], method: Any) -> T:
     """``await coro`` (environment code: ``method`` is what it calls), with what it raises past
     ``Exception`` but not ``PASSED_ON`` (``SystemExit``, an exception class of its own) as an
     ``EnvError`` naming it. Inside the coroutine, before any task sees it: an asyncio task re-raises

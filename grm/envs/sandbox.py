@@ -251,9 +251,11 @@ def _run(argv: list[str] | None, code: str | None, limits: SandboxLimits) -> Too
     start = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="grm-tool-")
     proc: subprocess.Popen[bytes] | None = None
-    fds = [*os.pipe(), *os.pipe()]
-    status_r, status_w, verdict_r, verdict_w = fds
+    fds: list[int] = []
     try:
+        for _ in range(2):  # inside the try: a second pipe refused (EMFILE) leaves no fd or directory behind
+            fds += os.pipe()
+        status_r, status_w, verdict_r, verdict_w = fds
         code_path = None
         if code is not None:
             code_path = os.path.join(scratch, "tool.py")

@@ -85,7 +85,7 @@ def parse_tool_calls(
         if not blocks:
             if not plain_json:
                 return []
-            found = _plain_json(text)
+            found = _plain_json(text, _argumentless(tools))
             if found is None or isinstance(found, ToolCallError):
                 return [] if found is None else found
             values = [found]
@@ -153,10 +153,22 @@ def _loads(body: str) -> Any:
         return ToolCallError("bad_json", f"the tool call is not valid JSON ({str(e)[:80]})")
 
 
-def _plain_json(text: str) -> Any:
+def _argumentless(tools: Sequence[Mapping[str, Any]] | None) -> set[str]:
+    """Names of the tools whose parameters require nothing (a ``{"name": N}`` call is whole)."""
+    out = set()
+    for t in tools or ():
+        fn = t.get("function", t)
+        params = fn.get("parameters") if isinstance(fn, Mapping) else None
+        if not (isinstance(params, Mapping) and params.get("required")):
+            out.add(tool_name(t))
+    return out
+
+
+def _plain_json(text: str, names: set[str] | None = None) -> Any:
     """The whole message as JSON, when it is a call or a list of them (or an attempt at one: both
     keys of the call form in JSON that does not parse); None when it is ordinary text, or JSON that
-    is no call (an answer given as JSON)."""
+    is no call (an answer given as JSON). A call of a tool that needs no arguments may leave them
+    out: ``{"name": N}`` alone is a call when N is such a tool of the turn's (``names``)."""
     s = _unfence(text)
     if not s or s[0] not in "[{":
         return None
@@ -166,6 +178,8 @@ def _plain_json(text: str) -> Any:
         return value if '"name"' in head and ('"arguments"' in head or '"parameters"' in head) else None
     items = value if isinstance(value, list) else [value]
     if any(isinstance(i, dict) and "name" in i and ("arguments" in i or "parameters" in i) for i in items):
+        return value
+    if names and all(isinstance(i, dict) and set(i) == {"name"} and i["name"] in names for i in items):
         return value
     return None
 

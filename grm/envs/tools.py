@@ -153,11 +153,18 @@ def _power(base: Fraction, exp: Fraction) -> Fraction:
     return _bounded(base**e)
 
 
+_FLOAT_LOW, _FLOAT_HIGH = Fraction(1, 10**300), Fraction(10**300)
+"""Magnitudes a float prints to 12 significant digits exactly as a ``Decimal`` would (no overflow,
+no subnormal precision loss)."""
+
+
 def format_number(x: Fraction) -> str:
     """An integer exactly; otherwise a decimal to 12 significant digits, of any size ``MAX_BITS``
-    allows (~1e1233): a ``Decimal``, not a ``float``, which overflows past 1.8e308."""
+    allows (~1e1233): past a float's range (1.8e308) through a ``Decimal``."""
     if x.denominator == 1:
         return str(x.numerator)
+    if _FLOAT_LOW < abs(x) < _FLOAT_HIGH:  # well inside a float's range: as the calculator always wrote it
+        return f"{float(x):.12g}"
     with decimal.localcontext(decimal.Context(prec=12)) as ctx:
         return f"{ctx.divide(decimal.Decimal(x.numerator), decimal.Decimal(x.denominator)):.12g}"
 

@@ -130,7 +130,7 @@ def done_episodes(path: Path, tasks: list[tuple[str, dict[str, Any]]]) -> Episod
     """The finished episodes of ``path`` whose task row is the one asked now (the latest line wins)."""
     want = {tid: _row_key(row) for tid, row in tasks}
     out: Episodes = {}
-    for no, x in read_jsonl_numbered(path):
+    for no, x in read_jsonl_numbered(path, own=True):
         tid, task = x.get("id"), x.get("task")
         row = task.get("row") if isinstance(task, dict) else None
         if not isinstance(tid, str) or want.get(tid) != _row_key(row) or x.get("end_reason") is None:
@@ -216,7 +216,7 @@ def _sample(side: str, tid: str, traj: Trajectory) -> Sample:
 
 def score_episodes(judges: list[Judge], episodes: Episodes, path: Path, batch_size: int, progress: Any) -> None:
     """Every judge on every trajectory it has not scored yet (``Sample(trajectory=...)``), batch by batch."""
-    done = {_line_key(x) for x in read_jsonl(path) if "trajectory_sha" in x}
+    done = {_line_key(x) for x in read_jsonl(path, own=True) if "trajectory_sha" in x}
     for judge in judges:
         work = [(s, tid, line, t) for (s, tid), (line, t) in episodes.items() if _key(judge, s, tid, line) not in done]
         if not work:
@@ -255,7 +255,7 @@ def current_results(path: Path, judges: list[Judge], episodes: Episodes) -> list
     """The latest results line of each judgment of these judges on the current trajectories."""
     wanted = {_key(j, s, tid, line) for j in judges for (s, tid), (line, _) in episodes.items()}
     latest = {}
-    for x in read_jsonl(path):
+    for x in read_jsonl(path, own=True):
         k = _line_key(x) if "trajectory_sha" in x else None
         if k in wanted:
             latest[k] = x

@@ -94,7 +94,7 @@ def decide(judge: str, metrics: dict[str, Any], gate: GateSpec, eval_dir: Path, 
 def recorded(run_dir: Path) -> dict[str, dict[str, Any]]:
     """``gate.json`` of a run directory ({} when there is none)."""
     f = run_dir / GATE_FILE
-    raw = regular_file_bytes(f)
+    raw = regular_file_bytes(f, own=True)
     if raw is None:
         return {}
     try:

@@ -109,7 +109,7 @@ def check_resume(out: Path, ident: dict[str, Any], record: dict[str, Any], force
     path = out / "config.resolved.yaml"
     if path.exists() and not force:
         try:  # within a config's bounds (an alias bomb would expand in the comparison)
-            prev = load_yaml(path).data
+            prev = load_yaml(path, own=True).data
         except ConfigError as e:
             raise EvalError(f"{e}; --force writes it anew") from None
         old = {k: prev.get(k) for k in ident}
@@ -160,7 +160,7 @@ def generate(cfg: PolicyEvalConfig, side: str, src: PolicySource, prompts: list[
     were missing: the model is then never loaded)."""
     from grm.engines.base import SamplingParams, chat_requests
 
-    done = done_responses(read_jsonl(path), prompts)
+    done = done_responses(read_jsonl(path, own=True), prompts)
     todo = [p for p in prompts if (side, p.id) not in done]
     if not todo:
         return 0.0
@@ -267,7 +267,7 @@ def score(
 ) -> None:
     """Every judge on every response it has not scored yet (a comparison judge on each prompt's
     pair of responses), batch by batch."""
-    done = {_line_key(x) for x in read_jsonl(path) if "responses_sha" in x}
+    done = {_line_key(x) for x in read_jsonl(path, own=True) if "responses_sha" in x}
     for judge in judges:
         per_response = judge.spec.mode in PER_RESPONSE
         work = [
@@ -333,7 +333,7 @@ def _run_policy_eval(cfg: PolicyEvalConfig, console: Any, held: ExitStack) -> di
     check_resume(cfg.out, ident, record, cfg.force)
 
     resp_path, res_path = cfg.out / "responses.jsonl", cfg.out / "results.jsonl"
-    before = done_responses(read_jsonl(resp_path), prompts)
+    before = done_responses(read_jsonl(resp_path, own=True), prompts)
     if before:
         console.print(f"resuming: {len(before)} of {len(prompts) * len(sides)} responses already in {resp_path}")
     t_start = time.perf_counter()
@@ -347,10 +347,10 @@ def _run_policy_eval(cfg: PolicyEvalConfig, console: Any, held: ExitStack) -> di
     ) as progress:
         for side in sides:
             gen_seconds[side] = generate(cfg, side, sources[side], prompts, resp_path, progress)
-        responses = done_responses(read_jsonl(resp_path), prompts)
+        responses = done_responses(read_jsonl(resp_path, own=True), prompts)
         score(judges, prompts, responses, sides, res_path, cfg.batch_size, progress)
 
-    results = current_results(read_jsonl(res_path), judges, prompts, responses, sides)
+    results = current_results(read_jsonl(res_path, own=True), judges, prompts, responses, sides)
     return write_policy_outputs(
         cfg.out,
         prompts,

@@ -32,7 +32,7 @@ from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.items import EvalItem, default_map, parse_map, to_items
 from grm.data.items_file import write_items
 from grm.data.sources import load_rows
-from grm.engines.base import EngineError, EngineSetupError
+from grm.engines.base import EngineError, EngineRefused, EngineSetupError
 from grm.evaluation.length_control import LengthControl
 from grm.jsonl import append_jsonl, read_jsonl_numbered
 from grm.judges.base import Judge
@@ -340,18 +340,21 @@ def _judge_alone(judge: Judge, chunk: list[EvalItem], failing: _EngineFailures, 
         try:
             lines = _judge_chunk(judge, [it])
         except EngineError as e:
-            failing.add(it, e)  # raises EvalError when the server, not the item, is failing
-            continue
-        append_jsonl(results_path, [stamp("results", x) for x in failing.succeeded() + lines])
+            lines = failing.add(it, e)  # raises EvalError when the server, not the item, is failing
+        else:
+            lines = failing.succeeded() + lines
+        append_jsonl(results_path, [stamp("results", x) for x in lines])
 
 
 class _EngineFailures:
     """One judge's items whose judgment failed on its engine even when sent alone (after the
-    engine's own retries). They are held, not written. When a later item succeeds, the failure was
-    the item's own: the held items are masked, counted and written with the error (``engine_error``),
-    never given a default number. After ``STOP_AFTER`` in a row, or at the end with no item of the
-    judge ever judged, it is the server: the eval stops with a message and writes none of them, so a
-    resume tries them again."""
+    engine's own retries). An item the server refused with a client error (``EngineRefused``: a
+    prompt over its context, say) once it has answered others is the item's own failure: masked at
+    once. Any other failure is held, not written. When a later item succeeds, the failure was the
+    item's own: the held items are masked, counted and written with the error (``engine_error``),
+    never given a default number. After ``STOP_AFTER`` held in a row, or at the end with no item of
+    the judge ever judged, it is the server (or its URL, model or key): the eval stops with a
+    message and writes none of them, so a resume tries them again."""
 
     def __init__(self, judge: Judge, say: Callable[..., None], judged_before: bool) -> None:
         self.judge, self.say = judge, say
@@ -359,28 +362,38 @@ class _EngineFailures:
         self.held: list[tuple[EvalItem, str]] = []
         self.masked = 0
 
-    def add(self, item: EvalItem, error: Exception) -> None:
+    def add(self, item: EvalItem, error: Exception) -> list[dict[str, Any]]:
+        """The lines to write now: the item's masked line when the failure is its own for sure, else none."""
         reason = (str(error).splitlines() or [type(error).__name__])[0][:300]
-        self.held.append((item, reason))
         name = self.judge.spec.name
         self.say(f"judge '{name}': item {item.id} failed on the judge's engine ({reason})", style="yellow", markup=False)
+        if isinstance(error, EngineRefused) and self.ever_judged:  # refused alone, by a server that answers others
+            self.masked += 1
+            return [self._masked(item, reason)]
+        self.held.append((item, reason))
         if len(self.held) >= STOP_AFTER:
             raise EvalError(
                 f"judge '{name}': {len(self.held)} items in a row failed on the judge's engine even alone "
                 f"(last: {reason}); the server is failing, not the items. Nothing of theirs was written: "
                 "fix the server and run the same command again to resume"
             )
+        return []
 
     def succeeded(self) -> list[dict[str, Any]]:
         """An item was judged after the held ones: their lines, masked (the failures were the items' own)."""
         self.ever_judged = True
-        lines = []
-        for item, reason in self.held:
-            masked = [JudgeResult(judge=self.judge.spec.name) for _ in samples_for(self.judge.spec, item)]
-            lines.append({**summarize(self.judge, item, masked), "engine_error": reason})
+        lines = [self._masked(item, reason) for item, reason in self.held]
         self.masked += len(lines)
         self.held = []
         return lines
+
+    def _masked(self, item: EvalItem, reason: str) -> dict[str, Any]:
+        """The item's line with no judgment: every result masked (a swapped pair's two orders each
+        unread), never a default number."""
+        spec = self.judge.spec
+        orders = [None, None] if spec.mode == "pairwise" else None
+        masked = [JudgeResult(judge=spec.name, view_margins=orders) for _ in samples_for(spec, item)]
+        return {**summarize(self.judge, item, masked), "engine_error": reason}
 
     def finish(self) -> list[dict[str, Any]]:
         """The judge's last items failed: masked if any item of the judge was ever judged, else the eval stops."""

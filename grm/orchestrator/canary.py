@@ -190,7 +190,7 @@ def describe(loaded: LoadedPipeline) -> list[str]:
 def gate_rows(path: Path) -> list[dict[str, Any]]:
     """The per-judge decisions of a run's ``gate.json`` ([] when there is none); GrmError naming the
     file when it is not what the gate writes (the report must not die on an edited file)."""
-    raw = regular_file_bytes(path)
+    raw = regular_file_bytes(path, own=True)
     if raw is None:
         return []
     try:

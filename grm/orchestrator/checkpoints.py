@@ -40,7 +40,7 @@ def complete_checkpoints(root: Path) -> list[Path]:
 
 
 def _read_json(path: Path) -> Any:
-    raw = regular_file_bytes(path, RunError, limit=JSON_LIMIT)  # a FIFO would block, /dev/zero never end
+    raw = regular_file_bytes(path, RunError, limit=JSON_LIMIT, own=True)  # a FIFO would block, /dev/zero never end
     if raw is None:
         raise RunError(f"{path}: cannot read the checkpoint (missing)")
     try:

@@ -22,6 +22,7 @@ import ray
 
 from grm.envs.base import AssistantMessage, EnvError, Environment, Reset, Step, env_factory, reset_env, step_env
 from grm.envs.bounded import in_daemon_thread, is_async
+from grm.envs.episodes import PASSED_ON, contained
 from grm.orchestrator.handles import Placement
 
 if TYPE_CHECKING:
@@ -51,8 +52,10 @@ class EnvWorker:
     async def reset(self, eid: str, row: dict[str, Any]) -> Reset | Failed:
         try:
             env = self.envs[eid] = self.make()
-            return await _call(env.reset, lambda: reset_env(env, row))
-        except Exception as x:  # noqa: BLE001 - one environment's failure ends its own episode only
+            return await contained(_call(env.reset, lambda: reset_env(env, row)), env.reset)
+        except PASSED_ON:
+            raise
+        except BaseException as x:  # noqa: BLE001 - one environment's failure (SystemExit too) ends its own episode only
             return Failed(_line(x))
 
     async def step(self, eid: str, message: AssistantMessage) -> Step | Failed:
@@ -60,8 +63,10 @@ class EnvWorker:
         if env is None:
             return Failed(f"episode {eid} is not on this environment worker (it was restarted)")
         try:
-            return await _call(env.step, lambda: step_env(env, message))
-        except Exception as x:  # noqa: BLE001 - see reset
+            return await contained(_call(env.step, lambda: step_env(env, message)), env.step)
+        except PASSED_ON:
+            raise
+        except BaseException as x:  # noqa: BLE001 - see reset
             return Failed(_line(x))
 
     async def close(self, eid: str) -> None:
@@ -69,8 +74,10 @@ class EnvWorker:
         close = getattr(env, "close", None)
         if callable(close):
             try:
-                await _call(close, close)
-            except Exception:  # noqa: BLE001 - cleanup: the episode's outcome is recorded
+                await contained(_call(close, close), close)
+            except PASSED_ON:
+                raise
+            except BaseException:  # noqa: BLE001 - cleanup: the episode's outcome is recorded
                 pass
 
     def held(self) -> int:

@@ -30,7 +30,7 @@ def _row_ok(row: dict[str, Any]) -> None:
 def read_readings(run_dir: Path) -> list[dict[str, Any]]:
     """The readings in ``RUN/heldout.jsonl`` ([] when the run has none); a damaged line is a
     ``GrmError`` naming the file and line (a torn last line is left out, as a reader does)."""
-    return read_jsonl(run_dir / FILE, repair=False, check=_row_ok)
+    return read_jsonl(run_dir / FILE, repair=False, check=_row_ok, own=True)
 
 
 def reading_line(row: dict[str, Any], source: str) -> str:

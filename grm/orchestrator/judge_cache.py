@@ -113,7 +113,7 @@ class JudgeCache:
         path = run_dir / DIR / f"{spec.name}.jsonl" if run_dir is not None else None
         cache = cls(spec.name, hash_spec(spec), path)
         if path is not None and path.is_file():
-            raw = regular_file_bytes(path, RunError) or b""
+            raw = regular_file_bytes(path, RunError, own=True) or b""
             for line in raw.split(b"\n"):
                 try:
                     row = json.loads(line)

@@ -119,7 +119,7 @@ class Recorder:
             cut_after(self.path / name, step)
 
     def metrics(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.path / "metrics.jsonl", repair=False, check=step_line)
+        return read_jsonl(self.path / "metrics.jsonl", repair=False, check=step_line, own=True)
 
     def write_report(self) -> Path:
         """report.md with a reward curve and phase timings (PNG) from metrics.jsonl."""

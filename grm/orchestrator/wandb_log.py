@@ -39,7 +39,7 @@ class WandbLog:
         wandb = require_wandb()
         os.environ.setdefault("WANDB_SILENT", "true")  # grm prints its own line; W&B's banner is noise on a panel
         record = run_dir / RUN_FILE
-        raw = regular_file_bytes(record, RunError, limit=1 << 16)  # a FIFO would block the resume
+        raw = regular_file_bytes(record, RunError, limit=1 << 16, own=True)  # a FIFO would block the resume
         try:
             run_id = json.loads(raw)["id"] if raw is not None else secrets.token_hex(8)
         except (ValueError, KeyError, TypeError, RecursionError) as e:

@@ -105,3 +105,14 @@ def test_a_lone_surrogate_is_found_at_any_depth_without_recursion(tmp_path):
     path.write_text('{"a": ' + "[" * 900 + '"\\ud800"' + "]" * 900 + "}\n")  # deeper than json_safe writes
     with pytest.raises(JsonlError, match=r"r.jsonl:1: .*surrogate"):  # refused by its line, never a RecursionError
         read_jsonl(path)
+
+
+def test_a_batch_with_a_row_that_cannot_be_written_writes_none_of_it(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append_jsonl(path, [{"a": 1}])
+    deep: object = 1
+    for _ in range(MAX_JSON_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested more than"):
+        append_jsonl(path, [{"b": 2}, {"deep": deep}])
+    assert read_jsonl(path) == [{"a": 1}]  # not the batch's first row without the rest

@@ -99,6 +99,13 @@ def test_text_without_a_call_gives_no_calls(text):
     assert parse_tool_calls(text, TOOLS) == []
 
 
+def test_a_plain_call_of_a_tool_that_needs_no_arguments_may_leave_them_out():
+    clock = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+    assert parse_tool_calls('{"name": "get_time"}', [*TOOLS, clock]) == [ToolCall("get_time", {}, "call_0_0")]
+    assert parse_tool_calls('{"name": "calculator"}', [*TOOLS, clock]) == []  # it needs an expression: an answer
+    assert parse_tool_calls('{"name": "Alice"}', [*TOOLS, clock]) == []  # no such tool: an answer
+
+
 def test_prose_naming_the_tag_before_a_real_call_leaves_the_call_alone():
     text = f"I will use <tool_call> now.\n<tool_call>{CALC}</tool_call>"
     assert parse_tool_calls(text, TOOLS) == [ToolCall("calculator", {"expression": "2+3"}, "call_0_0")]

@@ -165,3 +165,12 @@ def test_a_tool_that_exits_or_raises_a_base_exception_is_a_failed_result_but_an_
     assert run_tool_call(tools, ToolCall("own", {})).text == "tool own failed: OwnBaseException"
     with pytest.raises(KeyboardInterrupt):
         run_tool_call(tools, ToolCall("interrupted", {}))
+
+
+def test_ordinary_results_print_as_the_calculator_always_wrote_them():
+    from fractions import Fraction
+
+    from grm.envs.tools import format_number
+
+    cases = {Fraction(10**20) + Fraction(1, 2): "1e+20", Fraction(33, 10**9): "3.3e-08", Fraction(1, 3): "0.333333333333"}
+    assert {x: format_number(x) for x in cases} == cases  # the policy sees what it was trained on

@@ -283,3 +283,62 @@ def test_a_map_naming_a_column_no_row_has_is_refused_not_a_silently_masked_eval(
         run(cfg)
     cfg.mapping = ["prompt=prompt", "response=response", "reference=reference"]
     assert [r["score"] for r in run(cfg)] == [1.0, 1.0, 1.0]
+
+
+def _pair_eval(tmp_path, monkeypatch, reply, n):
+    """A swapped pairwise judge on a scripted engine over ``n`` labelled pairs."""
+    from tests.unit.judges.fake_engine import ScriptedEngine
+
+    engine = ScriptedEngine(reply)
+    monkeypatch.setattr("grm.judges.engine_slot.shared_engine", lambda model, spec: engine)
+    (tmp_path / "p.j2").write_text("{# expects: prompt, responses #}Q: {{ prompt }} A: {{ responses[0] }} B: {{ responses[1] }}")
+    (tmp_path / "pair.yaml").write_text("name: pair\nmode: pairwise\nmodel: m\ntemplate: p.j2\nparser: {type: verdict}\n")
+    rows = [{"prompt": f"q{i}", "response_a": f"good{i}", "response_b": f"bad{i}", "label": 1} for i in range(n)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(report, "write_outputs", lambda out, results, names, *, extra, console, **_: extra)  # no plots
+    return EvalConfig(judges=[str(tmp_path / "pair.yaml")], data=str(tmp_path / "d.jsonl"), out=tmp_path / "out", batch_size=4)
+
+
+def _verdict_for_good(text, *_):
+    return "[[A]]" if text.index("good") < text.index("bad") else "[[B]]"
+
+
+def test_a_refused_pair_is_a_masked_line_grm_eval_reads_back_with_both_orders_unread(tmp_path, monkeypatch):
+    from grm.engines.base import EngineRefused
+
+    def reply(text, *a):
+        if "q1 " in text:
+            raise EngineRefused("openai engine: HTTP 400 (not retried): prompt too long")
+        return _verdict_for_good(text, *a)
+
+    cfg = _pair_eval(tmp_path, monkeypatch, reply, 4)
+    assert run(cfg)["engine_errors_masked_this_run"] == {"pair": 1}
+    lines = _results(tmp_path)
+    assert lines["row-1"]["masked"] and lines["row-1"]["order_verdicts"] == [None, None] and lines["row-1"]["verdict"] is None
+    assert all(lines[f"row-{i}"]["verdict"] == "1" for i in (0, 2, 3))
+    assert run(cfg)["engine_errors_masked_this_run"] == {"pair": 1}  # read back by the resume; the refused item tried again
+
+
+def test_items_a_working_server_refuses_are_masked_at_once_however_many_in_a_row(tmp_path, monkeypatch):
+    import pytest
+
+    from grm.engines.base import EngineRefused
+    from grm.evaluation.runner import EvalError
+
+    def reply(text, *_):  # every item but the first is too long for the server's context
+        if "q0 " not in text:
+            raise EngineRefused("openai engine: HTTP 400 (not retried): prompt too long")
+        return "Score: 7"
+
+    m = run(_served_judge(tmp_path, monkeypatch, reply, 6))
+    assert m["engine_errors_masked_this_run"] == {"pw": 5} and len(_results(tmp_path)) == 6
+
+    # refused from the first request on: the URL, model or key, not the items; nothing written
+    (tmp_path / "out" / "results.jsonl").unlink()
+
+    def refuse_all(*_):
+        raise EngineRefused("openai engine: HTTP 404 (not retried): no such model")
+
+    with pytest.raises(EvalError, match="3 items in a row failed"):
+        run(_served_judge(tmp_path, monkeypatch, refuse_all, 6))
+    assert not (tmp_path / "out" / "results.jsonl").exists() or _results(tmp_path) == {}
