@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import Field
 
 from grm.base import GrmError
 
 Message = dict[str, str]
+
+
+TokenCount = Annotated[int, Field(ge=0, le=1 << 40)]
+"""A token count a server reports (usage, prompt length): above 2^40 is no count any server makes,
+and summed into a run's cost it would swamp every other; such a reply is refused as malformed."""
 
 
 class EngineError(GrmError):

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Discriminator, Field, NonNegativeInt, Tag, ValidationError
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError
 
-from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, render_prompt
+from grm.engines.base import EngineError, Generation, GenerationRequest, SamplingParams, TokenCount, render_prompt
 from grm.engines.credentials import Credentials, shape_error
 from grm.engines.http import HttpClient
 from grm.engines.server_process import ServerProcess
@@ -77,12 +77,12 @@ class _Choice(BaseModel):
 
 
 class _PromptDetails(BaseModel):
-    cached_tokens: NonNegativeInt | None = None
+    cached_tokens: TokenCount | None = None
 
 
 class _Usage(BaseModel):
-    prompt_tokens: NonNegativeInt | None = None
-    completion_tokens: NonNegativeInt | None = None
+    prompt_tokens: TokenCount | None = None
+    completion_tokens: TokenCount | None = None
     prompt_tokens_details: _PromptDetails | None = None
 
 

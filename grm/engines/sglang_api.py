@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, NonNegativeInt, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, StrictInt, StrictStr, ValidationError
 
-from grm.engines.base import EngineError, SamplingParams
+from grm.engines.base import EngineError, SamplingParams, TokenCount
 from grm.engines.credentials import glimpse, plain, shape_error
 from grm.engines.http import HttpClient, Retryable
 
@@ -39,7 +39,7 @@ class _Finish(BaseModel):
 
 
 class _Meta(BaseModel):
-    prompt_tokens: NonNegativeInt | None = None
+    prompt_tokens: TokenCount | None = None
     finish_reason: _Finish | str | None = None
     weight_version: StrictStr | StrictInt | None = None
     output_token_logprobs: list[_LogprobRow] | None = None

@@ -458,6 +458,10 @@ BAD_REPLIES = {
         lambda a: Answer(200, b'{"choices": [{"text": "a"}], "usage": {"completion_tokens": -3}}'),
         r"usage\.completion_tokens",
     ),
+    "absurd usage": (  # summed into a run's cost it would swamp every other count
+        lambda a: Answer(200, b'{"choices": [{"text": "a"}], "usage": {"prompt_tokens": 1' + b"0" * 300 + b"}}"),
+        r"usage\.prompt_tokens",
+    ),
     "logprobs a string": (
         lambda a: Answer(200, b'{"choices": [{"text": "a", "logprobs": {"token_logprobs": "x"}}]}'),
         r"choices\.0\.logprobs\.completions\.token_logprobs",
