@@ -33,9 +33,10 @@ from grm.config.base import Strict
 from grm.config.env import EnvSpec
 from grm.config.yaml_reader import Located, load_yaml, yaml_value
 from grm.data.trajectory import Trajectory, TrajectoryError
+from grm.evaluation.errors import EvalError
 from grm.evaluation.policy_eval import PER_RESPONSE, check_resume, sha
 from grm.evaluation.policy_source import PolicySource, resolve_policy
-from grm.evaluation.runner import EvalError, load_judges
+from grm.evaluation.runner import load_judges
 from grm.jsonl import append_jsonl, read_jsonl, read_jsonl_numbered
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError

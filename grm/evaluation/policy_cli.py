@@ -51,7 +51,7 @@ def policy_only_flags(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_eval_policy(args: argparse.Namespace) -> int:
-    from grm.evaluation.runner import EvalError
+    from grm.evaluation.errors import EvalError
 
     judge_only = _flags(args, ("data", "map", "length_control"))
     if args.env is not None:

@@ -27,11 +27,13 @@ from typing import Any
 from grm.base import atomic_write_text, make_dir, writer_lock
 from grm.config.yaml_reader import ConfigError, load_yaml
 from grm.data.prompts import Prompt, load_prompts
+from grm.evaluation.errors import EvalError
 from grm.evaluation.policy_source import PolicySource, resolve_policy
-from grm.evaluation.runner import EvalError, load_judges, outcome
+from grm.evaluation.runner import load_judges
 from grm.jsonl import append_jsonl, read_jsonl
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
+from grm.judges.labelled import outcome
 from grm.judges.types import Sample
 from grm.terminal import escape_controls
 

@@ -11,12 +11,15 @@ from pydantic import ValidationError
 from grm.base import regular_file_bytes, writer_lock
 from grm.config import JudgeSpec, load_judge
 from grm.config.paths import resolve_path
+from grm.evaluation.errors import EvalError
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.report import write_outputs
-from grm.evaluation.runner import EvalError, both_orders, check_result_line, latest_results, outcome, read_record
+from grm.evaluation.result_lines import check_result_line, latest_results
+from grm.evaluation.runner import both_orders, read_record
 from grm.jsonl import read_jsonl_numbered, rewrite_jsonl
 from grm.judges.base import Judge
 from grm.judges.errors import JudgeError
+from grm.judges.labelled import outcome
 from grm.judges.rescore import rescore as rescore_result
 from grm.judges.runtime import build_judge
 from grm.judges.templates import MAX_TEMPLATE_CHARS, template_source

@@ -16,7 +16,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from grm.config.pipeline import PipelineSpec
 from grm.config.resolve import LoadedPipeline
 from grm.data.prompts import prompt_stream
 from grm.orchestrator.anchors import remember, store_for
@@ -31,19 +30,10 @@ from grm.orchestrator.live import RunDisplay
 from grm.orchestrator.recorder import Recorder
 from grm.orchestrator.rewards import reward_groups
 from grm.orchestrator.roles import place_roles
-from grm.orchestrator.scheduler import Interrupted, Scheduler
+from grm.orchestrator.scheduler import Interrupted, Scheduler, early_batch_pass
 from grm.orchestrator.step_rows import check_masked_fraction, sample_rows, step_metrics
 from grm.orchestrator.types import AdvantagePlan, Group, StepOutcome, rollouts_of
 from grm.process import peak_rss_mb
-
-
-def early_batch_pass(cfg: PipelineSpec) -> bool:
-    """Whether a step queues its batch pass as soon as its rollouts are in, beside the judges (the
-    pass needs no rewards). Not when phases run alone (sync mode, ``schedule.phases_alone``: each
-    phase takes the other pools' cores, so side by side they would oversubscribe them), nor with
-    dynamic filtering, which may still change the batch: then the pass is queued once the groups
-    are final, so no pass is thrown away."""
-    return not cfg.schedule.phases_alone and not cfg.algorithm.dynamic_filtering
 
 
 class Driver:

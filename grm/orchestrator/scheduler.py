@@ -40,6 +40,15 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+def early_batch_pass(cfg: PipelineSpec) -> bool:
+    """Whether a step queues its batch pass as soon as its rollouts are in, beside the judges (the
+    pass needs no rewards). Not when phases run alone (sync mode, ``schedule.phases_alone``: each
+    phase takes the other pools' cores, so side by side they would oversubscribe them), nor with
+    dynamic filtering, which may still change the batch: then the pass is queued once the groups
+    are final, so no pass is thrown away."""
+    return not cfg.schedule.phases_alone and not cfg.algorithm.dynamic_filtering
+
+
 class Interrupted(Exception):
     """A stop was requested while a step was gathering its data; nothing of that step was trained."""
 

@@ -204,7 +204,8 @@ def test_a_resume_after_the_data_changed_under_the_same_ids_is_refused_or_judges
 def test_a_results_line_edited_by_hand_is_refused_by_file_line_and_field(tmp_path, monkeypatch):
     import pytest
 
-    from grm.evaluation.runner import EvalError, check_result_line
+    from grm.evaluation.result_lines import check_result_line
+    from grm.evaluation.runner import EvalError
     from grm.jsonl import JsonlError
 
     cfg = _rule_eval(tmp_path, monkeypatch, ROWS)

@@ -11,7 +11,7 @@ from grm.config import JudgeSpec
 from grm.data.items import EvalItem
 from grm.evaluation.judge_metrics import judge_metrics
 from grm.evaluation.report import summary_rows
-from grm.evaluation.runner import summarize
+from grm.evaluation.result_lines import summarize
 from grm.judges import Sample, build_judge
 from grm.judges.base import score_one
 from grm.judges.cli import read_samples

@@ -89,7 +89,7 @@ def test_unknown_nodes_leave_threads_alone():
 
 @pytest.mark.parametrize("sync_threads,alone", [("node", True), ("pool", False)])
 def test_the_batch_pass_waits_for_the_judges_when_phases_run_alone(sync_threads, alone):
-    from grm.orchestrator.driver import early_batch_pass
+    from grm.orchestrator.scheduler import early_batch_pass
 
     sched_cfg = config(schedule={"mode": "sync", "sync_threads": sync_threads})
     assert early_batch_pass(sched_cfg) is not alone
@@ -107,7 +107,7 @@ def test_the_batch_pass_waits_for_the_judges_when_phases_run_alone(sync_threads,
 
 def test_with_dynamic_filtering_the_batch_pass_waits_for_the_final_groups():
     """Filtering may swap groups after judging: a pass queued before it could be thrown away."""
-    from grm.orchestrator.driver import early_batch_pass
+    from grm.orchestrator.scheduler import early_batch_pass
 
     assert early_batch_pass(config(schedule={"mode": "async"}))
     assert not early_batch_pass(config(schedule={"mode": "async"}, algorithm={"dynamic_filtering": True}))
