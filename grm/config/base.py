@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
@@ -135,3 +136,13 @@ def check_file(value: str | None, info: ValidationInfo, kind: str) -> str | None
 def base_dir(info: ValidationInfo) -> Path | None:
     ctx: dict[str, Any] = info.context or {}
     return Path(ctx["base_dir"]) if ctx.get("base_dir") else None
+
+
+def field_errors(e: ValidationError) -> str:
+    """A pydantic error on one line: ``field: what is wrong (got VALUE)`` per problem, ``; ``-joined."""
+    out = []
+    for err in e.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        got = f" (got {err['input']!r:.60})" if "input" in err and err["type"] != "value_error" else ""
+        out.append(f"{field + ': ' if field else ''}{err['msg'].removeprefix('Value error, ')}{got}")
+    return "; ".join(out)

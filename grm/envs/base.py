@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from grm.base import GrmError
 from grm.config.env import SHIPPED_ENVS
 from grm.data.trajectory import ToolCall
-from grm.envs.sandbox import ToolResult
 from grm.envs.tool_calls import ToolCallError, tool_name
+from grm.envs.tool_limits import ToolResult
 
 ENVIRONMENTS: dict[str, str] = SHIPPED_ENVS
 """Shipped environments by name (``env: {type: calc}``, one home: ``grm.config.env``); any other is

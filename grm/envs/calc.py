@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from grm.config.base import Strict
+from grm.config.base import Strict, field_errors
 from grm.data.calc_tasks import SEEDS, SPLITS, TEMPLATES, problem, split_of, task_rows
 from grm.envs.base import AssistantMessage, Observation, Reset, Step
-from grm.envs.sandbox import SandboxLimits, field_errors
+from grm.envs.tool_limits import SandboxLimits
 from grm.envs.tools import CalculatorTool, PythonTool, Tool, run_tool_call
 
 __all__ = ["SPLITS", "TEMPLATES", "CalcArgs", "CalcEnv", "answer_value", "extract_answer", "problem", "split_of", "task_rows"]

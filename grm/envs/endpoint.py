@@ -32,15 +32,12 @@ An engine failure answers 500 and is kept in ``failure`` (the caller's run fails
 
 from __future__ import annotations
 
-import json
 import queue
-import re
 import secrets
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -48,9 +45,9 @@ from grm.data.trajectory import Task, Trajectory
 from grm.engines.base import Generation, GenerationEngine, GenerationRequest, SamplingParams
 from grm.envs.base import Observation, Step
 from grm.envs.chat_tokens import ChatTokens
+from grm.envs.endpoint_http import EndpointServer
 from grm.envs.episode_state import Episode, EpisodeLimits, EpisodeTurns, describe
 from grm.envs.openai_chat import (
-    MAX_BODY,
     ChatRequest,
     WireError,
     completion,
@@ -60,15 +57,6 @@ from grm.envs.openai_chat import (
     reply_wire,
     template_message,
 )
-
-_LOCAL_HOST = re.compile(r"(?:127\.0\.0\.1|localhost|\[::1\])(?::[0-9]{1,5})?", re.IGNORECASE)
-"""The ``Host`` headers the endpoint answers (it listens on 127.0.0.1 only). ``grm.view.server``'s
-``HostCheck`` does the same for a server that may bind any address; it lives in a layer above envs."""
-
-
-def local_host(header: str | None) -> bool:
-    """Whether a request's ``Host`` header names this machine's loopback (a port or none)."""
-    return _LOCAL_HOST.fullmatch((header or "").strip(" \t")) is not None
 
 
 @dataclass
@@ -123,7 +111,7 @@ class PolicyEndpoint:
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._stopping = threading.Event()
-        self._server: _Server | None = None
+        self._server: EndpointServer | None = None
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -131,7 +119,7 @@ class PolicyEndpoint:
     def start(self) -> PolicyEndpoint:
         if self._server is None:
             self._stopping.clear()
-            self._server = _Server(self)
+            self._server = EndpointServer(self.handle)
             self._threads = [
                 threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True),
                 threading.Thread(target=self._batches, name="grm-endpoint-batcher", daemon=True),
@@ -351,58 +339,3 @@ class PolicyEndpoint:
 
 def _ended(e: Episode) -> str:
     return f"{e.traj.end_reason}" + (f": {e.traj.end_detail}" if e.traj.end_detail else "")
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, endpoint: PolicyEndpoint) -> None:
-        self.endpoint = endpoint
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that went away mid-request: nothing to report, nothing on stderr
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "grm-policy"
-    protocol_version = "HTTP/1.1"  # keep-alive: an agent's client reuses its connection
-    disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
-    timeout = 600  # an idle connection frees its thread
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        self._answer("GET")
-
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        self._answer("POST")
-
-    def _answer(self, method: str) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        host = self.headers.get("Host")
-        if not local_host(host):  # DNS rebinding: a web page's request through a name pointed at 127.0.0.1
-            self.close_connection = True  # its body is left unread
-            status = 403
-            why = f"Host {(host or '')[:100]!r} is not this endpoint's (127.0.0.1, localhost or [::1]): refused"
-            value = WireError(403, why, "permission_error").body()
-        elif not 0 <= length <= MAX_BODY or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            self.close_connection = True
-            status, value = 413 if length > MAX_BODY else 400, WireError(400, "send a Content-Length of at most 32 MiB").body()
-        else:
-            body = self.rfile.read(length) if length else b""
-            status, value = self.server.endpoint.handle(method, self.path, body)
-        data = json.dumps(value, ensure_ascii=False).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (ConnectionError, OSError):
-            self.close_connection = True

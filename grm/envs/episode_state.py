@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from grm.data.trajectory import EndReason, Trajectory, Turn, cut_text
+from grm.data.text_budget import cut_text
+from grm.data.trajectory import EndReason, Trajectory, Turn
 from grm.engines.base import Generation, SamplingParams
 from grm.envs.base import AssistantMessage, EnvError, Observation, Step
 from grm.envs.chat_tokens import ChatTemplateError, ChatTokens

@@ -17,7 +17,8 @@ from fractions import Fraction
 from typing import Any, Protocol, runtime_checkable
 
 from grm.data.trajectory import ToolCall
-from grm.envs.sandbox import SandboxLimits, ToolResult, run_python
+from grm.envs.sandbox import run_python
+from grm.envs.tool_limits import SandboxLimits, ToolResult
 
 
 @runtime_checkable

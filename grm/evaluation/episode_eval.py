@@ -80,6 +80,7 @@ def load_env_spec(ref: str, env_args: Sequence[str] = ()) -> tuple[EnvSpec, Path
     relative to (the YAML file's, else the current one)."""
     from pydantic import ValidationError
 
+    from grm.config.base import field_errors
     from grm.config.loading import validate
 
     if ref.endswith((".yaml", ".yml")):
@@ -94,8 +95,7 @@ def load_env_spec(ref: str, env_args: Sequence[str] = ()) -> tuple[EnvSpec, Path
         try:
             spec = EnvSpec.model_validate(data)
         except ValidationError as e:
-            why = "; ".join(str(x["msg"]).removeprefix("Value error, ") for x in e.errors())
-            raise EvalError(f"--env {ref}: {why}") from None
+            raise EvalError(f"--env {ref}: {field_errors(e)}") from None
         base = Path.cwd()
     kwargs = dict(spec.kwargs)
     for text in env_args:

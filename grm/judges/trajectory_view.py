@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from grm.config.judge_trajectory import TrajectoryJudgeSpec
-from grm.data.trajectory import JudgeView, Trajectory, cut_text
+from grm.data.text_budget import cut_text
+from grm.data.trajectory import JudgeView, Trajectory
 from grm.judges.errors import JudgeError
 from grm.judges.guard import shares
 

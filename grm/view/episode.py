@@ -6,7 +6,7 @@ The trajectory is read with ``Trajectory.from_dict``, so a malformed one is a ba
 field exactly as the trainer would name it. Token ids and log-probs are not sent (a turn shows how
 many tokens it put in the context and whether they were trained on), and every text is bounded:
 an observation that printed 10 MB reaches the page as its head and tail around a note, the same cut
-a judge sees (``grm.data.trajectory.cut_text``).
+a judge sees (``grm.data.text_budget.cut_text``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import json
 import math
 from typing import Any
 
-from grm.data.trajectory import Trajectory, TrajectoryError, Turn, cut_text
+from grm.data.text_budget import cut_text
+from grm.data.trajectory import Trajectory, TrajectoryError, Turn
 from grm.view.index import bad_row
 
 MAX_TEXT_CHARS = 20_000

@@ -13,10 +13,8 @@ unless its own host name resolves there (DNS rebinding), and then its requests c
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import mimetypes
-import re
 import socket
 import sys
 import threading
@@ -28,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from grm.base import GrmError
+from grm.http_host import WILDCARDS, HostCheck
 from grm.jsonl import json_safe
 from grm.view.eval_dir import PAIR_FILTERS, EvalDir, disagreements
 from grm.view.folder import SMALL_FILE_LIMIT, Folder
@@ -40,9 +39,6 @@ TEXT_FILE_LIMIT = 2 * 2**20
 _SHOWN_FILES = (".md", ".json", ".yaml", ".yml", ".txt", ".log")
 MAX_LISTED = 500
 """Entries of a directory listed at most (and names shown of each subdirectory: 50)."""
-WILDCARDS = ("", "0.0.0.0", "::")
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-_HOST = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]{2,45})\]|(?P<name>[A-Za-z0-9.-]{1,253}))(?::[0-9]{1,5})?")
 
 
 class ViewError(GrmError):
@@ -136,31 +132,6 @@ def listed_files(folder: Folder) -> list[dict[str, Any]]:
     if more:
         out.append({"name": f"(only {MAX_LISTED} entries listed)", "size": None, "text": False})
     return out
-
-
-class HostCheck:
-    """Which ``Host`` headers this server answers: its bound address, localhost, 127.0.0.1 and
-    [::1]; bound to every interface (0.0.0.0), also any IP address (no rebinding without a name)."""
-
-    def __init__(self, bound: str) -> None:
-        self.open = bound in WILDCARDS
-        b = bound.lower()
-        self.names = {*LOCAL_HOSTS, f"[{b}]" if ":" in b else b}
-
-    def allows(self, header: str | None) -> bool:
-        m = _HOST.fullmatch((header or "").strip(" \t"))
-        if not m:
-            return False
-        host = f"[{m['v6'].lower()}]" if m["v6"] else m["name"].lower()
-        if host in self.names:
-            return True
-        if not self.open:
-            return False
-        try:
-            ipaddress.ip_address(m["v6"] or m["name"])
-        except ValueError:
-            return False
-        return True
 
 
 class BadRequest(Exception):

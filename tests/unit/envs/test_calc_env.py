@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from grm.data.trajectory import Task, Trajectory, Turn
 from grm.envs.base import AssistantMessage, EnvError, Environment, load_env, reset_env, step_env
 from grm.envs.calc import SPLITS, TEMPLATES, CalcEnv, answer_value, extract_answer, problem, split_of, task_rows
-from grm.envs.sandbox import SandboxLimits
 from grm.envs.tool_calls import parse_tool_calls
+from grm.envs.tool_limits import SandboxLimits
 
 
 def call(expression: str) -> str:

@@ -19,9 +19,10 @@ from grm.config.env import EnvSpec
 from grm.engines.base import SamplingParams
 from grm.envs.agent import load_agent, run_agent_episodes
 from grm.envs.base import EnvError, Observation, Reset, Step
-from grm.envs.endpoint import PolicyEndpoint, local_host
+from grm.envs.endpoint import PolicyEndpoint
 from grm.envs.episodes import EpisodeLimits, episode_counts, run_episodes
 from grm.envs.tools import CalculatorTool
+from grm.http_host import HostCheck
 from tests.unit.envs.test_episodes import BAD_CALL, SMOL, TokenEngine, call, tokenizer
 
 TOOLS = [CalculatorTool.schema]
@@ -349,7 +350,7 @@ def test_a_request_whose_host_is_not_this_machines_loopback_is_refused_403_and_t
     + [("evil.example", False), ("127.0.0.2", False), ("[::2]", False), ("localhost:99999999", False), (None, False)],
 )
 def test_local_host_accepts_only_the_loopback_names(host, ok):
-    assert local_host(host) is ok
+    assert HostCheck("127.0.0.1").allows(host) is ok
 
 
 def test_an_episodes_url_holds_a_random_token_not_its_id():

@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grm.envs import sandbox
-from grm.envs.sandbox import SandboxLimits, ToolCounter, run_command, run_python
+from grm.envs.sandbox import run_command, run_python
+from grm.envs.tool_limits import SandboxLimits, ToolCounter
 
 FAST = SandboxLimits(timeout_s=1.0, cpu_s=2)
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grm.data.trajectory import ToolCall
-from grm.envs.sandbox import SandboxLimits, ToolResult
+from grm.envs.tool_limits import SandboxLimits, ToolResult
 from grm.envs.tools import CalcError, CalculatorTool, PythonTool, Tool, calculate, format_number, run_tool_call
 
 

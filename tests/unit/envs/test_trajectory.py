@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from grm.data.trajectory import Task, ToolCall, Trajectory, TrajectoryError, Turn, cut_text
+from grm.data.text_budget import cut_text
+from grm.data.trajectory import Task, ToolCall, Trajectory, TrajectoryError, Turn
 
 
 def three_turns() -> Trajectory:

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from grm.view.server import HostCheck, start_in_thread
+from grm.http_host import HostCheck
+from grm.view.server import start_in_thread
 from tests.unit.view.hostile import make_hostile
 from tests.unit.view.http_probe import SECRET, crawl, get_json, get_text, request
 from tests.unit.view.synthetic import write_run
