@@ -24,25 +24,24 @@ def _err(msg: str) -> None:
 # ----------------------------------------------------------------------------- validate
 
 
-def _build_judges(specs: Iterable[tuple[Path, Any]]) -> None:
+def _build_judges(specs: Iterable[tuple[Path, Any]]) -> list[tuple[Path, Any, Any]]:
     """Build every judge among ``specs`` ((YAML path, spec) pairs) without loading a model: its
     templates are read and compiled, its parser and meta judge set up; JudgeError names the file.
-    What ``grm eval`` and a run's judge actors would find, found before any data, model or Ray."""
+    What ``grm eval`` and a run's judge actors would find, found before any data, model or Ray.
+    Returns (path, spec, judge) for each judge built."""
     from grm.config import JudgeSpec
     from grm.judges.runtime import build_judge
 
-    for path, spec in specs:
-        if isinstance(spec, JudgeSpec):
-            build_judge(spec, Path(path).parent)
+    return [(Path(path), spec, build_judge(spec, Path(path).parent)) for path, spec in specs if isinstance(spec, JudgeSpec)]
 
 
-def _episode_parts(checked: list[tuple[Path, Any]]) -> None:
+def _episode_parts(checked: list[tuple[Path, Any]], judges: list[tuple[Path, Any, Any]]) -> None:
     """What only an ``env:`` run can use, checked before Ray as ``grm run`` would meet it: the
     environment built once (its class or agent function loaded, one instance made with its kwargs),
     and no judge of episodes in a pipeline without one (a trajectory template, an env signal rule:
-    every sample would be masked, or the render would fail at the first step)."""
-    from grm.config import ConfigError, JudgeSpec, PipelineSpec
-    from grm.judges.runtime import build_judge
+    every sample would be masked, or the render would fail at the first step). ``judges``: the
+    pipeline's judges as ``_build_judges`` built them."""
+    from grm.config import ConfigError, PipelineSpec
 
     if not checked or not isinstance(checked[0][1], PipelineSpec):
         return
@@ -62,10 +61,8 @@ def _episode_parts(checked: list[tuple[Path, Any]]) -> None:
         except EnvError as e:
             raise ConfigError(f"{path}: env: {e}") from None
         return
-    for jpath, spec in checked[1:]:
-        if not isinstance(spec, JudgeSpec):
-            continue
-        prompts = getattr(build_judge(spec, Path(jpath).parent), "prompts", None)
+    for jpath, spec, judge in judges:
+        prompts = getattr(judge, "prompts", None)
         used = prompts.template.used_variables() if prompts is not None else set()
         if {"trajectory", "trajectories"} & used or (spec.rule is not None and spec.rule.type == "signal"):
             raise ConfigError(
@@ -83,8 +80,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for f in args.files:
         try:
             checked = validate_tree(f, args.overrides)
-            _build_judges(checked)
-            _episode_parts(checked)
+            _episode_parts(checked, _build_judges(checked))
         except GrmError as e:
             _err(str(e))
             failed += 1
@@ -140,8 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # same way again (milliseconds).
     loaded = load_pipeline(args.pipeline, args.overrides)
     # a broken template or parser fails now, not after Ray starts
-    _build_judges([*((j.path, j.spec) for j in loaded.judges), *((path, spec) for spec, path in loaded.heldout)])
-    _episode_parts([(loaded.path, loaded.spec), *((j.path, j.spec) for j in loaded.judges)])
+    judges = _build_judges([*((j.path, j.spec) for j in loaded.judges), *((path, spec) for spec, path in loaded.heldout)])
+    _episode_parts([(loaded.path, loaded.spec)], judges)
     if args.dry_run:
         from grm.orchestrator.dry_run import dry_run
 
