@@ -38,9 +38,11 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """C0 (``keep`` lets newline and tab through), DEL, C1 (0x9b is a one-byte CSI to some
-terminals), the bidirectional embeddings, overrides and isolates, and surrogates."""
+terminals; U+0085 is a line break), the line and paragraph separators U+2028/U+2029 (line breaks
+to Python's ``splitlines``, editors and log viewers: raw, a one-line message or title from untrusted
+text would read as two), the bidirectional embeddings, overrides and isolates, and surrogates."""
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -53,7 +55,9 @@ def escape_controls(text: str, keep: str = "\n\t") -> str:
 
 
 def one_line(text: str) -> str:
-    """``text`` escaped to a single line: for a value quoted in a message (a path, an argument)."""
+    """``text`` escaped to a single line: for a value quoted in a message or a title (a path, an
+    argument, a sample id, a checklist question). Every line break is escaped: ``\\n``, ``\\r``,
+    U+0085, U+2028, U+2029 (and every other control character)."""
     return escape_controls(text, keep="")
 
 

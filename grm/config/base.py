@@ -21,6 +21,8 @@ from pydantic import (
 )
 
 from grm.config.paths import resolve_path
+from grm.config.template_size import template_size_problem
+from grm.config.unicode_text import lone_surrogate
 
 MAX_INT = 2**63 - 1
 """Largest integer any config field holds: torch, numpy and C take 64-bit integers. Fields that size
@@ -95,12 +97,25 @@ def _mistyped(raw: Any, out: Any) -> str | None:
     return None
 
 
+def _lone_surrogate(out: Any) -> str | None:
+    """What is wrong with a validated value holding a lone surrogate (``grm.config.unicode_text``);
+    a nested model's fields check their own."""
+    found = None if isinstance(out, BaseModel) else lone_surrogate(out)
+    if found is None:
+        return None
+    path, what, is_key = found
+    inside = path[:-1] if is_key else path
+    return (f"{'.'.join(map(str, inside))}: " if inside else "") + what
+
+
 class Strict(BaseModel):
     """Base of every config model: unknown keys are errors, docstrings describe fields, a float is
     a finite number (``.nan`` or ``.inf`` in a YAML is refused: a NaN tolerance or weight would
     quietly turn every score into the same number), a number is never a boolean nor a boolean a
-    number, and no number is beyond ``MAX_INT``/``MAX_FLOAT`` (``_mistyped``; every field, in
-    lists and mappings too, so a field added later is covered without a word)."""
+    number, no number is beyond ``MAX_INT``/``MAX_FLOAT`` (``_mistyped``), and no text holds a lone
+    surrogate (``_lone_surrogate``): every field, in lists and mappings too, so a field added later
+    is covered without a word, whichever way the data came (a YAML file, an override, a recorded
+    spec read back)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True, allow_inf_nan=False)
 
@@ -113,7 +128,7 @@ class Strict(BaseModel):
             if kinds & {int, float} and bool not in kinds:
                 raise ValueError(_bool_as_number(value))
         out = handler(value)
-        problem = _mistyped(value, out)
+        problem = _mistyped(value, out) or _lone_surrogate(out)
         if problem is not None:
             raise ValueError(problem)
         return out
@@ -127,9 +142,11 @@ def check_file(value: str | None, info: ValidationInfo, kind: str) -> str | None
     if base is None:
         return value
     try:
-        resolve_path(value, Path(base), kind)
+        path = resolve_path(value, Path(base), kind)
     except FileNotFoundError as e:
         raise ValueError(str(e)) from None
+    if kind == "prompts" and (problem := template_size_problem(path)) is not None:
+        raise ValueError(problem)
     return value
 
 

@@ -6,11 +6,13 @@ cleanly with the reason recorded."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from grm.config.base import MAX_TOKENS, Seconds, Strict
+from grm.config.base import MAX_TOKENS, Seconds, Strict, base_dir
+from grm.config.targets import file_problem, module_problem
 
 _TARGET = re.compile(r"^[^:\x00]+:[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -23,6 +25,12 @@ SHIPPED_ENVS: dict[str, str] = {
 
 _OWN = ("python", "agent")
 """Types whose ``path`` names the user's own code: an environment class, an agent function."""
+
+
+def is_file_target(where: str) -> bool:
+    """Whether a target's part before ``:`` names a Python file rather than a dotted module (the
+    rule ``grm.envs.base.load_target`` follows)."""
+    return where.endswith(".py") or "/" in where or "\\" in where
 
 
 class EnvSpec(Strict):
@@ -78,9 +86,18 @@ class EnvSpec(Strict):
 
     @field_validator("path")
     @classmethod
-    def _target(cls, v: str | None) -> str | None:
-        if v is not None and not _TARGET.match(v):
+    def _target(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        if not _TARGET.match(v):
             raise ValueError(f"'{v}' is not FILE.py:NAME or package.module:NAME (a class, or for type: agent a function)")
+        where = v.rpartition(":")[0]
+        if is_file_target(where):  # as grm.envs.base.load_target reads it: relative to the pipeline
+            problem = file_problem((base_dir(info) or Path.cwd()) / where)
+        else:
+            problem = module_problem(where)  # before anything imports it
+        if problem is not None:
+            raise ValueError(f"{v!r}: {problem}")
         return v
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grm.config.base import MAX_TOKENS, Seconds, Strict, Temperature, check_file
 from grm.config.checklist import ChecklistSpec, check_checklist_judge
+from grm.config.judge_range import check_score_range
 from grm.config.judge_rule import RuleSpec
 from grm.config.judge_trajectory import TrajectoryJudgeSpec, check_trajectory_judge
 from grm.config.judge_votes import AdaptiveVotes, check_votes
@@ -165,8 +166,10 @@ class JudgeLimits(Strict):
     template_max_steps: int = Field(200_000, ge=1, le=1 << 40)
     """Loop iterations, calls, filters, operators and output pieces one render may run (a shipped
     template runs fewer than 30 on its fixtures)."""
-    template_timeout_s: float = Field(10.0, gt=0, le=600)
-    """Wall-clock seconds one render may take, a backstop for steps that each scan long text."""
+    template_timeout_s: float = Field(5.0, gt=0, le=600)
+    """Wall-clock seconds the renders of one judged sample may take together (all its prompts: views,
+    checklist questions, principles), a backstop for steps that each scan long text; a shipped
+    template renders in milliseconds."""
     regex_timeout_s: float = Field(1.0, gt=0, le=60)
     """Seconds a user regex (a ``regex`` parser's, a ``regex-format`` rule's) may spend on one
     text; past it the parse fails (counted, masked), it never hangs."""
@@ -254,6 +257,11 @@ class ExampleOutput(Strict):
     """Expected parse: a number, a verdict ('A'/'B'/'tie'), a list (boxed), or null (must fail)."""
 
 
+MAX_EXAMPLES = 16
+"""Example outputs one judge spec may hold: 4x the most a shipped judge has (4). ``grm judge lint``
+parses each, and a user regex may take up to ``limits.regex_timeout_s`` (1 s) on one."""
+
+
 class JudgeSpec(Strict):
     """A generative reward model (or a rule verifier when ``mode: rule``)."""
 
@@ -308,8 +316,9 @@ class JudgeSpec(Strict):
     """The template uses the item's reference answer; items without one are refused."""
     rule: RuleSpec | None = None
     """(mode: rule) the verifier."""
-    examples: list[ExampleOutput] = []
-    """Example outputs with expected parses; ``grm judge lint`` checks the parser against them."""
+    examples: list[ExampleOutput] = Field([], max_length=MAX_EXAMPLES)
+    """Example outputs with expected parses; ``grm judge lint`` checks the parser against them
+    (at most ``MAX_EXAMPLES``)."""
 
     @field_validator("template")
     @classmethod
@@ -353,6 +362,7 @@ class JudgeSpec(Strict):
                 "sampling.stop_at_score ends a critique at its first score: pointwise and pairwise judges"
                 " with a text parser (the logprob parser reads the score after the critique)"
             )
+        check_score_range(self)
         cands = getattr(self.parser, "candidates", None) if p == "logprob" else None
         if cands is not None and self.mode == "pairwise" and len(cands) != 2:
             raise ValueError(f"parser.candidates: a pairwise judge reads exactly two (A, B), not {cands}")

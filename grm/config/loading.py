@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import difflib
 import re
+import typing
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Discriminator, ValidationError
 
+from grm.config.unicode_text import lone_surrogate
 from grm.config.yaml_reader import ConfigError, Located, load_yaml, parse_yaml_text, yaml_value
 
 __all__ = ["ConfigError", "Located", "apply_overrides", "load_yaml", "parse_override", "parse_yaml_text", "validate"]
@@ -24,44 +26,77 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
     for part in loc:
         if isinstance(part, int) or current is None:
             continue
-        if isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
-            ann = current.model_fields[part].annotation
-            current = _first_model(ann)
-        else:
-            # Tagged unions put the variant name into loc; try to find it.
-            current = _variant(current, part)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
+        if _is_model(current) and part in current.model_fields:
+            current = current.model_fields[part].annotation
+        elif isinstance(part, str) and part in _by_tag(current):
+            current = _by_tag(current)[part]  # pydantic puts a tagged union's chosen tag into loc
+        # else: a mapping's key or a validator's name; the model stays
+        if not _is_model(current):
+            models = _models(current)
+            current = models[0] if len(models) == 1 else current
+    return list(current.model_fields) if _is_model(current) else []
 
 
-def _first_model(ann: Any) -> Any:
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in getattr(ann, "__args__", ()) or ():
-        found = _first_model(arg)
-        if found is not None:
-            return found
+def _is_model(x: Any) -> bool:
+    return isinstance(x, type) and issubclass(x, BaseModel)
+
+
+def _models(ann: Any) -> list[type[BaseModel]]:
+    """The models annotation ``ann`` holds, at any depth (a union's members, a list's items)."""
+    if _is_model(ann):
+        return [ann]
+    out: list[type[BaseModel]] = []
+    for arg in typing.get_args(ann):
+        out += [m for m in _models(arg) if m not in out]
+    return out
+
+
+def _by_tag(ann: Any) -> dict[str, type[BaseModel]]:
+    """The models of a union chosen by their ``type`` key, by the tag (``type`` value) of each."""
+    out: dict[str, type[BaseModel]] = {}
+    for m in _models(ann):
+        field = m.model_fields.get("type")
+        for tag in typing.get_args(field.annotation) if field is not None else ():
+            if isinstance(tag, str):
+                out.setdefault(tag, m)
+    return out
+
+
+def _default_tag(field: Any) -> str | None:
+    """The tag a union field's discriminator gives a mapping without ``type`` (``by_type``'s
+    default); pydantic keeps the discriminator in the field's metadata."""
+    for meta in field.metadata:
+        if isinstance(meta, Discriminator) and callable(meta.discriminator):
+            tag = meta.discriminator({})
+            return tag if isinstance(tag, str) else None
     return None
+
+
+def _model_for(owner: type[BaseModel], key: str, value: Any, pending: str | None) -> Any:
+    """The model of field ``key`` of ``owner`` that holds ``value`` (the data there now), for
+    looking up the next override key. In a union chosen by ``type``: the member that ``pending``
+    (the ``type`` the same overrides set there) or else the value's own ``type`` selects, or the
+    field's default's; None when that type names no member (validation then says so)."""
+    field = owner.model_fields[key]
+    models = _models(field.annotation)
+    if len(models) <= 1:
+        return models[0] if models else None
+    tag = pending
+    if tag is None and isinstance(value, dict) and isinstance(value.get("type"), str):
+        tag = value["type"]
+    if tag is None and value is None:  # not in the data: the field's default holds it
+        tag = getattr(field.default, "type", None)
+    if tag is None:
+        tag = _default_tag(field)
+    return _by_tag(field.annotation).get(tag) if isinstance(tag, str) else None
 
 
 def _is_container(ann: Any) -> bool:
     """list[...] or dict[...] (possibly inside Optional): the next override key is an index."""
-    import typing
-
     origin = typing.get_origin(ann)
     if origin in (list, dict, tuple):
         return True
     return any(_is_container(a) for a in typing.get_args(ann) if a is not type(None)) if origin is not None else False
-
-
-def _variant(current: Any, name: Any) -> Any:
-    if current is None:
-        return None
-    for arg in getattr(current, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel) and arg.__name__ == name:
-            return arg
-    return current
 
 
 def _describe(value: Any) -> str:
@@ -75,7 +110,7 @@ def format_validation_error(err: ValidationError, located: Located, model: type[
     for e in err.errors():
         loc = tuple(e["loc"])
         # pydantic adds tagged-union variant names to loc; drop those that are not data keys.
-        data_loc = _data_loc(located.data, loc)
+        data_loc = _data_loc(located.data, loc, missing=e["type"] == "missing")
         dotted = ".".join(str(p) for p in data_loc)
         where = located.where(data_loc)
         kind = e["type"]
@@ -96,8 +131,10 @@ def format_validation_error(err: ValidationError, located: Located, model: type[
     return "\n".join(out)
 
 
-def _data_loc(data: Any, loc: tuple) -> tuple:
-    """Keep only the parts of a pydantic error location that index into the actual data."""
+def _data_loc(data: Any, loc: tuple, missing: bool = False) -> tuple:
+    """Keep only the parts of a pydantic error location that index into the actual data (and, for
+    a ``missing`` field, the field). A check of a whole model in a union chosen by ``type`` ends
+    its location with the chosen tag (``('parser', 'logprob')``), which is no key."""
     out: list[Any] = []
     cur = data
     for part in loc:
@@ -107,8 +144,8 @@ def _data_loc(data: Any, loc: tuple) -> tuple:
         elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
             out.append(part)
             cur = cur[part]
-        elif isinstance(cur, dict) and not isinstance(part, int) and part not in cur and loc[-1] == part:
-            out.append(part)  # the missing/unknown key itself
+        elif missing and isinstance(cur, dict) and not isinstance(part, int) and part not in cur and loc[-1] == part:
+            out.append(part)  # the missing key itself
         # else: a union tag or a validator name; skip it
     return tuple(out)
 
@@ -117,6 +154,11 @@ def validate(model: type[BaseModel], located: Located, context: dict[str, Any] |
     """Validate located data against ``model``; raise ConfigError with file:line messages."""
     ctx = {"base_dir": located.path.parent, "located": located}
     ctx.update(context or {})
+    found = lone_surrogate(located.data)  # keys too, before a model reads them as field names
+    if found is not None:
+        path, what, is_key = found
+        inside = path[:-1] if is_key else path  # a key is named in ``what``, its line by ``where``
+        raise ConfigError(f"{located.where(path)}: {'.'.join(map(str, inside)) + ': ' if inside else ''}{what}")
     try:
         return model.model_validate(located.data, context=ctx)
     except ValidationError as err:
@@ -147,8 +189,19 @@ def _index(part: str) -> int | None:
 def apply_overrides(located: Located, overrides: Iterable[str], model: type[BaseModel]) -> Located:
     """Apply ``key.path=value`` overrides in place; unknown keys are refused with a suggestion.
 
-    Type checking happens when the result is validated; errors then name the override.
+    Type checking happens when the result is validated; errors then name the override. A key
+    inside a union chosen by ``type`` (``parser``, ``engine``, ``algorithm``) is looked up in the
+    member that the ``type`` there selects: the one these overrides set (``parser.type=logprob
+    parser.prefix=x``, in either order), else the data's, else the default.
     """
+    overrides = list(overrides)
+    types: dict[tuple[str, ...], str] = {}  # key path -> the type the overrides give it (the last wins)
+    for text in overrides:
+        parts, value = parse_override(text)
+        if parts[-1] == "type" and isinstance(value, str):
+            types[tuple(parts[:-1])] = value
+        elif isinstance(value, dict) and isinstance(value.get("type"), str):  # parser={type: logprob, ...}
+            types[tuple(parts)] = value["type"]
     for text in overrides:
         parts, value = parse_override(text)
         cur = located.data
@@ -167,7 +220,8 @@ def apply_overrides(located: Located, overrides: Iterable[str], model: type[Base
                     raise ConfigError(f"override '{text}': unknown key '{'.'.join(parts[: i + 1])}'{hint}")
                 ann = fields_model.model_fields[key].annotation
                 free_key = _is_container(ann)
-                fields_model = _first_model(ann)
+                here = cur.get(key) if isinstance(cur, dict) else None
+                fields_model = _model_for(fields_model, key, here, types.get(tuple(parts[: i + 1])))
             else:
                 free_key = False
             if isinstance(cur, list):

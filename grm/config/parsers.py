@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, Tag, field_validator, model_validator
 
 from grm.config.base import Strict, by_type
+from grm.config.targets import target_problem
 from grm.config.user_regex import compile_user_regex
 
 
@@ -19,6 +20,15 @@ def _ordered(r: tuple[float, float]) -> tuple[float, float]:
 
 
 Range = Annotated[tuple[float, float], AfterValidator(_ordered)]
+
+MAX_CANDIDATES = 1000
+"""Candidates a logprob parser may read (``candidates``, or the whole numbers of ``range``). Each is
+a continuation scored on every reading: the hf engine feeds every multi-token one on top of the
+prompt's cache, a server is asked for one round of alternatives per token position and lists at
+most 1000 of them per token (``top_logprobs``' bound). Score scales in use have 2 to 101 values."""
+MAX_CANDIDATE_CHARS = 64
+"""Characters of one candidate: a score or a word (``" Excellent"``). Every reading allocates the
+prompt's cache for the longest candidate's tokens."""
 
 
 def is_number(text: str) -> bool:
@@ -40,7 +50,8 @@ class RegexParser(Strict):
     group: int = Field(1, ge=0, le=1000)
     """Index of the capture group holding the number (0: the whole match); at most the pattern's groups."""
     range: Range | None = None
-    """Inclusive [low, high]; a number outside is a parse failure."""
+    """Inclusive [low, high]; a number outside is a parse failure. Pointwise judges need it
+    (``grm.config.judge_range``): rewards map it onto [0, 1]."""
     take: Literal["last", "first", "only"] = "last"
     """Which match counts when there are several; ``only`` fails on two different numbers."""
 
@@ -64,7 +75,8 @@ class BoxedParser(Strict):
     type: Literal["boxed"] = "boxed"
     """Selects this parser."""
     range: Range | None = None
-    """Inclusive [low, high] of every boxed number; one outside fails the parse."""
+    """Inclusive [low, high] of every boxed number; one outside fails the parse. Pointwise and
+    listwise judges need it (``grm.config.judge_range``)."""
 
 
 class JsonParser(Strict):
@@ -76,7 +88,8 @@ class JsonParser(Strict):
     """Dotted path to the score in the last JSON object (``a.b``; a digit indexes a list): a number,
     or a list of numbers (listwise)."""
     range: Range | None = None
-    """Inclusive [low, high] of every number read; one outside fails the parse."""
+    """Inclusive [low, high] of every number read; one outside fails the parse. Pointwise and
+    listwise judges need it (``grm.config.judge_range``)."""
 
 
 class VerdictParser(Strict):
@@ -90,6 +103,29 @@ class VerdictParser(Strict):
     """Exact text that means "the second response shown is better"."""
     tie: str | None = "[[C]]"
     """Exact text that means a tie; None: the judge cannot tie."""
+
+    @model_validator(mode="after")
+    def _tokens_tell_apart(self) -> VerdictParser:
+        # The parser takes the token found last (``str.rfind``). An empty or blank token is found in
+        # (nearly) every reply, so a reply with no verdict would get one. A token inside another is
+        # found wherever the longer one is written, at or after its start, so the shorter one wins or
+        # ties (equal starts then go by field order): the reply's verdict depends on an accident.
+        tokens = {"a": self.a, "b": self.b, **({"tie": self.tie} if self.tie is not None else {})}
+        for name, tok in tokens.items():
+            if not tok.strip():
+                raise ValueError(f"{name}: a verdict token cannot be empty or blank ({tok!r}): it is found in every reply")
+        for name, tok in tokens.items():
+            for other, longer in tokens.items():
+                if other == name:
+                    continue
+                if tok == longer:
+                    raise ValueError(f"{name} and {other} are the same token {tok!r}: a verdict could not be told apart")
+                if tok in longer:
+                    raise ValueError(
+                        f"{name} ({tok!r}) is inside {other} ({longer!r}): wherever {other} is written {name} is found"
+                        " too, so the verdict read would not be the one written"
+                    )
+        return self
 
 
 class LogprobParser(Strict):
@@ -110,7 +146,9 @@ class LogprobParser(Strict):
     """(pointwise, with ``candidates``) the score each candidate stands for, when the candidates are
     words: ``candidates: [" Yes", " No"], values: [1, 0]`` reads P(yes), renormalised over the two."""
     range: Range | None = (1, 10)
-    """(pointwise) the scores read when ``candidates`` is unset; a checklist judge ignores it."""
+    """(pointwise) the scores read when ``candidates`` is unset (its whole numbers, 2 to
+    ``MAX_CANDIDATES`` of them), and the span numeric ``candidates`` must lie in; a checklist judge
+    ignores it."""
     critique: bool = True
     """Sample a critique first (n samples); False reads the score right after the prompt."""
 
@@ -121,11 +159,40 @@ class LogprobParser(Strict):
             return v
         if len(v) < 2:
             raise ValueError("candidates: at least two, or none for the default")
+        if len(v) > MAX_CANDIDATES:
+            raise ValueError(f"candidates: {len(v)}; at most {MAX_CANDIDATES} (each is scored on every reading)")
         if any(not c for c in v):
             raise ValueError("candidates: an empty string has no log-prob to read")
+        long = next((c for c in v if len(c) > MAX_CANDIDATE_CHARS), None)
+        if long is not None:
+            raise ValueError(
+                f"candidates: {long[:20]!r}... is {len(long)} characters; a candidate is a score or a word,"
+                f" at most {MAX_CANDIDATE_CHARS}"
+            )
         if len(set(v)) != len(v):
             raise ValueError(f"candidates: duplicates in {v}")
         return v
+
+    @model_validator(mode="after")
+    def _range_candidates(self) -> LogprobParser:
+        """The default candidates are the whole numbers of ``range``: at least two (one would read
+        the same score whatever the judge says), at most ``MAX_CANDIDATES`` (``[1, 1e12]`` would
+        list a trillion)."""
+        if self.range is None or self.candidates is not None:
+            return self
+        lo, hi = self.range
+        count = math.floor(hi) - math.ceil(lo) + 1
+        if count < 2:
+            raise ValueError(
+                f"range [{lo:g}, {hi:g}] holds {max(count, 0)} whole number(s); the candidates read by default are"
+                " its whole numbers, so it needs at least two (or give candidates)"
+            )
+        if count > MAX_CANDIDATES:
+            raise ValueError(
+                f"range [{lo:g}, {hi:g}] holds {count:,} whole numbers, each a candidate scored on every reading;"
+                f" at most {MAX_CANDIDATES}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _values(self) -> LogprobParser:
@@ -151,11 +218,18 @@ class TargetParser(Strict):
     options: dict[str, Any] = {}
     """Keyword arguments passed to the function with each critique's text."""
 
+    range: Range | None = None
+    """(pointwise, listwise) Inclusive [low, high] of every number the function returns; one
+    outside fails the parse. Pointwise and listwise judges need it: rewards map it onto [0, 1]."""
+
     @field_validator("target")
     @classmethod
     def _shape(cls, v: str) -> str:
         if not re.fullmatch(r"[\w.]+:[\w.]+", v):
             raise ValueError("expected 'package.module:function'")
+        problem = target_problem(v)  # before anything imports it
+        if problem is not None:
+            raise ValueError(f"{v!r}: {problem}")
         return v
 
 
@@ -166,5 +240,5 @@ ParserSpec = Annotated[
     | Annotated[VerdictParser, Tag("verdict")]
     | Annotated[LogprobParser, Tag("logprob")]
     | Annotated[TargetParser, Tag("target")],
-    by_type(["regex", "boxed", "json", "verdict", "logprob", "target"]),
+    by_type(["regex", "boxed", "json", "verdict", "logprob", "target"], default="regex"),
 ]

@@ -68,7 +68,7 @@ def _item(entry: Any, where: str) -> dict[str, Any]:
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: 'question' must be a non-empty string, found {short(question)}")
     weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight) or weight <= 0:
+    if not _positive_number(weight):
         raise DataError(f"{where}: 'weight' must be a number above 0, found {short(weight)}")
     pass_if = entry.get("pass_if", "yes")
     if pass_if not in ("yes", "no"):
@@ -77,7 +77,22 @@ def _item(entry: Any, where: str) -> dict[str, Any]:
     return {**item, "pass_if": "no"} if pass_if == "no" else item
 
 
+def _positive_number(v: Any) -> bool:
+    """A finite number above 0 as a float can hold it: not a bool, NaN or infinity, nor an integer
+    too large for a float (``float(10**400)`` raises OverflowError, and ``math.isfinite`` with it)."""
+    if isinstance(v, bool) or not isinstance(v, Real):
+        return False
+    try:
+        f = float(v)
+    except OverflowError:
+        return False
+    return math.isfinite(f) and f > 0
+
+
 def short(v: Any) -> str:
-    """``repr(v)`` cut to 80 characters, for error messages."""
-    text = repr(v)
+    """``repr(v)`` cut to 80 characters, for error messages (a repr holds no line break)."""
+    try:
+        text = repr(v)
+    except ValueError:  # an integer past Python's 4,300-digit limit for printing
+        return f"an integer of about {int(v.bit_length() * 0.30103):,} digits" if isinstance(v, int) else type(v).__name__
     return text if len(text) <= 80 else text[:77] + "..."

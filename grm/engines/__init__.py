@@ -36,19 +36,10 @@ def _openai(spec: Any, model: str) -> Any:
         if not key.strip():
             raise EngineSetupError(f"engine.api_key_env names {spec.api_key_env}, which is set but empty")
     tokenizer = None
-    if spec.endpoint == "completions":
-        from transformers import AutoTokenizer
+    if spec.endpoint == "completions":  # it renders chat prompts itself, with the model's tokenizer
+        from grm.models.loading import load_tokenizer
 
-        from grm.models import resolve_model
-
-        where = resolve_model(model)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(where)
-        except Exception as e:  # transformers raises many types for a directory it cannot read
-            first = (str(e).splitlines() or [""])[0][:200]
-            raise EngineSetupError(
-                f"{where}: cannot load the tokenizer the completions endpoint needs ({type(e).__name__}: {first})"
-            ) from None
+        tokenizer = load_tokenizer(model)
     server = None
     base_url = spec.base_url or (spec.urls[0] if spec.urls else "http://127.0.0.1:{port}/v1")
     if spec.launch:

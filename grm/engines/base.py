@@ -160,13 +160,16 @@ def chat_requests(prompts: Sequence[Asked], system_prompt: str | None) -> list[G
 def render_prompt(tokenizer: Any, request: GenerationRequest) -> str:
     """The text a model sees for ``request``: its raw ``text``, its messages through the
     tokenizer's chat template (the last assistant message left open when ``continue_final``), or
-    its ``token_ids`` decoded (for display: engines send those ids as they are)."""
+    its ``token_ids`` decoded (for display: engines send those ids as they are). The chat template
+    comes with the model directory, so it runs bounded (``grm.models.chat_template``)."""
     if request.token_ids is not None:
         return tokenizer.decode(request.token_ids)
     if request.messages is None:
         return request.text or ""
+    from grm.models.chat_template import render_chat
+
     kw = {"continue_final_message": True} if request.continue_final else {"add_generation_prompt": True}
-    return tokenizer.apply_chat_template(request.messages, tokenize=False, **kw)
+    return render_chat(tokenizer, request.messages, **kw)
 
 
 @runtime_checkable

@@ -29,6 +29,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from grm.base import regular_file_bytes
 from grm.engines.base import EngineError, Generation, GenerationAborted, GenerationRequest, SamplingParams, render_prompt
 from grm.engines.credentials import Credentials, glimpse, plain
 from grm.engines.http import HttpClient
@@ -46,6 +47,7 @@ from grm.engines.sglang_api import (
 )
 from grm.engines.sglang_launch import launch_servers, server_plan, visible_gpus, weight_sync_dir
 from grm.engines.sglang_rows import CutRow, row_end
+from grm.models.model_files import VOCAB_MAX_BYTES
 
 
 class SGLangEngine:
@@ -107,9 +109,9 @@ class SGLangEngine:
 
         path = resolve_model(model)
         if tokenizer is None:
-            from transformers import AutoTokenizer
+            from grm.models.hf_load import tokenizer_at
 
-            tokenizer = AutoTokenizer.from_pretrained(path)
+            tokenizer = tokenizer_at(path)
         urls = list(spec.urls or launched or [])
         servers = []
         if not urls:  # all of them here, on this process's GPUs (a policy's ranks launch their own: launched=)
@@ -252,7 +254,10 @@ class SGLangEngine:
         src = Path(resolve_model(self.model_id))
         for name in os.listdir(src):
             if name.endswith((".json", ".txt", ".model", ".jinja")) and not (target / name).exists():
-                (target / name).write_bytes((src / name).read_bytes())
+                # read bounded and never from a FIFO (it would block the weight sync for good)
+                data = regular_file_bytes(src / name, EngineError, limit=VOCAB_MAX_BYTES)
+                if data is not None:
+                    (target / name).write_bytes(data)
         self.update_weights_from_disk(str(target), version)
         for old in self.sync_dir.iterdir():  # the servers hold the new weights: older copies are dead weight on disk
             if old != target:

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from grm.base import GrmError
 from grm.config.env import SHIPPED_ENVS
+from grm.config.targets import loaded_target_problem
 from grm.data.trajectory import ToolCall
 from grm.envs.tool_calls import ToolCallError, tool_name
 from grm.envs.tool_limits import ToolResult
@@ -217,6 +218,9 @@ def load_target(spec: str, base_dir: str | Path | None = None, what: Literal["cl
         defined = sorted(n for n, v in vars(module).items() if kind(v) and v.__module__ == module.__name__)
         plural = "classes" if what == "class" else "functions"
         raise EnvError(f"env {spec!r}: {where} has no {name} ({plural} there: {', '.join(defined) or 'none'})")
+    why = loaded_target_problem(found) if callable(found) else None  # a non-callable: the caller says what it wanted
+    if why is not None:
+        raise EnvError(f"env {spec!r}: {name} {why}")
     return found, name
 
 

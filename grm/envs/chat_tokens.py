@@ -23,15 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grm.base import GrmError
 from grm.envs.tool_calls import chat_prompt
+from grm.models.chat_template import ChatTemplateError, render_chat
 
 _PROBE = "\ue000grm-assistant\ue001"
-
-
-class ChatTemplateError(GrmError):
-    """A chat template an episode cannot extend turn by turn (its rendering of a longer
-    conversation does not start with that of the shorter one); the message says where."""
 
 
 def _placeholder(i: int) -> str:
@@ -46,7 +41,7 @@ class ChatTokens:
         self.tokenizer = tokenizer
         self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
         probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PROBE}]
-        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False)
+        text = render_chat(tokenizer, probe, add_generation_prompt=False)
         if _PROBE not in text:
             raise ChatTemplateError("the chat template does not write an assistant message's content as it is")
         self.end_marker = text[text.rindex(_PROBE) + len(_PROBE) :]

@@ -319,13 +319,15 @@ def chat_prompt(
     change) gets them as Hermes instructions in the system message instead, and assistant
     ``tool_calls`` written into the text as ``<tool_call>`` blocks."""
     msgs = [dict(m) for m in messages]
-    kw = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
+    from grm.models.chat_template import render_chat  # bounded: a model directory's template is its maker's code
+
+    kw = {"add_generation_prompt": add_generation_prompt}
     if not tools:
-        return tokenizer.apply_chat_template(msgs, **kw)
-    with_tools = tokenizer.apply_chat_template(msgs, tools=list(tools), **kw)
-    if with_tools != tokenizer.apply_chat_template(msgs, **kw):
+        return render_chat(tokenizer, msgs, **kw)
+    with_tools = render_chat(tokenizer, msgs, tools=list(tools), **kw)
+    if with_tools != render_chat(tokenizer, msgs, **kw):
         return with_tools
-    return tokenizer.apply_chat_template(hermes_messages(msgs, tools), **kw)
+    return render_chat(tokenizer, hermes_messages(msgs, tools), **kw)
 
 
 def hermes_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from grm.base import regular_file_bytes, writer_lock
 from grm.config import JudgeSpec, load_judge
 from grm.config.paths import resolve_path
+from grm.config.template_size import MAX_TEMPLATE_CHARS
 from grm.evaluation.errors import EvalError
 from grm.evaluation.length_control import LengthControl
 from grm.evaluation.report import write_outputs
@@ -22,7 +23,7 @@ from grm.judges.errors import JudgeError
 from grm.judges.labelled import outcome
 from grm.judges.rescore import rescore as rescore_result
 from grm.judges.runtime import build_judge
-from grm.judges.templates import MAX_TEMPLATE_CHARS, template_source
+from grm.judges.templates import template_source
 from grm.run_format import stamp
 
 

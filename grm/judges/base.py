@@ -7,6 +7,7 @@ A judge is built by ``grm.judges.runtime.build_judge`` (or ``load``), which pick
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from grm.config.judge_trajectory import TrajectoryJudgeSpec
 from grm.engines.base import GenerationEngine
 from grm.judges.cost import JudgeCost
 from grm.judges.types import JudgeResult, Sample
+from grm.terminal import one_line
 
 
 class Judge(Protocol):
@@ -181,12 +183,64 @@ def normalize(spec: JudgeSpec, x: float | None) -> float | None:
 def check_samples(spec: JudgeSpec, samples: Sequence[Sample]) -> None:
     """Refuse the batch before any compute if one sample does not fit the mode."""
     for k, s in enumerate(samples):
-        s.check_for(spec.mode, spec.reference, where=f"item {s.id if s.id is not None else k}")
+        s.check_for(spec.mode, spec.reference, where=item_name(s, k))
 
 
-def spread_seconds(results: list[JudgeResult], t0: float) -> list[JudgeResult]:
-    """Give every result an equal share of the batch's wall time since ``t0``."""
+def item_name(s: Sample, k: int) -> str:
+    """How a message names the ``k``-th sample of a batch: its id (on one line: an id is data, and
+    may hold a line break) or its index."""
+    return f"item {one_line(s.id)}" if s.id is not None else f"item {k}"
+
+
+def finish(results: list[JudgeResult], t0: float) -> list[JudgeResult]:
+    """A batch's results as every judge returns them (rule, model and checklist judges all return
+    through here): a result holding a non-finite number (``mask_non_finite``) masked, and every
+    result given an equal share of the batch's wall time since ``t0``."""
     elapsed = time.perf_counter() - t0
     for r in results:
+        mask_non_finite(r)
         r.seconds = elapsed / len(results)
     return results
+
+
+def mask_non_finite(r: JudgeResult) -> None:
+    """Mask ``r`` when a number it would hand on is NaN or infinite: an environment's signal, a sum
+    of huge parsed scores, a user parser's margin. Such a value is no reward (NaN compares false
+    with everything, so a mean or an advantage over it is NaN too), and JSON cannot carry it. The
+    result is masked like a failed parse: scores None, the reason in ``error``, counted in
+    ``parse_failures``; a record's non-finite value is cleared with the same reason."""
+    why = None
+    for rec in r.samples:
+        if _non_finite(rec.parsed):
+            why = why or f"a non-finite score ({rec.parsed!r})"
+            rec.error = rec.error or f"non-finite score {rec.parsed!r}"
+            rec.parsed = None
+    values = {
+        "score": r.score,
+        "reward": r.reward,
+        "scores": r.scores,
+        "rewards": r.rewards,
+        "margin": r.margin,
+        "view_margins": r.view_margins,
+        "details": list((r.details or {}).values()),
+        "checklist": [a.get("p_yes") for a in r.checklist or []],
+    }
+    bad = next((k for k, v in values.items() if _non_finite(v)), None)
+    if bad is None and why is None:
+        return
+    why = why or f"a non-finite {bad} ({values[bad]!r})"
+    r.score = r.reward = r.scores = r.rewards = r.margin = r.verdict = r.positional_agreement = None
+    r.view_margins = None
+    r.details = None
+    for a in r.checklist or []:
+        if _non_finite(a.get("p_yes")):
+            a["p_yes"] = None
+    r.error = f"masked: {why}" + (f"; {r.error}" if r.error else "")
+    r.parse_failures += 1
+
+
+def _non_finite(v: Any) -> bool:
+    """Whether ``v`` (a number, or a list of them, possibly None inside) holds a NaN or an infinity."""
+    if isinstance(v, list):
+        return any(_non_finite(x) for x in v)
+    return isinstance(v, float) and not math.isfinite(v)

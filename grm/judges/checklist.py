@@ -37,7 +37,7 @@ from grm.judges.errors import JudgeError
 from grm.judges.model import ModelJudge
 from grm.judges.parsers import JudgeParsers, ParsedScore, expected_value, fail
 from grm.judges.prompts import load_judge_template
-from grm.judges.templates import Template, render_limits
+from grm.judges.templates import Template, render_limits, shared_renders
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.views import View, sampling_params
 
@@ -81,8 +81,13 @@ def checklist_score(answers: Sequence[dict[str, Any]]) -> float | None:
     """Weighted mean of the read answers' P(pass) (P(yes), or P(no) on ``pass_if: no`` items;
     unread ones, ``p_yes`` None, left out of both sums); None when none was read."""
     read = [(a["weight"], p_pass(a)) for a in answers if a.get("p_yes") is not None]
-    total = sum(w for w, _ in read)
-    return sum(w * p for w, p in read) / total if read and total > 0 else None
+    if not read:
+        return None
+    top = max(w for w, _ in read)  # weights scaled by the largest: huge finite weights cannot sum to infinity
+    if not top > 0:
+        return None
+    total = sum(w / top for w, _ in read)
+    return sum(w / top * p for w, p in read) / total
 
 
 class QuestionMode:
@@ -258,21 +263,23 @@ class ChecklistJudge:
             lists = self.writer.write(self.reader.sampler.metered, samples)
             self.cost.retries += sum(r.attempt > 0 for c in lists for r in c.records)  # checklists written again
             return lists
-        return [Checklist(self.from_data(s, f"item {s.id if s.id is not None else k}")) for k, s in enumerate(samples)]
+        return [Checklist(self.from_data(s, base.item_name(s, k))) for k, s in enumerate(samples)]
 
     def score_batch(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         t0 = time.perf_counter()
         base.check_samples(self.spec, samples)
-        lists = self.checklists(samples)
-        subs, owner = [], []
-        for i, (s, c) in enumerate(zip(samples, lists, strict=True)):
-            for k, item in enumerate(c.items or []):
-                subs.append(item_sample(s, k, item["question"]))
-                owner.append(i)
-        readings: list[list[JudgeResult]] = [[] for _ in samples]
-        for i, r in zip(owner, self.reader.score_batch(subs) if subs else [], strict=True):
-            readings[i].append(r)
-        return base.spread_seconds([self.fold(c, rs) for c, rs in zip(lists, readings, strict=True)], t0)
+        # the writing and every question's prompt of a sample share one sample's render time
+        with shared_renders(self.spec.limits, len(samples), f"a batch of {len(samples)} samples"):
+            lists = self.checklists(samples)
+            subs, owner = [], []
+            for i, (s, c) in enumerate(zip(samples, lists, strict=True)):
+                for k, item in enumerate(c.items or []):
+                    subs.append(item_sample(s, k, item["question"]))
+                    owner.append(i)
+            readings: list[list[JudgeResult]] = [[] for _ in samples]
+            for i, r in zip(owner, self.reader.score_batch(subs) if subs else [], strict=True):
+                readings[i].append(r)
+        return base.finish([self.fold(c, rs) for c, rs in zip(lists, readings, strict=True)], t0)
 
     def fold(self, checklist: Checklist, readings: Sequence[JudgeResult]) -> JudgeResult:
         """One response's result from its questions' readings (in checklist order)."""

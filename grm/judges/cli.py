@@ -3,69 +3,41 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from grm.judges.errors import JudgeError
-
-
-def read_samples(path: str) -> list[Any]:
-    from grm.base import regular_file_bytes
-    from grm.jsonl import parse_failure, unique_keys
-    from grm.judges.types import Sample
-
-    p = Path(path)
-    raw = regular_file_bytes(p, JudgeError)  # a FIFO or a device is refused, not opened
-    if raw is None:
-        raise JudgeError(f"{p}: no such file")
-    try:
-        data = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=unique_keys)  # a byte order mark is harmless
-    except UnicodeDecodeError:
-        raise JudgeError(f"{p}: not valid UTF-8") from None
-    except json.JSONDecodeError as e:
-        raise JudgeError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
-    except (ValueError, RecursionError) as e:  # an integer past 4300 digits; nesting too deep; a key twice
-        raise JudgeError(f"{p}: invalid JSON: {parse_failure(e)}") from None
-    try:  # JSON may escape a lone surrogate ("\\ud800"); no prompt can carry one to a model
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise JudgeError(f"{p}: a string holds a lone surrogate ({e.object[e.start]!a}), not valid Unicode") from None
-    items = data if isinstance(data, list) else [data]
-    if not items:
-        raise JudgeError(f"{p}: an empty list; give a sample object or a list of them")
-    return [Sample.from_dict(d, where=f"{p}" + (f" item {i}" if isinstance(data, list) else "")) for i, d in enumerate(items)]
+from grm.judges.sample_file import read_samples
 
 
 def check_fit(judge: Any, samples: list[Any], path: str) -> None:
     """Refuse a sample the judge cannot take (a pairwise judge without two responses, a missing
-    reference) naming the sample file, before anything is rendered or scored."""
+    reference, a checklist longer than the judge asks) naming the sample file and the item, before
+    anything is rendered or scored."""
+    from grm.judges.checklist import ChecklistJudge
+    from grm.terminal import one_line
+
     for i, s in enumerate(samples):
-        s.check_for(judge.spec.mode, judge.spec.reference, where=f"{path} item {i}" if len(samples) > 1 else path)
+        where = one_line(f"{path} item {i}" if len(samples) > 1 else path)
+        s.check_for(judge.spec.mode, judge.spec.reference, where=where)
+        if isinstance(judge, ChecklistJudge) and judge.writer is None:
+            judge.from_data(s, where)
 
 
 def _chat_text(judge: Any, request: Any) -> str | None:
     """The exact text the judge model sees, when its tokenizer is available locally."""
     if request.text is not None:
         return request.text
-    from grm.models.store import ALIASES, is_fetched, model_dir
-
-    model = judge.spec.model or ""
-    if model in ALIASES:
-        if not is_fetched(model):
-            return None
-        path = str(model_dir(model))
-    elif Path(model).expanduser().is_dir():
-        path = str(Path(model).expanduser())
-    else:
-        return None
-    from transformers import AutoTokenizer
-
     from grm.engines.base import render_prompt
+    from grm.models.loading import local_tokenizer
 
-    return render_prompt(AutoTokenizer.from_pretrained(path), request)
+    tokenizer = local_tokenizer(judge.spec.model or "")
+    return None if tokenizer is None else render_prompt(tokenizer, request)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -76,33 +48,35 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     from grm.judges.render import render
     from grm.judges.runtime import load
-    from grm.terminal import console, text, write_exact
+    from grm.judges.templates import shared_renders
+    from grm.terminal import console, one_line, text, write_exact
 
     out = console()
     judge = load(args.judge, overrides=args.overrides)
     samples = read_samples(args.sample)
     check_fit(judge, samples, args.sample)
-    for s in samples:
-        stages = render(judge, s)
-        if not stages:
-            out.print(
-                Text.assemble(
-                    text(judge.spec.name, "bold"), text(f" is a rule verifier ({judge.spec.rule.type}); it sends no prompt")
+    with shared_renders(judge.spec.limits, 1, "this command"):  # all its renders, however many samples
+        for s in samples:
+            stages = render(judge, s)
+            if not stages:
+                out.print(
+                    Text.assemble(
+                        text(judge.spec.name, "bold"), text(f" is a rule verifier ({judge.spec.rule.type}); it sends no prompt")
+                    )
                 )
-            )
-        for st in stages:
-            req = st["request"]
-            title = st["stage"] if st["stage"] != "judge" else f"judge view {st['view']} order {st['order']} x{st['n']}"
-            if "question" in st:  # a checklist judge: one judge prompt per question
-                title = f"judge question {st['view']}: {st['question']}"
-            exact = _chat_text(judge, req)
-            if exact is not None:
-                title += " (exact model input)"
-            else:
-                title += " (chat messages; fetch the model to see the exact text)"
-                exact = "\n".join(f"[{m['role']}]\n{m['content']}" for m in req.messages)
-            out.print(text(f"── {title}", "bold"), soft_wrap=True)  # whole, never cut to the width
-            write_exact(out.file, exact + "\n")
+            for st in stages:
+                req = st["request"]
+                title = st["stage"] if st["stage"] != "judge" else f"judge view {st['view']} order {st['order']} x{st['n']}"
+                if "question" in st:  # a checklist judge: one judge prompt per question (the data's text: one line)
+                    title = f"judge question {st['view']}: {one_line(st['question'])}"
+                exact = _chat_text(judge, req)
+                if exact is not None:
+                    title += " (exact model input)"
+                else:
+                    title += " (chat messages; fetch the model to see the exact text)"
+                    exact = "\n".join(f"[{m['role']}]\n{m['content']}" for m in req.messages)
+                out.print(text(f"── {title}", "bold"), soft_wrap=True)  # whole, never cut to the width
+                write_exact(out.file, exact + "\n")
     return 0
 
 
@@ -112,29 +86,31 @@ def cmd_try(args: argparse.Namespace) -> int:
 
     from grm.judges.limits import past_deadline
     from grm.judges.runtime import load
-    from grm.terminal import console, text
+    from grm.judges.templates import shared_renders
+    from grm.terminal import console, one_line, text
 
     out = console()
     judge = load(args.judge, overrides=args.overrides)
     samples = read_samples(args.sample)
     check_fit(judge, samples, args.sample)
     t0 = time.perf_counter()
-    results = judge.score_batch(samples)
+    with shared_renders(judge.spec.limits, 1, "this command"):
+        results = judge.score_batch(samples)
     late = past_deadline(judge.spec, len(samples), time.perf_counter() - t0)
     if late:  # said on stderr: --json's stdout stays one JSON document
         print(f"warning: {late}", file=sys.stderr)
     if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2, default=str))
+        print(_json([r.to_dict() for r in results], indent=2))
         return 0
     for s, r in zip(samples, results, strict=True):
-        table = Table(title=text(f"{judge.spec.name} on {s.id or 'sample'}"), show_lines=True)
+        table = Table(title=text(one_line(f"{judge.spec.name} on {s.id or 'sample'}")), show_lines=True)
         for col in ("view", "order", "#", "try", "critique", "parsed", "tokens"):
             table.add_column(col, overflow="fold")
         for rec in r.samples:
-            parsed = text(f"failed: {rec.error}", "red") if rec.error else text(json.dumps(rec.parsed))
+            parsed = text(f"failed: {rec.error}", "red") if rec.error else text(_json(rec.parsed))
             if rec.candidate_logprobs:
                 shown = {k: None if v is None else round(v, 2) for k, v in rec.candidate_logprobs.items()}
-                parsed.append(text(f"\nlogprobs {json.dumps(shown)}"))
+                parsed.append(text(f"\nlogprobs {_json(shown)}"))
             table.add_row(
                 str(rec.view), str(rec.order), str(rec.index), str(rec.attempt), text(rec.text), parsed, str(rec.tokens)
             )
@@ -143,7 +119,7 @@ def cmd_try(args: argparse.Namespace) -> int:
         for k, a in enumerate(r.checklist or []):
             p_yes = "unread" if a["p_yes"] is None else f"P(yes) {a['p_yes']:.3f}"
             p_yes += " (passes on No)" if a.get("pass_if") == "no" else ""
-            out.print(Text.assemble(text(f"question {k} (weight {a['weight']:g}): {a['question']}  "), (p_yes, "bold")))
+            out.print(Text.assemble(text(f"question {k} (weight {a['weight']:g}): {one_line(a['question'])}  "), (p_yes, "bold")))
         out.print(table)
         final = {
             "score": r.score,
@@ -159,8 +135,19 @@ def cmd_try(args: argparse.Namespace) -> int:
             "tokens": r.tokens,
             "seconds": round(r.seconds, 2),
         }
-        out.print(text("final: " + json.dumps({k: v for k, v in final.items() if v is not None}, default=str)))
+        out.print(text("final: " + _json({k: v for k, v in final.items() if v is not None})))
     return 0
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    """``value`` as strict JSON (``json_safe``: no NaN or infinity, no lone surrogate), what
+    ``--json`` promises a reader: Python's own ``NaN`` literal is not JSON."""
+    from grm.jsonl import json_safe
+
+    try:
+        return json.dumps(json_safe(value), indent=indent, default=str, allow_nan=False)
+    except ValueError as e:  # nested past MAX_JSON_DEPTH
+        raise JudgeError(f"--json: the results cannot be written as JSON: {e}") from None
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
@@ -169,15 +156,46 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
     bad = 0
     for f in args.files:
-        problems = lint_file(f)
+        notes: list[str] = []
+        problems = lint_file(f, notes)
         for p in problems:  # they quote the file's own text: shown, never obeyed by the terminal
             print(escape_controls(p))
         if problems:
             bad += 1
         else:
             print(f"ok: {escape_controls(f)}")
+        for n in notes:
+            print(f"note: {escape_controls(n)}")
     return 1 if bad else 0
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"render": cmd_render, "try": cmd_try, "lint": cmd_lint}[args.judge_command](args)
+    with no_stdin():
+        return {"render": cmd_render, "try": cmd_try, "lint": cmd_lint}[args.judge_command](args)
+
+
+@contextlib.contextmanager
+def no_stdin() -> Iterator[None]:
+    """Standard input closed for the duration: ``/dev/null`` in its place, as ``sys.stdin`` and as
+    file descriptor 0. A judge command may run the user's code (a parser ``target`` on lint's
+    examples and on critiques, an environment, a template's engine); none of it reads a terminal
+    or a pipe meant for something else: ``input()`` there raises EOFError (a failed parse) instead
+    of waiting for ever."""
+    devnull = open(os.devnull, encoding="utf-8")  # noqa: SIM115 (closed below, after fd 0 is back)
+    saved_fd = None
+    try:
+        saved_fd = os.dup(0)
+    except OSError:  # no descriptor 0 at all: nothing can be read from it either
+        pass
+    saved = sys.stdin
+    try:
+        if saved_fd is not None:
+            os.dup2(devnull.fileno(), 0)
+        sys.stdin = devnull
+        yield
+    finally:
+        sys.stdin = saved
+        if saved_fd is not None:
+            os.dup2(saved_fd, 0)
+            os.close(saved_fd)
+        devnull.close()

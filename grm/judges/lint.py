@@ -3,18 +3,21 @@
 Checks: variables the template uses that judges never receive (typos), the ``expects`` header,
 templates that pass their render limits or that the sandbox refuses (each is rendered with a
 made-up sample, ``LINT_SAMPLE``), instructions that never mention what the parser looks for, and
-example outputs whose parse differs from the one the spec says they should have.
+example outputs whose parse differs from the one the spec says they should have, or that time out
+(all examples together get ``EXAMPLES_TIME_S``). A ``target`` parser's examples run the user's
+function: lint says so in a note (``grm judge`` runs with standard input closed).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from grm.config import ConfigError, JudgeSpec, load_judge
 from grm.config.judge_trajectory import TrajectoryJudgeSpec
-from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, RegexParser, VerdictParser
+from grm.config.parsers import BoxedParser, JsonParser, LogprobParser, RegexParser, TargetParser, VerdictParser
 from grm.config.paths import resolve_path
 from grm.data.trajectory import Task, ToolCall, Trajectory, Turn
 from grm.judges.errors import JudgeError
@@ -29,6 +32,7 @@ from grm.judges.templates import (
     lint_template,
     load_template,
     render_limits,
+    shared_renders,
 )
 from grm.judges.trajectory_view import Episode
 
@@ -135,11 +139,62 @@ def _same(got: object, want: object) -> bool:
     return got == want
 
 
-def lint_judge(path: Path) -> list[str]:
+EXAMPLES_TIME_S = 3.0
+"""Seconds all of a judge's ``examples`` may spend being parsed, together: each regex parse gets
+what is left (at most the judge's ``limits.regex_timeout_s``), so fifteen examples that each time
+out take 3 s, not fifteen times the limit."""
+
+
+def _lint_examples(spec: JudgeSpec, path: Path, notes: list[str] | None) -> list[str]:
+    """Each example output parsed as the judge would parse it, all within ``EXAMPLES_TIME_S``: a
+    parse that differs from the example's ``expect``, or that ran out of time (it says nothing about
+    the text, whatever ``expect`` says), is a problem."""
+    if isinstance(spec.parser, TargetParser) and spec.examples and notes is not None:
+        notes.append(
+            f"{path}: the {len(spec.examples)} example(s) were parsed by running your function {spec.parser.target!r} "
+            "(user code, run with no input: stdin is closed)"
+        )
+    problems: list[str] = []
+    end = time.monotonic() + EXAMPLES_TIME_S
+    try:
+        build_parser(spec.parser, regex_timeout_s=spec.limits.regex_timeout_s)  # a bad parser is said once
+    except JudgeError as e:
+        return [f"{path}: parser: {e}"]
+    for k, ex in enumerate(spec.examples):
+        left = end - time.monotonic()
+        if left <= 0:
+            return problems + [
+                f"{path}: examples[{k}:]: not checked: parsing the examples took more than the {EXAMPLES_TIME_S:g} s "
+                "lint gives them all"
+            ]
+        parse = build_parser(spec.parser, regex_timeout_s=min(spec.limits.regex_timeout_s, left))
+        got = parse((spec.prefill or "") + ex.output)
+        if got.timed_out:
+            problems.append(f"{path}: examples[{k}]: parse timed out on example {k} ({got.error})")
+            continue
+        value = got.value
+        if spec.mode == "pointwise" and isinstance(value, list) and len(value) == 1:
+            value = value[0]
+        if not _same(value, ex.expect):
+            problems.append(
+                f"{path}: examples[{k}]: parser gives {json.dumps(value)} ({got.error or 'ok'}), "
+                f"the example expects {json.dumps(ex.expect)}"
+            )
+    return problems
+
+
+def lint_judge(path: Path, notes: list[str] | None = None) -> list[str]:
+    """Problems with the judge spec at ``path``; ``notes`` (when given) gets what lint did that the
+    user should know of (it ran their parser function)."""
     try:
         spec = load_judge(path)
     except ConfigError as e:
         return [str(e)]
+    with shared_renders(spec.limits, 1, f"lint of {path}"):  # its templates' renders, together
+        return _lint_spec(spec, path, notes)
+
+
+def _lint_spec(spec: JudgeSpec, path: Path, notes: list[str] | None) -> list[str]:
     problems: list[str] = []
     if spec.mode == "rule":
         return problems
@@ -178,20 +233,7 @@ def lint_judge(path: Path) -> list[str]:
                     f"{template.path} nor system/prefill ever mention it; the model will not write it"
                 )
     if not isinstance(spec.parser, LogprobParser):
-        try:
-            parse = build_parser(spec.parser, regex_timeout_s=spec.limits.regex_timeout_s)
-        except JudgeError as e:
-            return problems + [f"{path}: parser: {e}"]
-        for k, ex in enumerate(spec.examples):
-            got = parse((spec.prefill or "") + ex.output)
-            value = got.value
-            if spec.mode == "pointwise" and isinstance(value, list) and len(value) == 1:
-                value = value[0]
-            if not _same(value, ex.expect):
-                problems.append(
-                    f"{path}: examples[{k}]: parser gives {json.dumps(value)} ({got.error or 'ok'}), "
-                    f"the example expects {json.dumps(ex.expect)}"
-                )
+        problems += _lint_examples(spec, path, notes)
     if spec.aggregate.type == "meta":  # what only building finds: the meta judge, and its own
         from grm.judges.runtime import build_judge
 
@@ -231,7 +273,8 @@ def _lint_writer(spec: JudgeSpec, path: Path) -> list[str]:
     return problems
 
 
-def lint_file(path: str | Path) -> list[str]:
+def lint_file(path: str | Path, notes: list[str] | None = None) -> list[str]:
+    """Problems with a judge spec or a template (``.j2``); ``notes`` as for ``lint_judge``."""
     p = Path(path)
     if not p.exists():
         return [f"{p}: no such file"]
@@ -241,4 +284,4 @@ def lint_file(path: str | Path) -> list[str]:
         except JudgeError as e:
             return [str(e)]
         return lint_template(t) + render_problems(t)
-    return lint_judge(p)
+    return lint_judge(p, notes)

@@ -15,9 +15,10 @@ from grm.judges import base
 from grm.judges.aggregate import LIST_AGGREGATORS, final_attempts, mean_lists
 from grm.judges.base import GroupPlan
 from grm.judges.errors import JudgeError
-from grm.judges.parsers import JudgeParsers, ParsedScore, fail
+from grm.judges.parsers import JudgeParsers, ParsedScore, fail, short_repr
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import View
+from grm.terminal import one_line
 
 
 def as_list(group: Sequence[Sample]) -> Sample:
@@ -27,10 +28,12 @@ def as_list(group: Sequence[Sample]) -> Sample:
     first = group[0]
     responses = [s.response for s in group if s.response is not None]
     if len(responses) != len(group):
-        raise JudgeError(f"group of item {first.id}: every sample of a group needs 'response'")
+        raise JudgeError(f"group of item {one_line(str(first.id))}: every sample of a group needs 'response'")
     trajectories = [s.trajectory for s in group if s.trajectory is not None]
     if trajectories and len(trajectories) != len(group):
-        raise JudgeError(f"group of item {first.id}: either every sample of a group has a 'trajectory' or none has")
+        raise JudgeError(
+            f"group of item {one_line(str(first.id))}: either every sample of a group has a 'trajectory' or none has"
+        )
     return Sample(
         prompt=first.prompt,
         messages=first.messages,
@@ -83,7 +86,7 @@ class ListwiseMode:
         parsed = self.parsers.get(expected=len(order))(text)
         v = parsed.value
         if v is not None and not (isinstance(v, list) and len(v) == len(order)):
-            return fail(f"expected {len(order)} scores, found {v!r}")
+            return fail(f"expected {len(order)} scores, found {short_repr(v)}")
         return parsed
 
     def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:

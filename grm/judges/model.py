@@ -16,12 +16,13 @@ from typing import Any, Protocol
 
 from grm.config.judge import JudgeSpec
 from grm.judges.adaptive import undecided
-from grm.judges.base import GroupPlan, Judge, check_samples, hash_spec, provenance, spread_seconds
+from grm.judges.base import GroupPlan, Judge, check_samples, finish, hash_spec, provenance
 from grm.judges.cost import JudgeCost
 from grm.judges.engine_slot import EngineSlot
 from grm.judges.parsers import JudgeParsers
 from grm.judges.prompts import JudgePrompts
 from grm.judges.sampler import CritiqueSampler
+from grm.judges.templates import shared_renders
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import Mode, View
 
@@ -65,7 +66,7 @@ class ModelJudge:
         """``score_batch``; ``members`` (the items of each group) lets adaptive votes compare a group's responses."""
         t0 = time.perf_counter()
         check_samples(self.spec, samples)
-        with self.sampler.keeping_prompts():
+        with self.sampler.keeping_prompts(), shared_renders(self.spec.limits, len(samples), f"a batch of {len(samples)} samples"):
             tokens = [0] * len(samples)
             principles: list[str | None] = [None] * len(samples)
             if self.spec.principles is not None:
@@ -84,7 +85,7 @@ class ModelJudge:
             ]
         for res, p, t in zip(results, principles, tokens, strict=True):
             res.principles, res.tokens = p, t
-        return spread_seconds(results, t0)
+        return finish(results, t0)
 
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[JudgeResult | None]]:
         plan = self.mode.group(groups)

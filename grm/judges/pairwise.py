@@ -15,9 +15,10 @@ from grm.judges.aggregate import combine_swap, final_attempts, verdict_of, vote
 from grm.judges.base import GroupPlan
 from grm.judges.errors import JudgeError
 from grm.judges.groups import Pair, group_results, plan_pairs
-from grm.judges.parsers import JudgeParsers, ParsedScore, fail
+from grm.judges.parsers import JudgeParsers, ParsedScore, fail, short_repr
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import View
+from grm.terminal import one_line
 
 MARGINS = {"A": 1.0, "B": -1.0, "tie": 0.0}
 """A verdict names a position; its margin is the preference for the response shown first."""
@@ -45,7 +46,7 @@ class PairwiseMode:
             margin = MARGINS.get(v)
             return ParsedScore(margin, None if margin is not None else f"unknown verdict {v!r}")
         if isinstance(v, list):  # only a target parser can return a list
-            return fail(f"expected a verdict or a margin, found {v}")
+            return fail(f"expected a verdict or a margin, found {short_repr(v)}")
         return parsed
 
     def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:
@@ -84,7 +85,7 @@ class PairwiseMode:
             episodes = [s.trajectory for s in g if s.trajectory is not None]
             if episodes and (len(episodes) != len(g) or gs.strategy == "anchor"):
                 raise JudgeError(
-                    f"group {key}: a group of episodes needs a 'trajectory' on every sample and groups.strategy"
+                    f"group {one_line(key)}: a group of episodes needs a 'trajectory' on every sample and groups.strategy"
                     " 'round_robin' or 'circular' (an anchor is a text answer, not an episode)"
                 )
             anchor, info = anchor_of(g, gs) if g and gs.strategy == "anchor" else (None, None)

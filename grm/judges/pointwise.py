@@ -9,7 +9,7 @@ from grm.config.judge import JudgeSpec
 from grm.judges import base
 from grm.judges.aggregate import final_attempts, vote
 from grm.judges.base import GroupPlan
-from grm.judges.parsers import JudgeParsers, ParsedScore, expected_value, fail
+from grm.judges.parsers import JudgeParsers, ParsedScore, expected_value, fail, short_repr
 from grm.judges.process import read_faulty_turn, vote_faulty_turn
 from grm.judges.types import JudgeResult, Sample
 from grm.judges.views import View
@@ -30,9 +30,9 @@ class PointwiseMode:
         parsed = self.parsers.get()(text)
         v = parsed.value
         if isinstance(v, list):
-            return ParsedScore(v[0]) if len(v) == 1 else fail(f"expected one score, found {v}")
+            return ParsedScore(v[0]) if len(v) == 1 else fail(f"expected one score, found {short_repr(v)}")
         if isinstance(v, str):  # only a target parser can return a word
-            return fail(f"expected a score, found {v!r}")
+            return fail(f"expected a score, found {short_repr(v)}")
         return parsed
 
     def from_logprobs(self, logprobs: list[float], values: list[float]) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 from grm.config.judge import JudgeSpec
 from grm.config.paths import resolve_path
 from grm.engines.base import GenerationEngine, GenerationRequest
+from grm.judges.base import item_name
 from grm.judges.errors import JudgeError
 from grm.judges.guard import Guarded, InputGuard, Lengths
 from grm.judges.neutralise import neutralise
@@ -170,7 +171,7 @@ class JudgePrompts:
             shows = [e.variables() for e in episodes]
             return max(size(user(shown.sample, shown.note, order, shows)) for order in distinct)
 
-        fit(episodes, measure, limit, lengths.count if tokens else len, f"item {s.id if s.id is not None else i}")
+        fit(episodes, measure, limit, lengths.count if tokens else len, item_name(s, i))
         shows = [e.variables() for e in episodes]
         truncated = shown.truncated + sum(e.shortened for e in episodes)
         cut = sum(e.view.cuts for e in episodes)

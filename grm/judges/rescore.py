@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from grm.judges.base import Judge
+from grm.data.checklists import read_checklist
+from grm.data.errors import DataError
+from grm.judges.base import Judge, mask_non_finite
 from grm.judges.checklist import WRITER_VIEW, Checklist, ChecklistJudge
 from grm.judges.errors import JudgeError
 from grm.judges.model import ModelJudge
@@ -21,13 +23,15 @@ from grm.judges.views import View
 def rescore(judge: Judge, stored: dict[str, Any], n_responses: int) -> JudgeResult:
     """``judge``'s result re-read from a stored one of the same item (``n_responses`` judged together)."""
     if isinstance(judge, ChecklistJudge):
-        return _checklist(judge, stored)
-    if isinstance(judge, ModelJudge):
+        res = _checklist(judge, stored)
+    elif isinstance(judge, ModelJudge):
         res = _reread(judge, stored, n_responses)
         res.truncated = stored.get("truncated", 0)  # what the judge was shown does not change on a re-parse
         res.observations_cut = stored.get("observations_cut", 0)
-        return res
-    raise JudgeError("rule verifiers keep no raw output to rescore; re-run them instead")
+    else:
+        raise JudgeError("rule verifiers keep no raw output to rescore; re-run them instead")
+    mask_non_finite(res)  # as every judge's results are (``grm.judges.base.finish``)
+    return res
 
 
 def _record(d: dict[str, Any]) -> SampleRecord:
@@ -70,7 +74,11 @@ def _checklist(judge: ChecklistJudge, stored: dict[str, Any]) -> JudgeResult:
         _reread(judge.reader, {"samples": [{**d, "view": 0} for d in recs if d.get("view") == k]}, 1) for k in range(len(answers))
     ]
     written = [_record(d) for d in recs if d.get("view") == WRITER_VIEW]
-    items = [{"question": a["question"], "weight": a["weight"]} for a in answers]
+    try:  # the stored file is data: its questions and weights are checked as a data row's are
+        kept = [{k: a[k] for k in ("question", "weight", "pass_if") if k in a} for a in answers]
+        items = read_checklist(kept, "stored result: checklist") if kept else []
+    except (DataError, TypeError):
+        raise JudgeError("stored result's checklist is not a list of {question, weight} items with weights above 0") from None
     res = judge.fold(Checklist(items or None, written, stored.get("error") if not items else None), readings)
     res.tokens, res.seconds, res.truncated = stored.get("tokens", 0), stored.get("seconds", 0.0), stored.get("truncated", 0)
     res.provenance = {**stored.get("provenance", {}), **judge.provenance(), "rescored": True}

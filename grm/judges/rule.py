@@ -7,6 +7,7 @@ score of 0.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from grm.judges.errors import JudgeError
 from grm.judges.parsers import VerdictChoice
 from grm.judges.types import JudgeResult, Sample, SampleRecord
 from grm.judges.verifiers import check
+from grm.terminal import one_line
 
 
 class RuleJudge:
@@ -44,8 +46,8 @@ class RuleJudge:
         base.check_samples(self.spec, samples)
         self.cost.calls += len(samples)
         if self.rule.type == "verdict":
-            return base.spread_seconds(self._verdicts(samples), t0)
-        return base.spread_seconds([self._verify(s) for s in samples], t0)
+            return base.finish(self._verdicts(samples), t0)
+        return base.finish([self._verify(s) for s in samples], t0)
 
     def _verdicts(self, samples: Sequence[Sample]) -> list[JudgeResult]:
         """``verdict`` rule: each sample's verdict against its reference, then a right one weighed by
@@ -77,7 +79,7 @@ class RuleJudge:
     def _verify(self, s: Sample) -> JudgeResult:
         details = None
         if self.rule.type == "constraints":
-            where = f"item {s.id}" if s.id is not None else "sample"
+            where = f"item {one_line(s.id)}" if s.id is not None else "sample"
             score, why, details = instructions.verify(s.metadata.get(METADATA_KEY), s.response or "", where)
         elif self.rule.type == "signal":
             score, why = _signal(s, str(self.rule.signal))
@@ -136,4 +138,6 @@ def _signal(s: Sample, name: str) -> tuple[float | None, str]:
     value = s.trajectory.signals.get(name)
     if value is None:
         return None, f"the episode reported no signal '{name}' (it ended {s.trajectory.end_reason or 'unfinished'})"
+    if not math.isfinite(value):  # NaN or infinite: no reward (json_safe wrote a NaN signal as null)
+        return None, f"the episode's signal '{name}' is {value!r}, not a finite number"
     return float(value), f"environment signal {name} = {value:g}"

@@ -9,7 +9,12 @@ bound resources. ``{% for i in range(10**5) %}{% for j in range(10**5) %}`` loop
 - *steps*: each loop iteration, call (functions, methods, macros, ``loop(...)``), filter,
   intercepted operator and output piece is one step, capped at ``max_steps``;
 - *time*: the wall clock is read at every step and capped at ``timeout_s``: a backstop for steps
-  that each scan long text (steps stay the deterministic bound);
+  that each scan long text (steps stay the deterministic bound). A judgment renders many times (a
+  checklist judge one prompt per question, up to ``checklist.max_items``; a judge of episodes once
+  per fitting round), so renders also share a ``RenderClock`` (``shared_render_time``): the
+  renders of one sample's prompts, and of one ``grm judge`` command, share ``timeout_s``; those of
+  a judge's batch get ``timeout_s`` per sample; a render stops at whichever deadline comes first
+  (six 4 s renders of a checklist's questions stopped at 10 s, not 24 s);
 - *size*: no value a template builds may exceed ``max_chars`` (a string's length; a container's
   items and their sizes, recursively): operations that multiply (``*``, ``**``, ``%``, ``~``, ``+``,
   ``|center``, ``|join``, ``.format``, ...) are checked *before* they run, from their operands, so
@@ -69,6 +74,50 @@ class RenderLimitError(Exception):
         super().__init__(f"{reason} (limits.{knob}: {limit})" if knob else reason)
 
 
+class RenderClock:
+    """Seconds a group of renders (``what``: one sample's prompts, a batch, a command) may spend in
+    all, within any group it is part of (``parent``)."""
+
+    def __init__(self, seconds: float, what: str, parent: RenderClock | None) -> None:
+        self.seconds = seconds
+        self.what = what
+        self.parent = parent
+        self.spent = 0.0
+
+    def binding(self) -> RenderClock:
+        """The clock of this chain with the least time left."""
+        best: RenderClock = self
+        clock = self.parent
+        while clock is not None:
+            if clock.left_own() < best.left_own():
+                best = clock
+            clock = clock.parent
+        return best
+
+    def left_own(self) -> float:
+        return self.seconds - self.spent
+
+    def spend(self, seconds: float) -> None:
+        clock: RenderClock | None = self
+        while clock is not None:
+            clock.spent += seconds
+            clock = clock.parent
+
+
+_CLOCK: ContextVar[RenderClock | None] = ContextVar("grm_render_clock", default=None)
+
+
+@contextmanager
+def shared_render_time(seconds: float, what: str) -> Iterator[RenderClock]:
+    """Renders inside share ``seconds`` in all (as well as any group this one is part of)."""
+    clock = RenderClock(seconds, what, _CLOCK.get())
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
+
+
 class Budget:
     """What one render has spent: steps, emitted characters, time."""
 
@@ -76,7 +125,18 @@ class Budget:
         self.limits = limits
         self.steps = 0
         self.chars = 0
-        self.deadline = time.monotonic() + limits.timeout_s
+        self.start = time.monotonic()
+        self.deadline = self.start + limits.timeout_s
+        self.late = f"the render ran longer than {limits.timeout_s:g} s"
+        self.clock = _CLOCK.get()
+        if self.clock is not None:
+            shared = self.clock.binding()
+            if shared.left_own() < limits.timeout_s:
+                self.deadline = self.start + shared.left_own()
+                self.late = (
+                    f"the renders of {shared.what} ran longer than {shared.seconds:g} s in all (renders share it: "
+                    "one judgment renders many prompts)"
+                )
 
     def step(self) -> None:
         self.steps += 1
@@ -87,9 +147,7 @@ class Budget:
                 self.limits.max_steps,
             )
         if time.monotonic() > self.deadline:
-            raise RenderLimitError(
-                f"the render ran longer than {self.limits.timeout_s:g} s", "template_timeout_s", self.limits.timeout_s
-            )
+            raise RenderLimitError(self.late, "template_timeout_s", self.limits.timeout_s)
 
     def fits(self, size: int, what: str) -> None:
         if size > self.limits.max_chars:
@@ -115,13 +173,16 @@ _BUDGET: ContextVar[Budget | None] = ContextVar("grm_template_budget", default=N
 
 @contextmanager
 def budget(limits: RenderLimits) -> Iterator[Budget]:
-    """Run a render under a fresh budget (per thread and per task: a ``ContextVar``)."""
+    """Run a render under a fresh budget (per thread and per task: a ``ContextVar``), its time
+    charged to the current ``RenderClock``."""
     b = Budget(limits)
     token = _BUDGET.set(b)
     try:
         yield b
     finally:
         _BUDGET.reset(token)
+        if b.clock is not None:
+            b.clock.spend(time.monotonic() - b.start)
 
 
 def _current() -> Budget:

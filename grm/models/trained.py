@@ -24,14 +24,23 @@ from grm.models.checkpoints import (
     run_base_model,
     run_checkpoint,
 )
-from grm.models.store import ModelStoreError, grm_home, store_lock, store_path
+from grm.models.model_files import check_model_dir
+from grm.models.store import ModelStoreError, local_path, store_dir, store_lock, store_path
 
 
 def resolve_model(ref: str) -> str:
     """What ``from_pretrained`` loads for a model reference: a builtin alias (fetched on first use),
     a local Hugging Face model directory, a grm run directory or checkpoint (its trained policy,
-    ``trained_model_dir``), or a hub id (``grm.models.store.store_path``)."""
-    path = Path(ref).expanduser()
+    ``trained_model_dir``), or a hub id (``grm.models.store.store_path``). A local directory's files
+    are checked before transformers reads them (``grm.models.model_files``)."""
+    where = _resolve(ref)
+    if Path(where).is_dir():
+        check_model_dir(Path(where))
+    return where
+
+
+def _resolve(ref: str) -> str:
+    path = local_path(ref, "model")
     if path.is_dir() and not (path / "config.json").is_file() and (is_run_dir(path) or is_checkpoint_dir(path.resolve())):
         try:
             return str(trained_model_dir(path))
@@ -47,10 +56,12 @@ def resolve_model(ref: str) -> str:
 
 def _base(model: str) -> tuple[Any, Any]:
     """(fp32 causal LM, tokenizer) of a base model, which may itself be a trained run."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch
+
+    from grm.models.hf_load import causal_lm_at, tokenizer_at
 
     path = resolve_model(model)
-    return AutoModelForCausalLM.from_pretrained(path, dtype="float32"), AutoTokenizer.from_pretrained(path)
+    return causal_lm_at(path, torch.float32), tokenizer_at(path)
 
 
 def write_hf_dir(base_model: str, checkpoint: Path, where: Path) -> None:
@@ -105,7 +116,7 @@ def trained_model_dir(path: Path) -> Path:
         if (own / "COMPLETE").stat().st_mtime_ns >= done.stat().st_mtime_ns:
             return own.resolve()
     key = hashlib.sha256(f"{ckpt.resolve()}:{done.stat().st_mtime_ns}".encode()).hexdigest()[:16]
-    out = grm_home() / "trained" / f"{run_dir.resolve().name}-{ckpt.name}-{key}"
+    out = store_dir("trained") / f"{run_dir.resolve().name}-{ckpt.name}-{key}"
     with store_lock(f"trained-{out.name}"):  # two judge replicas asking at once export it once
         if not (out / "COMPLETE").exists():
             base = run_base_model(run_dir)

@@ -512,10 +512,13 @@ def test_a_meta_judge_cycle_is_a_message_in_validate_lint_and_render(tmp_path, c
         assert res.code != 0 and "Traceback" not in text and "a cycle" in text, (argv, text)
 
 
-def test_a_parser_target_that_is_not_a_function_is_refused_when_built(tmp_path):
+def test_a_parser_target_that_is_not_a_function_is_refused_when_built(tmp_path, monkeypatch):
     (tmp_path / "t.j2").write_text("{# expects: response #}{{ response }}")
+    (tmp_path / "usermod_inf.py").write_text("import math\nINF = math.inf\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     (tmp_path / "pw.yaml").write_text(
-        "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: target, target: 'math:inf'}\n"
+        "name: pw\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: target, target: 'usermod_inf:INF', range: [1, 10]}\n"
     )
     res = run_cli("validate", str(tmp_path / "pw.yaml"))
     assert res.code != 0 and "not a function" in res.err, res.err

@@ -60,7 +60,7 @@ def test_builtin_resolution_and_relative_paths(tmp_path):
         resolve_builtin("nope", "judges")
     (tmp_path / "j.j2").write_text("{# expects: prompt, response #}{{ prompt }} {{ response }}")
     j = tmp_path / "j.yaml"
-    j.write_text("name: j\nmode: pointwise\nmodel: smollm2-135m-instruct\ntemplate: j.j2\n")
+    j.write_text("name: j\nmode: pointwise\nmodel: smollm2-135m-instruct\ntemplate: j.j2\nparser: {range: [1, 10]}\n")
     assert load(j).template == "j.j2"
 
 

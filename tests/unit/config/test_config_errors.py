@@ -118,7 +118,7 @@ ENV_LINE = "env: {type: calc, max_turns: 3, max_total_tokens: 1536, observation_
         ("env: {type: calc, kwargs: {bogus: 1}}", {}, "unexpected keyword argument 'bogus'"),
         ("env: {type: python, path: 'e.py:Env'}", {"e.py": "def f(:\n"}, "raised SyntaxError"),
         ("env: {type: python, path: 'e.py:Env'}", {"e.py": "x = 1\n"}, "has no Env"),
-        ("env: {type: python, path: 'os:path'}", {}, "not a class"),
+        ("env: {type: python, path: 'os:path'}", {}, "'os' is a standard library module"),
         ("env: {type: agent, path: 'e.py:nofunc'}", {"e.py": "def f(): pass\n"}, "has no nofunc"),
         ("env: {type: python, path: 'e.py:E'}", {"e.py": BOOM}, "raised RuntimeError: boom"),
         ("env: {type: calc, max_total_tokens: 40}", {}, "env.max_total_tokens (40) must exceed rollout.max_new_tokens (48)"),

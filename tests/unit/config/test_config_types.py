@@ -185,11 +185,13 @@ def test_temperatures_are_zero_or_usable(tmp_path):
 def test_server_urls_carry_no_credentials_into_the_recorded_config(tmp_path, url):
     # a spec is written into every run's config.resolved.yaml, which grm view shows
     f = tmp_path / "j.yaml"
-    f.write_text(f"name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nengine: {{type: openai, base_url: '{url}'}}\n")
+    f.write_text(f"name: j\nmodel: m\ntemplate: t.j2\nparser: {{range: [1, 10]}}\nengine: {{type: openai, base_url: '{url}'}}\n")
     (tmp_path / "t.j2").write_text("{# expects: prompt, response #}{{ prompt }} {{ response }}")
     with pytest.raises(ConfigError, match="engine.base_url: .*carries credentials") as e:
         load(f)
     assert "secret" not in str(e.value) and "token@" not in str(e.value)  # the message never repeats the secret
     clean = url.split("//")[0] + "//127.0.0.1/v1"
-    f.write_text(f"name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nengine: {{type: openai, base_url: '{clean}'}}\n")
+    f.write_text(
+        f"name: j\nmodel: m\ntemplate: t.j2\nparser: {{range: [1, 10]}}\nengine: {{type: openai, base_url: '{clean}'}}\n"
+    )
     assert load(f)

@@ -223,7 +223,7 @@ def test_spec_needs_url_or_launch_and_key_comes_from_env(monkeypatch):
             "name": "j",
             "model": "m",
             "template": "t.j2",
-            "parser": {"type": "regex"},
+            "parser": {"type": "regex", "range": [1, 10]},
             "engine": {"type": "openai", "base_url": "http://x/v1", "endpoint": "chat", "api_key_env": "GRM_TEST_KEY"},
         }
     )
@@ -248,7 +248,7 @@ def test_judge_cost_carries_the_servers_usage(server, tmp_path):
         mode="pointwise",
         model="m",
         template="t.j2",
-        parser={"type": "regex"},
+        parser={"type": "regex", "range": [1, 10]},
         sampling={"n": 2},
         on_failure={"retries": 0},
         engine={"type": "openai", "base_url": server.url},
@@ -602,6 +602,7 @@ def test_urls_give_each_replica_its_own_server_and_exclude_base_url_and_launch()
             "mode": "pointwise",
             "model": "m",
             "template": "{{ prompt }}",
+            "parser": {"type": "regex", "range": [1, 10]},
             "engine": {"type": "openai", "endpoint": "chat", "urls": urls},
         }
     )

@@ -213,7 +213,7 @@ def test_a_runs_metrics_log_names_a_damaged_line(tmp_path):
 @pytest.mark.parametrize(
     "hostile",
     [
-        {"parser": {"type": "target", "target": "os:system"}},
+        {"parser": {"type": "target", "target": "evil_module:run", "range": [1, 10]}},  # not imported: a record runs no code
         {"aggregate": {"type": "meta", "meta_judge": "pw.yaml"}},  # a spec outside the directory
     ],
 )

@@ -15,7 +15,7 @@ def test_both_orders_forces_swap_on_pairwise_judges_only():
     swapped = both_orders(pair)
     assert swapped.position.swap is True and pair.position.swap is False  # a copy; the loaded spec is untouched
     assert both_orders(swapped) is swapped
-    point = JudgeSpec(name="s", mode="pointwise", model="m", template="t.j2")
+    point = JudgeSpec(name="s", mode="pointwise", model="m", template="t.j2", parser={"range": [1, 10]})
     assert both_orders(point) is point
 
 

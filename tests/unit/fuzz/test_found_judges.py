@@ -23,7 +23,11 @@ from tests.unit.judges.fake_engine import ScriptedEngine
 def _judge(tmp_path: Path, template: str, sample: dict, **spec: object) -> tuple[Path, Path, Path]:
     (tmp_path / "t.j2").write_text(template)
     judge = tmp_path / "j.yaml"
-    judge.write_text(json.dumps({"name": "t", "mode": "pointwise", "model": "fuzz-model", "template": "t.j2", **spec}))
+    judge.write_text(
+        json.dumps(
+            {"name": "t", "mode": "pointwise", "model": "fuzz-model", "template": "t.j2", "parser": {"range": [1, 10]}, **spec}
+        )
+    )
     s = tmp_path / "s.json"
     s.write_text(json.dumps(sample))
     return judge, tmp_path / "t.j2", s
@@ -77,7 +81,8 @@ def not_a_number(text: str) -> object:
 def test_parsers():
     big = build_parser(JsonParser())
     assert big('{"score": ' + "9" * 5000 + "}").value is None  # was ValueError: int past 4300 digits
-    assert big('{"score": 1} {"a": ' + "[" * 100_000).value == 1.0  # was RecursionError
+    assert big('{"score": 1} {"a": ' + "[" * 20_000).value == 1.0  # was RecursionError
+    assert big('{"score": 1} {"a": ' + "[" * 100_000).error == "no JSON object"  # only the last 32,000 characters are read
     assert build_parser(JsonParser(field="a.²"))('{"a": [1, 2, 3]}').error  # was ValueError from int('²')
     lists = build_parser(JsonParser(field="s"), expected=3)
     assert lists('{"s": [1, 2]}').error == "expected 3 scores, found 2" and lists('{"s": 5}').value is None
@@ -93,7 +98,12 @@ def test_parsers():
 def test_listwise_json_judge_counts_a_wrong_shape(tmp_path):
     (tmp_path / "l.j2").write_text("{# expects: prompt, responses #}{{ prompt }}{% for r in responses %} {{ r }}{% endfor %}")
     spec = JudgeSpec(
-        name="lw", mode="listwise", model="m", template="l.j2", parser={"type": "json", "field": "s"}, on_failure={"retries": 0}
+        name="lw",
+        mode="listwise",
+        model="m",
+        template="l.j2",
+        parser={"type": "json", "field": "s", "range": [1, 10]},
+        on_failure={"retries": 0},
     )
     outputs = iter(['{"s": [7]}', '{"s": 4}', '{"s": [1, 2, 3, 4]}'])  # short (was IndexError), scalar (uncounted), long
     judge = build_judge(spec, tmp_path, ScriptedEngine(lambda *a: next(outputs)))

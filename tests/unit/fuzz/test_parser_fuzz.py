@@ -194,18 +194,19 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+declared = st.sampled_from([(1.0, 10.0), (0.0, 1.0), (-5.0, 5.0), (3.0, 3.5)])  # a judge of scores declares its scale
 MODE_PARSERS = {
     "pointwise": st.one_of(
-        st.builds(RegexParser, range=ranges),
-        st.builds(BoxedParser, range=ranges),
-        st.builds(JsonParser, range=ranges),
-        st.builds(TargetParser, target=st.just(TARGET)),
+        st.builds(RegexParser, range=declared),
+        st.builds(BoxedParser, range=declared),
+        st.builds(JsonParser, range=declared),
+        st.builds(TargetParser, target=st.just(TARGET), range=declared),
     ),
     "pairwise": st.one_of(st.builds(VerdictParser), st.builds(TargetParser, target=st.just(TARGET))),
     "listwise": st.one_of(
-        st.builds(BoxedParser, range=ranges),
-        st.builds(JsonParser, field=st.just("scores"), range=ranges),
-        st.builds(TargetParser, target=st.just(TARGET)),
+        st.builds(BoxedParser, range=declared),
+        st.builds(JsonParser, field=st.just("scores"), range=declared),
+        st.builds(TargetParser, target=st.just(TARGET), range=declared),
     ),
 }
 

@@ -158,7 +158,7 @@ def test_a_word_where_a_score_belongs_is_a_failure(tmp_path):
         model="m",
         template="t.j2",
         on_failure={"retries": 0},
-        parser={"type": "target", "target": "tests.unit.judges.test_judge_modes:word"},
+        parser={"type": "target", "target": "tests.unit.judges.test_judge_modes:word", "range": [1, 10]},
     )
     r = score_one(build_judge(spec, tmp_path, ScriptedEngine(lambda *a: "fine")), Sample(prompt="q", response="r"))
     assert r.masked and r.parse_failures == 1 and "returned 'excellent'; expected a finite number" in r.samples[0].error

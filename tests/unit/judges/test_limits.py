@@ -11,7 +11,16 @@ from grm.judges.limits import CallLimits, call_limits, prompts_per_sample, token
 
 
 def pointwise(**kw) -> JudgeSpec:
-    return JudgeSpec(**{"name": "pw", "mode": "pointwise", "model": "m", "template": "t.j2", "parser": {"type": "regex"}, **kw})
+    return JudgeSpec(
+        **{
+            "name": "pw",
+            "mode": "pointwise",
+            "model": "m",
+            "template": "t.j2",
+            "parser": {"type": "regex", "range": [1, 10]},
+            **kw,
+        }
+    )
 
 
 def test_derived_deadline_of_a_critique_judge():
@@ -60,7 +69,7 @@ def test_pairwise_swap_and_principles_count_their_prompts_and_tokens():
 
 
 def test_listwise_counts_groups_and_rules_only_the_overhead():
-    lw = JudgeSpec(name="lw", mode="listwise", model="m", template="l.j2", parser={"type": "boxed"})
+    lw = JudgeSpec(name="lw", mode="listwise", model="m", template="l.j2", parser={"type": "boxed", "range": [1, 10]})
     lim = call_limits(lw)
     assert lim.per_group and lim.samples_in([4, 0, 4]) == 2  # one list per non-empty group
     assert CallLimits().samples_in([4, 0, 4]) == 8  # otherwise every response

@@ -152,7 +152,12 @@ def test_principles_stage_batched_and_fed(tmp_path):
     (tmp_path / "pr.j2").write_text("{# expects: prompt #}principles for {{ prompt }}")
     (tmp_path / "t.j2").write_text("{# expects: prompt, response, principles #}{{ principles }} | {{ response }} Score:")
     spec = JudgeSpec(
-        name="p", mode="pointwise", model="m", template="t.j2", parser={"type": "regex"}, principles={"template": "pr.j2"}
+        name="p",
+        mode="pointwise",
+        model="m",
+        template="t.j2",
+        parser={"type": "regex", "range": [1, 10]},
+        principles={"template": "pr.j2"},
     )
     eng = ScriptedEngine(lambda p, j, c: "BE CORRECT" if p.startswith("principles") else "Score: 5")
     res = build_judge(spec, tmp_path, eng).score_batch([Sample(prompt="a", response="x"), Sample(prompt="b", response="y")])
@@ -164,7 +169,7 @@ def test_principles_stage_batched_and_fed(tmp_path):
 def test_meta_aggregation_picks_top_rated_critiques(tmp_path):
     (tmp_path / "m.j2").write_text("{# expects: critique #}rate: {{ critique }} Score:")
     (tmp_path / "meta.yaml").write_text(
-        "name: meta\nmode: pointwise\nmodel: m\ntemplate: m.j2\nsampling: {n: 1}\nparser: {type: regex}\n"
+        "name: meta\nmode: pointwise\nmodel: m\ntemplate: m.j2\nsampling: {n: 1}\nparser: {type: regex, range: [1, 10]}\n"
     )
     spec = pointwise(tmp_path, sampling={"n": 3}, aggregate={"type": "meta", "meta_judge": "meta.yaml", "top_k": 1})
     spec = JudgeSpec.model_validate(spec.model_dump(), context={"base_dir": tmp_path})

@@ -54,8 +54,8 @@ def test_stop_at_score_is_refused_where_no_first_score_exists(tmp_path):
     with pytest.raises(ValidationError, match="stop_at_score"):
         JudgeSpec(**base, parser={"type": "logprob"})
     with pytest.raises(ValidationError, match="stop_at_score"):
-        JudgeSpec(**{**base, "mode": "listwise"}, parser={"type": "boxed"})
-    JudgeSpec(**base, parser={"type": "regex"})  # a text parser: allowed
+        JudgeSpec(**{**base, "mode": "listwise"}, parser={"type": "boxed", "range": [1, 10]})
+    JudgeSpec(**base, parser={"type": "regex", "range": [1, 10]})  # a text parser: allowed
 
 
 def test_specs_without_it_keep_their_hash(tmp_path):

@@ -166,7 +166,10 @@ def test_lint_reports_a_template_that_would_run_away(tmp_path):
         "{# expects: prompt, response #}{{ prompt }} {{ response }} Score:\n" + BOMBS["100 MB of output"][0]
     )
     judge = tmp_path / "j.yaml"
-    judge.write_text("name: j\nmode: pointwise\nmodel: m\ntemplate: big.j2\nlimits: {template_max_chars: 5000}\n")
+    judge.write_text(
+        "name: j\nmode: pointwise\nmodel: m\ntemplate: big.j2\nparser: {type: regex, range: [1, 10]}\n"
+        "limits: {template_max_chars: 5000}\n"
+    )
     [problem] = lint_file(tmp_path / "loop.j2")
     assert problem.startswith(f"{tmp_path / 'loop.j2'}:2: template stopped: the render ran more than 200,000 steps")
     [problem] = lint_file(judge)
@@ -186,7 +189,10 @@ def test_grm_judge_render_stops_with_one_line_naming_the_template(tmp_path):
         "{# expects: prompt, response #}\n{{ prompt }} {{ response }}\n{% for i in range(10**5) %}{{ response }}{% endfor %}"
     )
     judge = tmp_path / "j.yaml"
-    judge.write_text("name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nlimits: {template_max_chars: 1000}\n")
+    judge.write_text(
+        "name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, range: [1, 10]}\n"
+        "limits: {template_max_chars: 1000}\n"
+    )
     sample = tmp_path / "s.json"
     sample.write_text(json.dumps({"prompt": "p", "response": "r" * 50}))
     res = run_cli("judge", "render", str(judge), "--sample", str(sample))
@@ -197,7 +203,14 @@ def test_grm_judge_render_stops_with_one_line_naming_the_template(tmp_path):
 
 def test_a_judge_renders_within_its_spec_limits(tmp_path):
     (tmp_path / "t.j2").write_text("{# expects: prompt, response #}{% for c in response %}{{ c }}{% endfor %} Score:")
-    spec = JudgeSpec(name="j", mode="pointwise", model="m", template="t.j2", limits={"template_max_steps": 100})
+    spec = JudgeSpec(
+        name="j",
+        mode="pointwise",
+        model="m",
+        template="t.j2",
+        parser={"type": "regex", "range": [1, 10]},
+        limits={"template_max_steps": 100},
+    )
     judge = build_judge(spec, tmp_path, ScriptedEngine(lambda p, j, c: "Score: 5"))
     assert score_one(judge, Sample(prompt="p", response="short")).score == 5.0
     with pytest.raises(JudgeError, match=r"t.j2:1: template stopped: .* \(limits.template_max_steps: 100\)"):
@@ -210,7 +223,7 @@ def test_a_judge_renders_within_its_spec_limits(tmp_path):
         "{% if 1 %}" * 120 + "x" + "{% endif %}" * 120,  # Python allows 100 levels of indentation
         "{% for i in x %}" * 120 + "{% endfor %}" * 120,
         "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
-        "{{ 1" + " + 1" * 20000 + " }}",
+        "{{ 1" + " + 1" * 15000 + " }}",  # within the size bound (65,536 characters)
     ],
 )
 def test_a_template_nested_past_pythons_limits_is_refused_naming_the_file(source):
@@ -218,16 +231,16 @@ def test_a_template_nested_past_pythons_limits_is_refused_naming_the_file(source
         parse_template(source, "deep.j2")
 
 
-def test_a_template_past_a_million_characters_is_refused():
-    with pytest.raises(JudgeError, match=r"^huge.j2: template is 1,000,001 characters; at most 1,000,000$"):
-        parse_template("x" * 1_000_001, "huge.j2")
+def test_a_template_past_the_size_bound_is_refused_before_it_is_compiled():
+    with pytest.raises(JudgeError, match=r"^huge.j2: template is 65,537 characters; at most 65,536$"):
+        parse_template("x" * 65_537, "huge.j2")
 
 
 @pytest.mark.timeout(60)
 def test_the_expects_header_is_read_in_linear_time():
     t0 = time.perf_counter()
     # the old pattern tried every split of spaces inside the header: 0.2 s at 4,000, minutes here
-    header = "{# expects: prompt," + " " * 100_000 + "response #}{{ prompt }}{{ response }}"
+    header = "{# expects: prompt," + " " * 60_000 + "response #}{{ prompt }}{{ response }}"
     assert parse_template(header, "h.j2").expects == ("prompt", "response")
     assert time.perf_counter() - t0 < 2
     assert parse_template("{#- expects: prompt,\n response -#}", "h.j2").expects == ("prompt", "response")

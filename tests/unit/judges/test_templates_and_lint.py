@@ -54,7 +54,7 @@ def test_lint_catches_parser_that_cannot_match_template(tmp_path):
     (tmp_path / "t.j2").write_text("{# expects: prompt, response #}{{ prompt }} {{ response }}\nEnd with 'Rating: <n>'.")
     j = tmp_path / "j.yaml"
     j.write_text(
-        "name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, pattern: 'Score:\\s*(\\d+)'}\n"
+        "name: j\nmode: pointwise\nmodel: m\ntemplate: t.j2\nparser: {type: regex, pattern: 'Score:\\s*(\\d+)', range: [1, 10]}\n"
         "examples:\n  - {output: 'Rating: 7', expect: 7}\n"
     )
     problems = lint_file(j)

@@ -261,10 +261,12 @@ def test_groups_of_episodes_and_of_responses_are_not_mixed():
 
 def test_lint_knows_the_trajectory_variables(tmp_path):
     (tmp_path / "l.j2").write_text("{# expects: trajectory #}{{ trajectory.final }} \\boxed{1, 2}")
-    (tmp_path / "l.yaml").write_text("name: l\nmode: listwise\nmodel: m\ntemplate: l.j2\nparser: {type: boxed}\n")
+    (tmp_path / "l.yaml").write_text("name: l\nmode: listwise\nmodel: m\ntemplate: l.j2\nparser: {type: boxed, range: [1, 10]}\n")
     assert any("gets no 'trajectory'" in p for p in lint_judge(tmp_path / "l.yaml"))
     (tmp_path / "p.j2").write_text("{# expects: trajectory #}{{ trajectory.final }} Score: <n>")
-    (tmp_path / "p.yaml").write_text("name: p\nmodel: m\ntemplate: p.j2\ntrajectory: {first_faulty_turn: true}\n")
+    (tmp_path / "p.yaml").write_text(
+        "name: p\nmodel: m\ntemplate: p.j2\nparser: {type: regex, range: [1, 10]}\ntrajectory: {first_faulty_turn: true}\n"
+    )
     assert any("never asks for 'First faulty turn: N'" in p for p in lint_judge(tmp_path / "p.yaml"))
 
 

@@ -93,7 +93,7 @@ def test_a_judge_counts_and_masks_a_timed_out_parse(tmp_path):
         mode="pointwise",
         model="m",
         template="t.j2",
-        parser={"type": "regex", "pattern": SLOW},
+        parser={"type": "regex", "pattern": SLOW, "range": [0, 10**6]},
         on_failure={"retries": 0},
         limits={"regex_timeout_s": 0.05},
     )
