@@ -148,24 +148,43 @@ def without_lone_surrogates(text: str) -> str:
         return _SURROGATE.sub("\ufffd", text)
 
 
-def lone_surrogate(value: Any) -> bool:
-    """Whether a string anywhere in ``value`` (JSON: dicts, lists, strings) holds a lone surrogate.
+def surrogate_at(value: Any, *, pairs_ok: bool = True) -> tuple[tuple[Any, ...], str] | None:
+    """The first string in ``value`` (the keys and values of mappings, the items of lists and tuples,
+    at any depth) holding a surrogate: its key path (a key's ends with the key itself) and what is
+    wrong on one line, ``FIELD: ...``; None when there is none.
 
-    JSON lets ``"\\ud800"`` through as a one-character string that no UTF-8 writer, hash or
-    tokenizer accepts: refused where the text is read, by its line, not where it is first encoded.
+    JSON and YAML let ``"\\ud800"`` through as a one-character string that no UTF-8 writer, hash or
+    tokenizer accepts: refused where the text is read, naming where, not where it is first encoded.
+    ``pairs_ok`` lets a high-low pair through: ``json.loads`` joins an escaped pair into one
+    character, so JSON leaves only lone ones; YAML leaves a pair as two code points, which UTF-8
+    cannot hold either (config text passes ``pairs_ok=False``). Iterative: a value nested thousands
+    deep costs no stack frame.
     """
-    todo = [value]  # iterative: a value nested thousands deep costs no stack frame
+    bad = _LONE if pairs_ok else _SURROGATE
+    todo: list[tuple[tuple[Any, ...], Any]] = [((), value)]
     while todo:
-        v = todo.pop()
+        path, v = todo.pop()
         if isinstance(v, str):
-            if _LONE.search(v) is not None:
-                return True
+            if (m := bad.search(v)) is not None:
+                return path, f"{_field(path)}text holds a lone surrogate ({m.group()!a}), not valid Unicode"
         elif isinstance(v, dict):
-            todo.extend(v.keys())
-            todo.extend(v.values())
-        elif isinstance(v, list):
-            todo.extend(v)
-    return False
+            for k, child in v.items():
+                if isinstance(k, str) and (m := bad.search(k)) is not None:
+                    return (*path, k), f"{_field(path)}key {k!a} holds a lone surrogate ({m.group()!a}), not valid Unicode"
+                todo.append(((*path, k), child))
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo.extend(((*path, i), child) for i, child in enumerate(v))
+    return None
+
+
+def _field(path: tuple[Any, ...]) -> str:
+    return ".".join(map(str, path)) + ": " if path else ""
+
+
+def lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` (JSON: dicts, lists, strings) holds a lone surrogate
+    (``surrogate_at``)."""
+    return surrogate_at(value) is not None
 
 
 def read_jsonl_numbered(

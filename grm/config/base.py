@@ -22,7 +22,7 @@ from pydantic import (
 
 from grm.config.paths import resolve_path
 from grm.config.template_size import template_size_problem
-from grm.config.unicode_text import lone_surrogate
+from grm.jsonl import surrogate_at
 
 MAX_INT = 2**63 - 1
 """Largest integer any config field holds: torch, numpy and C take 64-bit integers. Fields that size
@@ -98,14 +98,10 @@ def _mistyped(raw: Any, out: Any) -> str | None:
 
 
 def _lone_surrogate(out: Any) -> str | None:
-    """What is wrong with a validated value holding a lone surrogate (``grm.config.unicode_text``);
-    a nested model's fields check their own."""
-    found = None if isinstance(out, BaseModel) else lone_surrogate(out)
-    if found is None:
-        return None
-    path, what, is_key = found
-    inside = path[:-1] if is_key else path
-    return (f"{'.'.join(map(str, inside))}: " if inside else "") + what
+    """What is wrong with a validated value holding a surrogate (``grm.jsonl.surrogate_at``); a
+    nested model's fields check their own."""
+    found = None if isinstance(out, BaseModel) else surrogate_at(out, pairs_ok=False)
+    return None if found is None else found[1]
 
 
 class Strict(BaseModel):

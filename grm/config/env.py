@@ -28,8 +28,8 @@ _OWN = ("python", "agent")
 
 
 def is_file_target(where: str) -> bool:
-    """Whether a target's part before ``:`` names a Python file rather than a dotted module (the
-    rule ``grm.envs.base.load_target`` follows)."""
+    """Whether a target's part before ``:`` names a Python file rather than a dotted module (one
+    rule for this check, ``grm.envs.base.load_target`` and ``grm eval``'s resume record)."""
     return where.endswith(".py") or "/" in where or "\\" in where
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Discriminator, ValidationError
 
-from grm.config.unicode_text import lone_surrogate
 from grm.config.yaml_reader import ConfigError, Located, load_yaml, parse_yaml_text, yaml_value
+from grm.jsonl import surrogate_at
 
 __all__ = ["ConfigError", "Located", "apply_overrides", "load_yaml", "parse_override", "parse_yaml_text", "validate"]
 
@@ -154,11 +154,9 @@ def validate(model: type[BaseModel], located: Located, context: dict[str, Any] |
     """Validate located data against ``model``; raise ConfigError with file:line messages."""
     ctx = {"base_dir": located.path.parent, "located": located}
     ctx.update(context or {})
-    found = lone_surrogate(located.data)  # keys too, before a model reads them as field names
+    found = surrogate_at(located.data, pairs_ok=False)  # keys too, before a model reads them as field names
     if found is not None:
-        path, what, is_key = found
-        inside = path[:-1] if is_key else path  # a key is named in ``what``, its line by ``where``
-        raise ConfigError(f"{located.where(path)}: {'.'.join(map(str, inside)) + ': ' if inside else ''}{what}")
+        raise ConfigError(f"{located.where(found[0])}: {found[1]}")
     try:
         return model.model_validate(located.data, context=ctx)
     except ValidationError as err:

@@ -12,9 +12,10 @@ prints to stdout. So:
   holds ``builtins``) nor ``__main__``, and a module named by file may not be a file of the
   standard library;
 - ``loaded_target_problem`` (after the import, by whoever imports it: ``grm.judges.parsers``,
-  ``grm.envs.base``): what was found must be a Python function or class written in that module
-  itself, not a builtin (``mymod:print``) or a function another module defines that it imports
-  (``from subprocess import run``).
+  ``grm.envs.base``): what was found must be callable, and the code it runs (a function's, a
+  class's, a callable instance's class) must not come from the standard library or builtins,
+  whatever module re-exported it (``mymod:system`` after ``from os import system``, a
+  ``functools.partial``); a user's module may re-export its own or a third-party package's code.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from grm.base import GrmError
-from grm.config.env import SHIPPED_ENVS
+from grm.config.env import SHIPPED_ENVS, is_file_target
 from grm.config.targets import loaded_target_problem
 from grm.data.trajectory import ToolCall
 from grm.envs.tool_calls import ToolCallError, tool_name
@@ -205,7 +205,7 @@ def load_target(spec: str, base_dir: str | Path | None = None, what: Literal["cl
     if not sep or not where or not name:
         shipped = ", ".join(sorted(ENVIRONMENTS))
         raise EnvError(f"env {spec!r}: not a shipped environment ({shipped}) nor PATH.py:{label} nor package.module:{label}")
-    if where.endswith(".py") or "/" in where or "\\" in where:
+    if is_file_target(where):
         module = _import_file(spec, Path(base_dir or ".") / where)
     else:
         try:

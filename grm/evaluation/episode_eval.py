@@ -30,7 +30,7 @@ from typing import Any
 
 from grm.base import make_dir, writer_lock
 from grm.config.base import Strict
-from grm.config.env import EnvSpec
+from grm.config.env import EnvSpec, is_file_target
 from grm.config.yaml_reader import Located, load_yaml, yaml_value
 from grm.data.trajectory import Trajectory, TrajectoryError
 from grm.evaluation.errors import EvalError
@@ -113,7 +113,7 @@ def resolved_target(name: str, base_dir: Path) -> str:
 
     target = ENVIRONMENTS.get(name, name)
     where, _, cls = target.rpartition(":")
-    if where.endswith(".py") or "/" in where or "\\" in where:
+    if is_file_target(where):
         return f"{(base_dir / where).expanduser().resolve()}:{cls}"
     return target
 

@@ -267,7 +267,7 @@ class TargetCall:
         numbers = v if isinstance(v, list) else [v] if isinstance(v, float) else []
         bad = [x for x in numbers if not _in_range(x, self.range)]
         if bad:  # held to its declared range like a builtin parser's number
-            return fail(f"{name} returned {_short(repr(bad))}, outside range {list(self.range or ())}")
+            return fail(f"{name} returned {short_repr(bad)}, outside range {list(self.range or ())}")
         return checked
 
 

@@ -22,7 +22,7 @@ from grm.data.checklists import read_checklist
 from grm.data.constraint_cell import read_constraints
 from grm.data.constraints import METADATA_KEY as CONSTRAINTS_KEY
 from grm.data.errors import DataError
-from grm.jsonl import parse_failure, unique_keys
+from grm.jsonl import parse_failure, surrogate_at, unique_keys
 from grm.judges.errors import JudgeError
 from grm.judges.types import Sample
 from grm.terminal import one_line
@@ -68,10 +68,9 @@ def read_samples(path: str) -> list[Sample]:
         raise JudgeError(f"{name}: invalid JSON: {e}") from None
     except (ValueError, RecursionError) as e:  # an integer past 4300 digits; nesting too deep; a key twice
         raise JudgeError(f"{name}: invalid JSON: {parse_failure(e)}") from None
-    try:  # JSON may escape a lone surrogate ("\\ud800"); no prompt can carry one to a model
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise JudgeError(f"{name}: a string holds a lone surrogate ({e.object[e.start]!a}), not valid Unicode") from None
+    found = surrogate_at(data, pairs_ok=False)  # JSON may escape one ("\\ud800"); no prompt can carry it to a model
+    if found is not None:
+        raise JudgeError(f"{name}: {found[1]}")
     items = data if isinstance(data, list) else [data]
     if not items:
         raise JudgeError(f"{name}: an empty list; give a sample object or a list of them")
