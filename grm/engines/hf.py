@@ -144,6 +144,7 @@ class HFEngine:
         if pc is not None:
             pc.record = True
         cache, logits, attn = prefill(self.model, prompts, self.pad_id, extra=sp.max_new_tokens, cache=pc)
+        width = attn.shape[1]  # the prompts end here in the cache, right-aligned; generated tokens follow
         tokens: list[list[int]] = [[] for _ in range(B)]
         logps: list[list[float]] = [[] for _ in range(B)]
         finish: list[str | None] = [None] * B
@@ -183,6 +184,9 @@ class HFEngine:
                 break
             # Dropping rows copies the cache, so finished rows ride along until a quarter are done.
             if len(live) <= 0.75 * len(active):
+                if pc is not None:
+                    done = set(range(len(active))) - set(live)
+                    _keep_generated(pc, cache, width, [(k, active[k]) for k in sorted(done)], prompts, tokens)
                 keep = torch.tensor(live, dtype=torch.long, device=self.device)
                 cache.batch_select_indices(keep)
                 attn, next_tok = attn[keep], next_tok[keep]
@@ -193,6 +197,8 @@ class HFEngine:
                 input_ids=next_tok[:, None], attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
             )
             logits = out.logits[:, -1, :].float()
+        if pc is not None:
+            _keep_generated(pc, cache, width, list(enumerate(active)), prompts, tokens)
 
         result = []
         for b in range(B):
@@ -374,6 +380,19 @@ class Fp32Head:
             self.weight = self.head.weight.detach().float()
             self.bias = None if self.head.bias is None else self.head.bias.detach().float()
         return torch.nn.functional.linear(hidden.float(), self.weight, self.bias)
+
+
+def _keep_generated(
+    pc: PromptCache, cache: Any, width: int, rows: list[tuple[int, int]], prompts: list[list[int]], tokens: list[list[int]]
+) -> None:
+    """Offer ``pc`` each (cache row, row) pair's prompt and the tokens fed after it: all the row
+    generated but its last token, which was never fed. The cache holds the prompts right-aligned
+    to ``width`` and the generated tokens after it. A critique's score reading (the critique and
+    "Score: " appended to the prompt) then runs only what follows the critique."""
+    for k, r in rows:
+        p, fed = prompts[r], len(tokens[r]) - 1
+        span = slice(width - len(p), width + fed)
+        pc.add(tuple(p + tokens[r][:fed]), [(layer.keys[k, :, span], layer.values[k, :, span]) for layer in cache.layers])
 
 
 def _first_stop(text: str, stops: Sequence[str]) -> int | None:

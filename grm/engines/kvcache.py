@@ -54,12 +54,16 @@ class SlabLayer(DynamicLayer):
 
 
 class PromptCache:
-    """Keys/values of prompts already prefilled, kept so a later prefill of a prompt that starts
-    with the same tokens computes only the rest. A critique-then-score judge prefills the judge
-    prompt to sample a critique, then prefills prompt + critique + "Score: " again to read the
-    score's probabilities; with this cache the second pass runs only the ~100 critique tokens
-    instead of the 1,000-token prompt. Entries are added while ``record`` is set, up to
-    ``max_bytes`` (later prompts are then simply not kept)."""
+    """Keys/values of prompts already prefilled, and of generations (prompt and generated tokens:
+    the hf engine offers each finished row), kept so a later prefill of a prompt that starts with
+    the same tokens computes only the rest. A critique-then-score judge prefills the judge prompt
+    to sample a critique, then prefills prompt + critique + "Score: " again to read the score's
+    probabilities; with this cache the second pass runs only "Score: " and the few tokens where
+    the critique's text encodes differently from the ids sampled (measured on the peer benchmark's
+    judge step, SmolLM2, 32 critiques of ~58 tokens after ~168-token prompts: its reading 8.0 s ->
+    3.3 s, the whole judge call 35.4 s -> 29.4 s on one thread). No entry is a prefix of another:
+    a longer one replaces the entry it extends. Entries are added while ``record`` is set, up to
+    ``max_bytes`` (later ones are then simply not kept)."""
 
     def __init__(self, max_bytes: int = 4 << 30, min_reuse: int = 32) -> None:
         self.max_bytes, self.min_reuse = max_bytes, min_reuse
@@ -69,12 +73,20 @@ class PromptCache:
         self.hits = self.reused_tokens = 0
 
     def add(self, tokens: tuple[int, ...], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """``layers``: per layer (keys, values) ``[H, len(tokens), D]``."""
-        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
-        if not self.record or self.bytes + size > self.max_bytes or any(t == tokens for t, _ in self.entries):
+        """``layers``: per layer (keys, values) ``[H, len(tokens), D]``. An entry that ``tokens``
+        extends (the prompt of a generation now kept with its text) is dropped for it: the longer
+        entry serves every match the shorter one did."""
+        size = _nbytes(layers)
+        if not self.record or any(t[: len(tokens)] == tokens for t, _ in self.entries):
+            return  # kept already, or inside a longer entry
+        shorter = next((e for e in self.entries if tokens[: len(e[0])] == e[0]), None)
+        freed = _nbytes(shorter[1]) if shorter is not None else 0
+        if self.bytes - freed + size > self.max_bytes:
             return
+        if shorter is not None:
+            self.entries.remove(shorter)
         self.entries.append((tokens, [(k.clone(), v.clone()) for k, v in layers]))
-        self.bytes += size
+        self.bytes += size - freed
 
     def match(self, tokens: Sequence[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
         """Longest reusable prefix of ``tokens`` (leaving at least one token to run, whose
@@ -85,6 +97,10 @@ class PromptCache:
             if n > best:
                 best, layers = n, kv
         return (best, layers) if best >= self.min_reuse else (0, None)
+
+
+def _nbytes(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
 
 
 def branch_prefixes(prompts: Sequence[Sequence[int]], min_len: int) -> list[tuple[int, ...]]:

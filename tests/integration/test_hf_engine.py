@@ -190,8 +190,9 @@ def test_update_weights_changes_outputs_and_version(smollm2_fp32):
 
 def test_prompt_cache_reuses_prefill_and_changes_nothing(smollm2_fp32):
     """Critique-then-score: generate on judge prompts, then score prompt + critique + "Score: ".
-    Inside ``prompt_cache`` the second prefill runs only the new tokens; scores, and a repeated
-    (retried) generation, must equal the uncached ones."""
+    Inside ``prompt_cache`` the second prefill runs only what follows the critique (the generation's
+    keys/values are kept with its prompt); scores, and a repeated (retried) generation, must equal
+    the uncached ones."""
     eng = smollm2_fp32
     essay = " ".join(f"Fact {i}: the river is {i} km long." for i in range(40))
     base = [
@@ -221,8 +222,12 @@ def test_prompt_cache_reuses_prefill_and_changes_nothing(smollm2_fp32):
     with eng.prompt_cache() as pc:
         gens = eng.generate(base, sp)
         assert pc.entries and pc.hits == 0
-        scores = eng.score_continuations(scored_requests(gens), cands)
+        read = scored_requests(gens)
+        scores = eng.score_continuations(read, cands)
         assert pc.hits == 2 and pc.reused_tokens >= 2 * 300  # the essay prompt was not recomputed
+        # nor the critique: each reading ran a few tokens ("\nScore: " and a seam), not its 15 fed tokens
+        ran = sum(len(eng.encode(r)) for r in read) - pc.reused_tokens
+        assert all(len(g.token_ids) == 16 for g in gens) and ran <= 2 * 6, ran
         again = eng.generate(base, sp)  # a retry of the same prompts
         assert pc.hits == 4
     assert eng._prompt_cache is None
