@@ -113,6 +113,12 @@ class DataSpec(Strict):
     ``verdict`` rule verifier; the two orders of a pair are kept next to each other and in one step
     (``prompts_per_step`` must be even). ``prompt_field``, ``reference_field`` and the checklist and
     constraint columns are then not read."""
+    judge_baseline: Literal["pair", "order"] = "pair"
+    """With ``judge_prompts``: which responses share a group-relative baseline (GRPO's mean and
+    std, RLOO's leave-one-out). ``pair``: the critiques of both orders of a pair, so a judge that
+    names the same position whatever the order gets a positive advantage in one order and a
+    negative one in the other (with ``order``, each order's critiques agree, and such a judge sees
+    no advantage at all). ``order``: each order's critiques alone, like any prompt's group."""
     shuffle: bool = True
     """Shuffle prompts every epoch with the pipeline seed (a judge's pairs: the pairs, each pair's two
     orders staying together)."""
@@ -353,4 +359,14 @@ class PipelineSpec(Strict):
                 )
             if self.env is not None:
                 raise ValueError("data.judge_prompts and env: do not go together (a judge is trained on single answers)")
+            if self.data.judge_baseline == "pair" and getattr(a, "dynamic_filtering", False):
+                raise ValueError(
+                    "algorithm.dynamic_filtering keeps or drops one prompt's group by its own rewards, but "
+                    "data.judge_baseline: pair makes a pair's two orders one group; set data.judge_baseline: order"
+                )
+        elif self.data.judge_baseline != "pair":  # the default is in every resolved config, so only a change is refused
+            raise ValueError(
+                f"data.judge_baseline: {self.data.judge_baseline} applies to a judge's training prompts: set "
+                "data.judge_prompts, or leave it out"
+            )
         return self

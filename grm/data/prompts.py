@@ -32,6 +32,10 @@ class Prompt:
     messages: list[dict[str, str]] | None = None
     """The whole chat the policy is asked, instead of ``text`` after the policy's system prompt
     (``data.judge_prompts``: a judge's rendered request; a last assistant message is continued)."""
+    baseline: str | None = None
+    """Prompts of one step with the same key share one group-relative baseline: their responses are
+    one group for the advantages (``data.judge_baseline: pair``: a labelled pair's two orders).
+    None: the prompt's own responses are its group."""
 
 
 def load_prompts(spec: DataSpec) -> list[Prompt]:

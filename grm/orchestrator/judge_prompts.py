@@ -4,7 +4,8 @@ system prompt and prefill), once in each order, so the model being trained as a 
 exactly what it will be asked when it judges. Each order is one prompt; its reference is the verdict
 that order should get and its metadata names the pair and the order (``grm.data.judge_pairs``), which
 the ``verdict`` rule verifier reads. The two orders are consecutive: the prompt stream keeps them in
-one step (``grm.data.prompts.PromptStream``, ``block=2``)."""
+one step (``grm.data.prompts.PromptStream``, ``block=2``), where by default their critiques share one
+advantage baseline (``Prompt.baseline``, ``data.judge_baseline``)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def judge_training_prompts(data: DataSpec) -> list[Prompt]:
                     metadata={PAIR_KEY: {"pair": item.id, "order": o.name}},
                     where=f"{data.prompts} pair {item.id} ({o.name})",
                     messages=[dict(m) for m in v.request.messages],
+                    baseline=f"pair:{item.id}" if data.judge_baseline == "pair" else None,
                 )
             )
     return out

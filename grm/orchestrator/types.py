@@ -255,12 +255,23 @@ class AdvantagePlan:
     def of(cls, groups: list[Group], version: int, credit: Literal["episode", "process"] = "episode") -> AdvantagePlan:
         return cls(
             rewards={r.id: x for g in groups for r, x in zip(g.rollouts, g.rewards, strict=True)},
-            groups={r.id: i for i, g in enumerate(groups) for r in g.rollouts},
+            groups={r.id: i for g, i in zip(groups, baseline_groups(groups), strict=True) for r in g.rollouts},
             versions={r.id: r.version for g in groups for r in g.rollouts},
             version=version,
             credit=credit,
             episodes=groups if credit == "process" else None,
         )
+
+
+def baseline_groups(groups: list[Group]) -> list[int]:
+    """Each group's index among the step's advantage groups: groups whose prompts have the same
+    ``Prompt.baseline`` share one (a labelled pair's two orders), every other group is its own."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, g in enumerate(groups):
+        key = g.rollouts[0].prompt.baseline if g.rollouts else None
+        out.append(seen.setdefault(key, len(groups) + len(seen)) if key is not None else i)
+    return out
 
 
 @dataclass

@@ -41,6 +41,13 @@ def test_an_advantage_plan_is_plain_data_by_sample_id():
     assert plan.versions == {"s0r0g0/0": 0, "s0r0g0/1": 0, "s0r0g1/0": 1, "s0r0g1/1": 1} and plan.version == 1
     assert plan.episodes is None  # only process credit ships the groups themselves
     assert AdvantagePlan.of(groups, 1, "process").episodes is groups
+    # groups whose prompts name one baseline are one advantage group; the rest keep their own
+    for g, key in zip(groups, ("pair:x", "pair:x"), strict=True):
+        for r in g.rollouts:
+            r.prompt = Prompt(id=r.prompt.id, text="q", reference=None, baseline=key)
+    assert len(set(AdvantagePlan.of(groups, version=1).groups.values())) == 1
+    groups[1].rollouts[0].prompt.baseline = groups[1].rollouts[1].prompt.baseline = "pair:y"
+    assert len(set(AdvantagePlan.of(groups, version=1).groups.values())) == 2
 
 
 def test_what_training_returns_lands_on_the_step_and_its_episodes():
