@@ -77,9 +77,9 @@ class PromptCache:
         extends (the prompt of a generation now kept with its text) is dropped for it: the longer
         entry serves every match the shorter one did."""
         size = _nbytes(layers)
-        if not self.record or any(t[: len(tokens)] == tokens for t, _ in self.entries):
+        if not self.record or any(_starts(t, tokens) for t, _ in self.entries):
             return  # kept already, or inside a longer entry
-        shorter = next((e for e in self.entries if tokens[: len(e[0])] == e[0]), None)
+        shorter = next((e for e in self.entries if _starts(tokens, e[0])), None)
         freed = _nbytes(shorter[1]) if shorter is not None else 0
         if self.bytes - freed + size > self.max_bytes:
             return
@@ -97,6 +97,13 @@ class PromptCache:
             if n > best:
                 best, layers = n, kv
         return (best, layers) if best >= self.min_reuse else (0, None)
+
+
+def _starts(seq: tuple[int, ...], prefix: tuple[int, ...]) -> bool:
+    """Whether ``seq`` begins with ``prefix`` (the cheap checks first: a judge's prompts share long
+    prefixes, so comparing whole slices of every entry would copy them all)."""
+    n = len(prefix)
+    return n <= len(seq) and (n == 0 or seq[n - 1] == prefix[-1]) and seq[:n] == prefix
 
 
 def _nbytes(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
