@@ -359,7 +359,7 @@ class PipelineSpec(Strict):
                 )
             if self.env is not None:
                 raise ValueError("data.judge_prompts and env: do not go together (a judge is trained on single answers)")
-            if self.data.judge_baseline == "pair" and getattr(a, "dynamic_filtering", False):
+            if self.data.judge_baseline == "pair" and a.dynamic_filtering:
                 raise ValueError(
                     "algorithm.dynamic_filtering keeps or drops one prompt's group by its own rewards, but "
                     "data.judge_baseline: pair makes a pair's two orders one group; set data.judge_baseline: order"

@@ -1,8 +1,8 @@
-"""The policy actor (trainer + rollout engine + colocated reference/critic) and its worker group's
-rendezvous. What every role actor shares (device, where it runs) is in
-``grm.orchestrator.role_actor``; the reference and judge actors, which hold frozen models, are in
-``grm.orchestrator.frozen_actors``. Each actor lives in its pool's placement group,
-with its pool's thread count."""
+"""The policy actor (trainer + rollout engine + colocated reference/critic). Its worker group's
+ranks, rendezvous and gathering are in ``grm.orchestrator.policy_group``; what every role actor
+shares (device, where it runs) is in ``grm.orchestrator.role_actor``; the reference and judge
+actors, which hold frozen models, are in ``grm.orchestrator.frozen_actors``. Each actor lives in
+its pool's placement group, with its pool's thread count."""
 
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from grm.orchestrator.ckpt_transfer import Shipped, concat, pack, sees, together, unpack
 from grm.orchestrator.cores import CoreShare, ledger, set_threads
 from grm.orchestrator.handles import Placement
+from grm.orchestrator.policy_group import RankOf, gather
 from grm.orchestrator.policy_servers import ServerInfo
 from grm.orchestrator.role_actor import REFERENCE_DTYPE, where
 from grm.orchestrator.rollout_engine import RolloutEngine
@@ -37,31 +38,6 @@ if TYPE_CHECKING:
     from grm.orchestrator.episodes import EpisodeRollout
     from grm.training import TrainBatch
     from grm.training.distributed import RankFailure
-
-T = TypeVar("T")
-
-
-def _gather(own: T, others: Sequence[ObjectRef[T]], combine: Callable[[list[T]], T]) -> T:
-    """Rank 0 of a policy group: its result combined with the other ranks' (their refs)."""
-    return combine([own, *ray.get(list(others))]) if others else own
-
-
-class RankOf(NamedTuple):
-    """Where a rank of a multi-rank policy group stands: its rank, the group's size, and the
-    rendezvous (address, port) of rank 0."""
-
-    rank: int
-    world: int
-    address: str
-    port: int
-
-
-@ray.remote(num_cpus=0)
-def rendezvous() -> tuple[str, int]:
-    """Address and a free port on this node: where a policy group's ranks meet (run on rank 0's bundle)."""
-    from grm.process import free_port
-
-    return ray.util.get_node_ip_address(), free_port()
 
 
 def cancelled() -> bool:
@@ -183,13 +159,13 @@ class PolicyActor:
 
         t0 = time.perf_counter()
         if not prompts:
-            return _gather(([], 0.0), others, gather_rollouts)
+            return gather(([], 0.0), others, gather_rollouts)
         if self.cfg.env is not None:
             groups = self._episodes(prompts, keys, n, seed)  # each turn holds the model
         else:
             with self._model():
                 groups = self._rollout(prompts, keys, n, seed)
-        return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
+        return gather((groups, time.perf_counter() - t0), others, gather_rollouts)
 
     @ray.method(concurrency_group="episodes")
     def episodes(
@@ -221,7 +197,7 @@ class PolicyActor:
 
         t0 = time.perf_counter()
         groups = self._rollout(prompts, keys, n, seed) if prompts else []
-        return _gather((groups, time.perf_counter() - t0), others, gather_rollouts)
+        return gather((groups, time.perf_counter() - t0), others, gather_rollouts)
 
     def _episodes(self, prompts: Sequence[Prompt], keys: Sequence[str], n: int, seed: int) -> list[Group]:
         """``n`` episodes per prompt (``env:``), every turn on this engine: one group per prompt."""
@@ -265,7 +241,7 @@ class PolicyActor:
             return Prepared(batch, secs)
         if self.rank:
             return Prepared(batch, secs, list(positions))
-        return _gather(Prepared(batch, secs, list(positions)), others, partial(gather_prepared, pad_id=self.pad_id))
+        return gather(Prepared(batch, secs, list(positions)), others, partial(gather_prepared, pad_id=self.pad_id))
 
     def _prepare(self, rollouts: Sequence[Rollout]) -> tuple[TrainBatch, float]:
         import torch
@@ -328,7 +304,7 @@ class PolicyActor:
         # what this call ran with: sync, the node's cores; async, its share plus any cores lent while it ran
         metrics["threads_training"] = self.cores.take_peak()
         trained = Trained(metrics, row_advantages(batch), stats, per_turn, seconds)
-        return _gather(trained, others, gather_first)
+        return gather(trained, others, gather_first)
 
     @ray.method(concurrency_group="progress")
     def train_progress(self) -> tuple[int, int | None]:
@@ -351,7 +327,7 @@ class PolicyActor:
         with self.lock:
             version = self.version_of_trainer()
             secs, by_disk = self.rollout_engine.push(self.trainer, version)
-        return _gather(Synced(version, secs, by_disk), others, gather_synced)
+        return gather(Synced(version, secs, by_disk), others, gather_synced)
 
     @ray.method(concurrency_group="progress")  # answers while a call waits in a collective
     def failure(self) -> RankFailure | None:
@@ -373,11 +349,11 @@ class PolicyActor:
         together()  # ranks on one such node share its copy: every one has packed before any deletes it
         if own:
             shutil.rmtree(path, ignore_errors=True)
-        return _gather(own, others, concat)
+        return gather(own, others, concat)
 
     def sees(self, path: str, token: str, others: Sequence[ObjectRef[bool]] = ()) -> bool:
         """Collective: every rank sees the driver's checkpoint ``path`` (its marker ``token``)."""
-        return _gather(sees(path, token), others, all)
+        return gather(sees(path, token), others, all)
 
     def load(
         self, path: str, shipped: Shipped | None = None, token: str | None = None, others: Sequence[ObjectRef[int]] = ()
@@ -399,7 +375,7 @@ class PolicyActor:
                 if local is not None:
                     shutil.rmtree(local, ignore_errors=True)
             self.sync()
-        return _gather(self.version_of_trainer(), others, gather_first)
+        return gather(self.version_of_trainer(), others, gather_first)
 
     def export(self, path: str, others: Sequence[ObjectRef[float]] = ()) -> float:
         """Full weights as safetensors (rank 0 writes; every rank takes part in the ZeRO-3 gather)."""
@@ -409,4 +385,4 @@ class PolicyActor:
         with self.lock:
             state = self.trainer.state_dict()
             secs = save_weights(state, path, self.version_of_trainer()) if self.rank == 0 else 0.0
-        return _gather(secs, others, gather_max)
+        return gather(secs, others, gather_max)

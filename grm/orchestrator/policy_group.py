@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+import ray
 
 from grm.orchestrator.health import RoleLost
 from grm.orchestrator.types import Prepared, Synced
@@ -57,6 +59,29 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Args = tuple[object, ...]
 """One rank's arguments of a call: the handle's protocols (``grm.orchestrator.handles``) say which."""
+
+
+def gather(own: T, others: Sequence[ObjectRef[T]], combine: Callable[[list[T]], T]) -> T:
+    """Rank 0 of a policy group: its result combined with the other ranks' (their refs)."""
+    return combine([own, *ray.get(list(others))]) if others else own
+
+
+class RankOf(NamedTuple):
+    """Where a rank of a multi-rank policy group stands: its rank, the group's size, and the
+    rendezvous (address, port) of rank 0."""
+
+    rank: int
+    world: int
+    address: str
+    port: int
+
+
+@ray.remote(num_cpus=0)
+def rendezvous() -> tuple[str, int]:
+    """Address and a free port on this node: where a policy group's ranks meet (run on rank 0's bundle)."""
+    from grm.process import free_port
+
+    return ray.util.get_node_ip_address(), free_port()
 
 
 class GroupMethod:

@@ -136,8 +136,8 @@ def start_policy(
 ) -> PolicyHandle:
     """The policy's worker group: one PolicyActor, or ``ranks`` of them (one per bundle of its pool)
     joined in one torch.distributed group whose rendezvous is on rank 0's node."""
-    from grm.orchestrator.actors import PolicyActor, RankOf, rendezvous
-    from grm.orchestrator.policy_group import PolicyGroup
+    from grm.orchestrator.actors import PolicyActor
+    from grm.orchestrator.policy_group import PolicyGroup, RankOf, rendezvous
 
     args = (cfg, loaded.policy)
     hf = loaded.policy.engine.type == "hf"
