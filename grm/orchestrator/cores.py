@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grm.process import release_free_memory
+
 SLOTS = 256
 """Processes a run's ledger has room for on one node (two bytes each)."""
 
@@ -132,7 +134,7 @@ class CoreLedger:
     @contextmanager
     def busy(self) -> Iterator[None]:
         """A phase call: marked busy for its duration (nested calls count once); on the way out the
-        process returns to its own share."""
+        process returns to its own share, and its freed memory to the system."""
         self.depth += 1
         self.map[2 * self.share.slot + 1] = 1
         try:
@@ -144,6 +146,7 @@ class CoreLedger:
                 if self.current != self.share.threads:
                     set_threads(self.share.threads)
                     self.current = self.share.threads
+                release_free_memory()
 
     def take_peak(self) -> int:
         """The most threads a forward ran with since the last call (then reset to the current);
@@ -168,7 +171,11 @@ class NoLedger:
 
     @contextmanager
     def busy(self) -> Iterator[None]:
-        yield
+        """A phase call; on the way out its freed memory goes back to the system."""
+        try:
+            yield
+        finally:
+            release_free_memory()
 
     def take_peak(self) -> int:
         """This process's threads (never lent, so what a call ran with)."""
