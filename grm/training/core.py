@@ -60,6 +60,22 @@ def policy_forward(module: torch.nn.Module, mb: TrainBatch, with_entropy: bool) 
     )
 
 
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+"""Devices with torch's fused AdamW kernel that grm runs on."""
+
+
+def adamw(module: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over ``module``'s trainable parameters (with LoRA: the adapters only), fused: one
+    kernel per tensor reads the weight, gradient and both moments once, where torch's default on a
+    CPU (a loop of elementwise ops per tensor) passes over them about eight times and allocates
+    temporaries. SmolLM2-135M's step: 0.50 -> 0.11 s on one core (``benchmarks/optimizer_step.py``).
+    The same update up to float rounding. Parameters elsewhere (``meta``, in placement checks) get
+    the loop, which runs on any device."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    fused = bool(params) and all(p.device.type in FUSED_ADAMW_DEVICES for p in params)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None)
+
+
 def lr_lambda(
     warmup_steps: int, total_steps: int, schedule: Literal["constant", "linear", "cosine"] = "constant", min_ratio: float = 0.0
 ) -> Callable[[int], float]:

@@ -30,7 +30,17 @@ from grm.models import lora
 from grm.models.checkpoints import LORA_FILE, refuse_foreign_pickles
 from grm.models.weights import unique_tensors
 from grm.training.batch import TrainBatch
-from grm.training.core import Forward, LossFn, accumulate, lr_lambda, policy_forward, rng_state, set_rng_state, step_metrics
+from grm.training.core import (
+    Forward,
+    LossFn,
+    accumulate,
+    adamw,
+    lr_lambda,
+    policy_forward,
+    rng_state,
+    set_rng_state,
+    step_metrics,
+)
 from grm.training.distributed import COLLECTIVE_TIMEOUT_S, failing_together, init_distributed
 
 
@@ -84,7 +94,7 @@ class DeepSpeedTrainer:
         }
         config = _merge(config, extra_config or {})
         module.train()
-        optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+        optimizer = adamw(module, lr, weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup_steps, total_steps, schedule))  # type: ignore[arg-type]
         with self._together("initialize"):  # broadcasts the weights from rank 0
             self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(

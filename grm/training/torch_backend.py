@@ -19,7 +19,17 @@ from grm.models.checkpoints import LORA_FILE, refuse_foreign_pickles
 from grm.models.device import scalar, to_cpu
 from grm.models.weights import tied_aliases, unique_tensors
 from grm.training.batch import TrainBatch
-from grm.training.core import Forward, LossFn, accumulate, lr_lambda, policy_forward, rng_state, set_rng_state, step_metrics
+from grm.training.core import (
+    Forward,
+    LossFn,
+    accumulate,
+    adamw,
+    lr_lambda,
+    policy_forward,
+    rng_state,
+    set_rng_state,
+    step_metrics,
+)
 
 
 class TorchTrainer:
@@ -47,7 +57,7 @@ class TorchTrainer:
         self.micro_batch_size = micro_batch_size
         self.max_grad_norm = max_grad_norm
         self.entropy = entropy
-        self.optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+        self.optimizer = adamw(module, lr, weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(warmup_steps, total_steps, schedule))  # type: ignore[arg-type]
         self.step_count = 0
 
