@@ -102,8 +102,8 @@ def test_two_ranks_reproduce_one_rank(one_rank, two_ranks, zero):
 
     The first step's rollouts come from the same weights and must be equal row for row. Later
     rollouts come from weights that differ by summation order (a gradient summed in one process or
-    all-reduced from two halves, kernels on one thread or two): on a CPU without AVX-512 that
-    flipped one sampled token at a near tie in 8 step-2 rows (the response then goes on
+    all-reduced from two halves, kernels on one thread or two): on a CPU without AVX-512 a sampled
+    token flipped at a near tie in at least one of the 8 step-2 rows (the response then goes on
     differently; the same on the code before this test's last change). So a later step needs most
     of its rows equal, and its metrics are compared only when all are."""
     two = two_ranks(zero)
